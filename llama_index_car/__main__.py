@@ -1,0 +1,3 @@
+from llama_index_car.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""Typed errors and warnings raised by llama-index-car.
+
+Every error subclasses :class:`CarError`, so callers can catch the package's failures
+without catching unrelated bugs. Messages name the offending value and the fix.
+"""
+
+from __future__ import annotations
+
+
+class CarError(Exception):
+    """Base class of every error raised by llama-index-car."""
+
+
+class ConfigurationError(CarError, ValueError):
+    """An option has an invalid value; the message names the allowed values."""
+
+
+class MissingDependencyError(CarError, ImportError):
+    """An optional dependency is not installed; the message says what to ``pip install``."""
+
+
+class MissingCredentialsError(CarError, RuntimeError):
+    """A provider was chosen but its API key is not set; the message names the variable."""
+
+
+class IndexPersistError(CarError, OSError):
+    """A persisted index directory is missing a file or holds a damaged one (named)."""
+
+
+class HypothesisError(CarError, RuntimeError):
+    """A criterion hypothesizer failed, timed out or returned unusable output."""
+
+
+class EvaluationDataError(CarError, ValueError):
+    """An evaluation input (BEIR folder, TREC file, QA file) is missing or malformed."""
+
+
+class TokenizerMismatchWarning(UserWarning):
+    """A persisted index was built with a different tokenizer spec or kiwipiepy version."""
+
+
+def require(module: str, extra: str, package: str) -> None:
+    """Raise :class:`MissingDependencyError` with an install hint if ``module`` is missing.
+
+    >>> require("json", extra="none", package="json")
+    """
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        raise MissingDependencyError(
+            f"{package} is not installed; run: pip install 'llama-index-car[{extra}]'"
+        )

@@ -1,0 +1,65 @@
+"""``llama-car``: the command-line entry point.
+
+Subcommands live in sibling modules, each exposing ``add_parser(subparsers)`` and
+``run(args) -> int``. Modules import only the standard library at top level; heavy imports
+happen inside ``run`` so ``llama-car --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from llama_index_car._errors import CarError
+
+#: subcommand name -> module implementing it
+SUBCOMMANDS: dict[str, str] = {
+    "demo": "llama_index_car.cli.demo",
+    "index": "llama_index_car.cli.index",
+    "query": "llama_index_car.cli.query",
+    "eval": "llama_index_car.cli.eval",
+    "probe": "llama_index_car.cli.probe",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``llama-car`` argument parser with every available subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="llama-car",
+        description="Criterion-aware retrieval for Korean technical standards (HWPX).",
+        epilog="Example: llama-car demo",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``llama-car``; returns the process exit code (errors go to stderr, code 2)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[args.command])
+    try:
+        return int(module.run(args) or 0)
+    except CarError as exc:
+        print(f"llama-car {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

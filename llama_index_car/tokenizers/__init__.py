@@ -1,0 +1,1 @@
+"""Package: see the modules inside; re-exports only."""
