@@ -1,1 +1,5 @@
-"""Package: see the modules inside; re-exports only."""
+"""Node transformers (LlamaIndex ``TransformComponent``s)."""
+
+from llama_index_car.transformers.reframing import CriterialReframer
+
+__all__ = ["CriterialReframer"]

@@ -1,0 +1,60 @@
+"""llama-index-car: criterion-aware retrieval for Korean technical standards, for LlamaIndex.
+
+The public API is re-exported here and resolved lazily (PEP 562), so ``import llama_index_car``
+loads neither LlamaIndex nor Kiwi until a name is used.
+
+>>> import llama_index_car
+>>> "CriterionAwareRetriever" in llama_index_car.__all__
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # tokenization and pure scoring
+    "KiwiTokenizer": "llama_index_car.tokenizers.kiwi",
+    "BM25Okapi": "llama_index_car.bm25",
+    "weighted_rrf": "llama_index_car.fusion",
+    # retrievers
+    "KiwiBM25Retriever": "llama_index_car.retrievers.kiwi_bm25",
+    "WeightedRRFRetriever": "llama_index_car.retrievers.weighted_rrf",
+    "CriterionAwareRetriever": "llama_index_car.retrievers.criterion_aware",
+    # hypothesizers
+    "CriterionHypothesis": "llama_index_car.hypothesizers.base",
+    "BaseCriterionHypothesizer": "llama_index_car.hypothesizers.base",
+    "CorpusCriterionHypothesizer": "llama_index_car.hypothesizers.corpus",
+    "LLMCriterionHypothesizer": "llama_index_car.hypothesizers.llm",
+    "HyDEHypothesizer": "llama_index_car.hypothesizers.llm",
+    # transformers and embeddings
+    "CriterialReframer": "llama_index_car.transformers.reframing",
+    "UniversalSentenceEncoderEmbedding": "llama_index_car.embeddings.use",
+    # errors
+    "CarError": "llama_index_car._errors",
+    "ConfigurationError": "llama_index_car._errors",
+    "MissingDependencyError": "llama_index_car._errors",
+    "MissingCredentialsError": "llama_index_car._errors",
+    "IndexPersistError": "llama_index_car._errors",
+    "HypothesisError": "llama_index_car._errors",
+    "EvaluationDataError": "llama_index_car._errors",
+    "TokenizerMismatchWarning": "llama_index_car._errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'llama_index_car' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,0 +1,242 @@
+"""``llama-car query DIR "질문"``: search a local index folder and explain the hits.
+
+Prints the top hits with section title, file, score and each channel's rank (dense, BM25);
+for ``--retriever car`` the criterion hypothesis the query was expanded with; for table hits
+the cells with their (row, col) coordinates. ``--explain`` adds the heading path, a text
+snippet, every cell and the fusion details. ``--json`` prints the same as JSON.
+
+Providers: the query embedding must match the one the index was built with (``--embed``);
+``--llm anthropic`` makes CAR write its hypothesis with Claude (``ANTHROPIC_API_KEY``);
+``--rerank cohere`` reorders the pool with Cohere ``rerank-multilingual-v3.0``
+(``COHERE_API_KEY``). A missing key or extra exits with code 2 and one line saying what to set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+EPILOG = """examples:
+  llama-car query ./car-index "비 올 때 고속도로 옆 도랑은 얼마나 깊어야 해?"
+  llama-car query ./car-index "교량 점검통로 구조기준" --retriever hybrid --top-k 3 --explain
+"""
+
+SNIPPET_CHARS = 160
+COMPACT_CELLS = 8
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``query`` on the ``llama-car`` subparsers."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "query",
+        help="search an index folder built by `llama-car index`",
+        description=__doc__.splitlines()[0].split(": ", 1)[-1],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("persist_dir", metavar="DIR", help="index folder (from llama-car index)")
+    p.add_argument("question", metavar="QUESTION", help="the question, in quotes")
+    p.add_argument(
+        "--retriever",
+        choices=("car", "hybrid", "bm25", "dense"),
+        default="car",
+        help="car = criterion-aware (default), hybrid = weighted RRF of dense and BM25",
+    )
+    p.add_argument("--top-k", type=int, default=5, help="hits to show (default 5)")
+    p.add_argument(
+        "--alpha", type=float, default=0.5, help="dense weight in the fusion, 0..1 (0.5)"
+    )
+    p.add_argument("--explain", action="store_true", help="snippets, all cells, fusion details")
+    p.add_argument("--json", action="store_true", help="print the hits as JSON")
+    p.add_argument(
+        "--embed",
+        choices=("use", "openai"),
+        default=None,
+        help="query embedding (default: the one recorded in the index)",
+    )
+    p.add_argument(
+        "--llm",
+        choices=("none", "anthropic"),
+        default="none",
+        help="hypothesis writer for car: none = offline corpus hypothesizer",
+    )
+    p.add_argument(
+        "--rerank",
+        choices=("none", "cohere"),
+        default="none",
+        help="rerank the candidate pool (cohere needs COHERE_API_KEY)",
+    )
+    p.set_defaults(command="query")
+    return p
+
+
+# ----------------------------------------------------------------------------- formatting
+def hit_record(rank: int, hit: Any, kind: str) -> dict[str, Any]:
+    """A plain dict describing one ``NodeWithScore`` hit (what ``--json`` prints).
+
+    Channel ranks come from the ``car_explain`` metadata of fused hits; a single-channel
+    retriever's own rank is reported under its channel name.
+    """
+    node = hit.node
+    meta = dict(node.metadata)
+    explain = meta.get("car_explain") or {}
+    channels = explain.get("channels") or {}
+    if not channels and kind in ("dense", "bm25"):
+        channels = {kind: {"rank": rank, "score": hit.score}}
+    return {
+        "rank": rank,
+        "node_id": node.node_id,
+        "score": None if hit.score is None else float(hit.score),
+        "section_title": section_title(meta),
+        "file_name": meta.get("file_name", ""),
+        "heading_path": meta.get("heading_path", ""),
+        "table_index": meta.get("table_index"),
+        "cells": normalise_cells(meta.get("cells")),
+        "channels": channels,
+        "hypothesis": explain.get("hypothesis"),
+        "criteria": list(explain.get("criteria") or []),
+        "fallback": bool(explain.get("fallback", False)),
+        "text": node.get_content(),
+    }
+
+
+def section_title(meta: dict[str, Any]) -> str:
+    """The section title a node belongs to (``section_title``, else ``title``)."""
+    for key in ("section_title", "title"):
+        value = meta.get(key)
+        if value:
+            return str(value)
+    return "(untitled)"
+
+
+def normalise_cells(cells: Any) -> list[dict[str, Any]]:
+    """Table cells as ``[{"row", "col", "text", ...}]`` whatever shape the reader stored."""
+    if not cells:
+        return []
+    if isinstance(cells, str):
+        try:
+            cells = json.loads(cells)
+        except json.JSONDecodeError:
+            return []
+    out: list[dict[str, Any]] = []
+    for cell in cells:
+        if isinstance(cell, dict):
+            out.append(dict(cell))
+        elif isinstance(cell, list | tuple) and len(cell) >= 3:
+            out.append({"row": cell[0], "col": cell[1], "text": cell[-1]})
+    return out
+
+
+def format_channels(channels: dict[str, Any]) -> str:
+    """``dense #3 · bm25 #1`` (``—`` when a channel did not return the node)."""
+    parts = []
+    for name in sorted(channels):
+        rank = (channels[name] or {}).get("rank")
+        parts.append(f"{name} #{rank}" if rank else f"{name} —")
+    return " · ".join(parts)
+
+
+def format_cells(cells: Sequence[dict[str, Any]], limit: int | None) -> str:
+    """``(r,c) text | (r,c) text …`` for the first ``limit`` non-empty cells."""
+    shown = [c for c in cells if str(c.get("text", "")).strip()]
+    more = 0
+    if limit is not None and len(shown) > limit:
+        more = len(shown) - limit
+        shown = shown[:limit]
+    body = " | ".join(
+        f"({c.get('row')},{c.get('col')}) {str(c.get('text')).strip()}" for c in shown
+    )
+    return body + (f" | … +{more} cells" if more else "")
+
+
+def print_hits(records: Sequence[dict[str, Any]], *, explain: bool) -> None:
+    """Human-readable listing of :func:`hit_record` dicts."""
+    for r in records:
+        score = "-" if r["score"] is None else f"{r['score']:.4f}"
+        print(f"{r['rank']:>2}. {r['section_title']}  [{r['file_name']}]  score {score}")
+        if r["channels"]:
+            print(f"      ranks: {format_channels(r['channels'])}")
+        if r["cells"]:
+            label = f"table {r['table_index']}" if r["table_index"] is not None else "table"
+            cells = format_cells(r["cells"], None if explain else COMPACT_CELLS)
+            print(f"      {label} cells: {cells}")
+        if explain:
+            if r["heading_path"]:
+                print(f"      path: {r['heading_path']}")
+            snippet = " ".join(r["text"].split())[:SNIPPET_CHARS]
+            print(f"      text: {snippet}…")
+            if r["fallback"]:
+                print("      (hypothesis failed; plain hybrid fusion was used)")
+
+
+# ----------------------------------------------------------------------------- run
+def run(args: argparse.Namespace) -> int:
+    """Load the folder, retrieve, optionally rerank, print."""
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.pipeline import load_index, read_manifest
+
+    if args.top_k < 1:
+        raise ConfigurationError(f"--top-k {args.top_k} is invalid; use an integer >= 1")
+    manifest = read_manifest(args.persist_dir)
+    embed_model = None
+    if args.embed is not None:
+        from llama_index_car.providers import resolve_embed_model
+
+        embed_model = resolve_embed_model(args.embed)
+    hypothesizer = None
+    if args.llm != "none" and args.retriever == "car":
+        from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
+        from llama_index_car.providers import resolve_llm
+
+        hypothesizer = LLMCriterionHypothesizer(llm=resolve_llm(args.llm))
+    reranker = None
+    if args.rerank != "none":
+        from llama_index_car.providers import resolve_reranker
+
+        reranker = resolve_reranker(args.rerank, top_n=args.top_k)
+
+    local = load_index(args.persist_dir, embed_model=embed_model)
+    pool = max(50, args.top_k)
+    retriever = local.as_retriever(
+        args.retriever,
+        similarity_top_k=pool if reranker is not None else args.top_k,
+        pool_top_k=pool,
+        alpha=args.alpha,
+        hypothesizer=hypothesizer,
+    )
+    hits = retriever.retrieve(args.question)
+    if reranker is not None:
+        hits = reranker.postprocess_nodes(hits, query_str=args.question)
+    hits = hits[: args.top_k]
+    records = [hit_record(i, h, args.retriever) for i, h in enumerate(hits, start=1)]
+
+    if args.json:
+        payload = {
+            "question": args.question,
+            "retriever": args.retriever,
+            "persist_dir": str(args.persist_dir),
+            "hits": records,
+        }
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        return 0
+    print(f"query: {args.question}")
+    embed = manifest.get("embed", {}).get("model_name", "?")
+    print(
+        f"retriever: {args.retriever}   index: {args.persist_dir} "
+        f"({manifest.get('nodes', '?')} nodes, embedding {embed})"
+        + (f"   rerank: {args.rerank}" if reranker is not None else "")
+    )
+    if args.retriever == "car":
+        hyp = next((r["hypothesis"] for r in records if r["hypothesis"]), None)
+        crit = next((r["criteria"] for r in records if r["criteria"]), [])
+        print(
+            f"criterion hypothesis: {hyp or '(none)'}"
+            + (f"   terms: {' '.join(crit)}" if crit else "")
+        )
+    if not records:
+        print("no hits")
+        return 0
+    print_hits(records, explain=args.explain)
+    return 0

@@ -1,0 +1,238 @@
+"""On-disk embedding cache keyed by (model, sha256(text)), stored as ``.npy`` shards + JSON.
+
+Layout of one model's cache folder ``<root>/<model-slug>-<spec-hash>/``::
+
+    index.json        {"format_version": 1, "model": {...}, "dim": 512,
+                       "shards": ["shard-<uuid>.npy", ...],
+                       "entries": {"t:<sha256>": [shard, row], "q:<sha256>": [...]}}
+    shard-<uuid>.npy  float32 matrix, one row per newly embedded text
+
+The model spec is the embedding's class name, ``model_name`` and (when present)
+``dimensions`` and ``max_chars``; a different spec gets a different folder. Query embeddings
+are keyed ``q:`` and text embeddings ``t:``, except for models known to embed both the same way
+(:data:`SYMMETRIC_MODELS`), whose queries share the ``t:`` entries. Vectors are stored and
+returned as float32, on the first run as on later ones, so results do not depend on whether the
+cache was warm. Nothing is pickled. New vectors go to a fresh shard and the index is replaced
+atomically, so an interrupted run loses at most its unsaved batch.
+
+>>> from llama_index.core.embeddings import MockEmbedding
+>>> import tempfile
+>>> cache = EmbeddingCache(tempfile.mkdtemp(), MockEmbedding(embed_dim=4))
+>>> cache.embed(["a", "b"]).shape
+(2, 4)
+>>> cache.embed(["a", "b"]).shape, cache.misses   # second call: all hits
+((2, 4), 2)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from llama_index_car._errors import IndexPersistError
+
+__all__ = ["FORMAT_VERSION", "SYMMETRIC_MODELS", "EmbeddingCache", "default_cache_dir", "text_key"]
+
+FORMAT_VERSION = 1
+
+#: embedding classes whose query and text embeddings are the same function of the string
+SYMMETRIC_MODELS: frozenset[str] = frozenset(
+    {"UniversalSentenceEncoderEmbedding", "OpenAIEmbedding", "MockEmbedding"}
+)
+
+Kind = Literal["text", "query"]
+
+
+def default_cache_dir() -> Path:
+    """``$LLAMA_CAR_CACHE`` or ``$XDG_CACHE_HOME/llama-index-car/embeddings`` (``~/.cache``)."""
+    env = os.environ.get("LLAMA_CAR_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "llama-index-car" / "embeddings"
+
+
+def text_key(text: str) -> str:
+    """sha256 hex digest of the UTF-8 text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _model_spec(embed_model: Any) -> dict[str, Any]:
+    cls = type(embed_model)
+    name = cls.class_name() if hasattr(cls, "class_name") else cls.__name__
+    spec: dict[str, Any] = {"class": name, "model_name": getattr(embed_model, "model_name", "")}
+    for attr in ("dimensions", "max_chars", "embed_dim"):
+        value = getattr(embed_model, attr, None)
+        if isinstance(value, int | str):
+            spec[attr] = value
+    return spec
+
+
+class EmbeddingCache:
+    """Embed texts with any LlamaIndex ``BaseEmbedding``, computing each string only once.
+
+    Args:
+        root: cache root (one sub-folder per model spec).
+        embed_model: the embedding model.
+        batch_size: texts per ``get_text_embedding_batch`` call (each batch is saved to disk).
+
+    Attributes:
+        misses: strings embedded by the model so far (by this instance).
+        hits: strings served from the cache so far.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], embed_model: Any, batch_size: int = 256):
+        self.embed_model = embed_model
+        self.spec = _model_spec(embed_model)
+        digest = hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest()[:10]
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{self.spec['class']}-{self.spec['model_name']}")
+        self.path = Path(root) / f"{slug}-{digest}"
+        self.batch_size = max(1, int(batch_size))
+        self.symmetric = self.spec["class"] in SYMMETRIC_MODELS
+        self.misses = 0
+        self.hits = 0
+        self._entries: dict[str, tuple[int, int]] = {}
+        self._shards: list[str] = []
+        self._arrays: dict[int, np.ndarray] = {}
+        self._dim: int | None = None
+        self._load()
+
+    # -- persistence ---------------------------------------------------------------------
+    def _load(self) -> None:
+        index = self.path / "index.json"
+        if not index.is_file():
+            return
+        try:
+            data = json.loads(index.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise IndexPersistError(
+                f"{index}: damaged embedding-cache index ({exc}); delete the folder to rebuild"
+            ) from exc
+        if data.get("format_version") != FORMAT_VERSION:
+            raise IndexPersistError(
+                f"{index}: cache format_version {data.get('format_version')!r} is not "
+                f"{FORMAT_VERSION}; delete the folder to rebuild"
+            )
+        self._shards = list(data.get("shards", []))
+        self._entries = {k: (int(v[0]), int(v[1])) for k, v in data.get("entries", {}).items()}
+        self._dim = data.get("dim")
+
+    def _save(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        data = {
+            "format_version": FORMAT_VERSION,
+            "model": self.spec,
+            "dim": self._dim,
+            "shards": self._shards,
+            "entries": {k: list(v) for k, v in self._entries.items()},
+        }
+        tmp = self.path / f"index.json.{uuid.uuid4().hex}.tmp"
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        tmp.replace(self.path / "index.json")
+
+    def _shard(self, i: int) -> np.ndarray:
+        if i not in self._arrays:
+            f = self.path / self._shards[i]
+            try:
+                self._arrays[i] = np.load(f, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise IndexPersistError(
+                    f"{f}: damaged embedding-cache shard ({exc}); delete {self.path} to rebuild"
+                ) from exc
+        return self._arrays[i]
+
+    def _add(self, keys: list[str], vectors: np.ndarray) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        name = f"shard-{uuid.uuid4().hex}.npy"
+        np.save(self.path / name, vectors, allow_pickle=False)
+        self._shards.append(name)
+        shard = len(self._shards) - 1
+        self._arrays[shard] = vectors
+        for row, key in enumerate(keys):
+            self._entries[key] = (shard, row)
+        self._save()
+
+    # -- public --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def key(self, text: str, kind: Kind = "text") -> str:
+        """Cache key of ``text`` (``t:`` or ``q:`` + sha256)."""
+        prefix = "t" if kind == "text" or self.symmetric else "q"
+        return f"{prefix}:{text_key(text)}"
+
+    def __contains__(self, item: tuple[str, Kind]) -> bool:
+        text, kind = item
+        return self.key(text, kind) in self._entries
+
+    def embed(
+        self,
+        texts: Sequence[str],
+        kind: Kind = "text",
+        *,
+        show_progress: bool = False,
+        desc: str = "embed",
+    ) -> np.ndarray:
+        """Embeddings of ``texts`` as a float32 ``(len(texts), dim)`` matrix.
+
+        Missing strings are embedded (deduplicated, in batches of ``batch_size``, each batch
+        saved before the next starts); cached ones are read from disk.
+        """
+        keys = [self.key(t, kind) for t in texts]
+        missing: dict[str, str] = {}
+        for k, t in zip(keys, texts, strict=True):
+            if k not in self._entries and k not in missing:
+                missing[k] = t
+        self.hits += len(texts) - sum(1 for k in keys if k in missing)
+        if missing:
+            todo = list(missing.items())
+            bar = None
+            if show_progress:
+                from tqdm.auto import tqdm
+
+                bar = tqdm(total=len(todo), desc=desc, unit="text")
+            for start in range(0, len(todo), self.batch_size):
+                chunk = todo[start : start + self.batch_size]
+                strings = [t for _, t in chunk]
+                if kind == "text" or self.symmetric:
+                    vecs = self.embed_model.get_text_embedding_batch(strings)
+                else:
+                    vecs = [self.embed_model.get_query_embedding(s) for s in strings]
+                arr = np.asarray(vecs, dtype=np.float32)
+                if arr.ndim != 2 or arr.shape[0] != len(chunk):
+                    raise IndexPersistError(
+                        f"embedding model {self.spec['class']} returned shape {arr.shape} "
+                        f"for {len(chunk)} texts"
+                    )
+                if self._dim is None:
+                    self._dim = int(arr.shape[1])
+                elif arr.shape[1] != self._dim:
+                    raise IndexPersistError(
+                        f"{self.path}: model returned {arr.shape[1]}-d vectors but the cache "
+                        f"holds {self._dim}-d ones; delete the folder to rebuild"
+                    )
+                self.misses += len(chunk)
+                self._add([k for k, _ in chunk], arr)
+                if bar is not None:
+                    bar.update(len(chunk))
+            if bar is not None:
+                bar.close()
+        if not keys:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        out = np.empty((len(keys), int(self._dim or 0)), dtype=np.float32)
+        for i, k in enumerate(keys):
+            shard, row = self._entries[k]
+            out[i] = self._shard(shard)[row]
+        return out
+
+    def embed_one(self, text: str, kind: Kind = "query") -> np.ndarray:
+        """Embedding of one string (1-D float32)."""
+        return self.embed([text], kind)[0]

@@ -1,0 +1,149 @@
+"""PNG figures of the evaluation and the probe (matplotlib, the ``plot`` extra).
+
+* :func:`plot_mrr_by_stratum` — MRR per overlap stratum (all/high/mid/low) for every system
+  (the paper's Figures 8–9);
+* :func:`plot_alpha_sweep` — MRR against the RRF weight α of the dense channel (Figure 10);
+* :func:`plot_probe_conditions` — mean cos(query, variant) ± SEM for orig, cfb, cfs, cf with
+  the three bracketed contrasts of Figure 3.
+
+matplotlib is imported lazily with the non-interactive ``Agg`` backend; when it is missing the
+functions warn once and return ``None`` (the tables are still written).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["plot_alpha_sweep", "plot_mrr_by_stratum", "plot_probe_conditions"]
+
+STRATUM_ORDER: tuple[str, ...] = ("all", "high", "mid", "low")
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        warnings.warn(
+            "matplotlib is not installed, PNG figures are skipped; "
+            "run: pip install 'llama-index-car[plot]'",
+            stacklevel=3,
+        )
+        return None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_mrr_by_stratum(
+    systems: Mapping[str, Mapping[str, Mapping[str, float]]],
+    path: str | os.PathLike[str],
+    metric: str = "mrr",
+    title: str = "",
+) -> Path | None:
+    """Grouped bars: ``systems[name][stratum][metric]`` for strata all/high/mid/low.
+
+    Strata with n = 0 are drawn empty; the x labels carry n.
+    """
+    plt = _pyplot()
+    if plt is None:
+        return None
+    names = list(systems)
+    strata = [s for s in STRATUM_ORDER if any(s in systems[n] for n in names)]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(strata) * max(1, len(names)) / 2), 4))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        xs, ys = [], []
+        for j, s in enumerate(strata):
+            cell = systems[name].get(s, {})
+            if cell.get("n", 0):
+                xs.append(j + (i - (len(names) - 1) / 2) * width)
+                ys.append(float(cell.get(metric, 0.0)))
+        ax.bar(xs, ys, width=width, label=name)
+    first = systems[names[0]] if names else {}
+    labels = [f"{s}\n(n={int(first.get(s, {}).get('n', 0))})" for s in strata]
+    ax.set_xticks(range(len(strata)), labels)
+    ax.set_ylabel(metric.upper())
+    ax.set_ylim(0, 1)
+    ax.set_title(title or f"{metric.upper()} by query–gold lexical overlap")
+    ax.legend(fontsize=8, ncol=min(4, max(1, len(names))))
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_alpha_sweep(
+    sweep: Mapping[str, Mapping[float, float]],
+    path: str | os.PathLike[str],
+    metric: str = "mrr",
+    title: str = "",
+) -> Path | None:
+    """Lines of ``sweep[name][alpha] -> metric`` (α weights the dense channel)."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, points in sweep.items():
+        alphas = sorted(points)
+        ax.plot(alphas, [points[a] for a in alphas], marker="o", label=name)
+    ax.set_xlabel("α (weight of the dense channel; 1 − α lexical)")
+    ax.set_ylabel(metric.upper())
+    ax.set_title(title or f"{metric.upper()} vs RRF weight α")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_probe_conditions(
+    probe: Mapping[str, Any],
+    path: str | os.PathLike[str],
+    conditions: Sequence[str] = ("orig", "cfb", "cfs", "cf"),
+) -> Path | None:
+    """Bars of mean cos ± SEM for the four main conditions, brackets for three contrasts."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    means = probe["variant_mean_cos"]
+    sems = probe["variant_sem_cos"]
+    ys = [means[c] if means[c] is not None else 0.0 for c in conditions]
+    es = [sems[c] if sems[c] is not None else 0.0 for c in conditions]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.bar(range(len(conditions)), ys, yerr=es, capsize=4,
+           color=["#999999", "#8fb3d9", "#4f81bd", "#e07b39"][: len(conditions)])
+    ax.set_xticks(range(len(conditions)), list(conditions))
+    lo = min(y - e for y, e in zip(ys, es, strict=True))
+    hi = max(y + e for y, e in zip(ys, es, strict=True))
+    span = max(hi - lo, 1e-3)
+    ax.set_ylim(lo - 0.6 * span, hi + 0.9 * span)
+    ax.set_ylabel("mean cos(query, variant) ± SEM")
+    n = len(probe.get("cases", []))
+    ax.set_title(f"Title framing and dense similarity (n = {n})")
+    rows = {(r["a"], r["b"]): r for r in probe.get("contrasts", [])}
+    brackets = [("cf", "orig"), ("cfs", "cfb"), ("cf", "cfs")]
+    level = hi + 0.1 * span
+    for a, b in brackets:
+        if a not in conditions or b not in conditions or (a, b) not in rows:
+            continue
+        xa, xb = conditions.index(a), conditions.index(b)
+        r = rows[(a, b)]
+        dz = r.get("d_z")
+        label = f"Δ={r['delta']:+.4f}, p={r['p']:.1g}" + (f", d_z={dz:.2f}" if dz else "")
+        ax.plot([xb, xb, xa, xa], [level, level + 0.05 * span, level + 0.05 * span, level],
+                color="black", lw=0.8)
+        ax.text((xa + xb) / 2, level + 0.07 * span, label, ha="center", fontsize=7)
+        level += 0.25 * span
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

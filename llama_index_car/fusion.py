@@ -1,0 +1,112 @@
+"""Weighted reciprocal rank fusion over ranked id lists (pure; no LlamaIndex import).
+
+Reciprocal rank fusion (Cormack, Clarke & Büttcher, SIGIR 2009) with one weight per list, as
+used for the hybrid and CAR channels of the paper (§4.3, §5.8):
+
+.. math::
+
+    \\mathrm{score}(d) = \\sum_i \\frac{w_i}{k + \\mathrm{rank}_i(d)}
+
+* ranks are **1-based** in each list's returned order (the first id has rank 1);
+* a document absent from list ``i`` contributes 0 for that list;
+* an id repeated inside one list counts once, at its first (best) rank; the rank is the
+  1-based *position* in the list as returned, so a duplicate still occupies its slot;
+* the weight multiplies ``1 / (k + rank)``; equal weights give plain RRF, and any two equal
+  weights give the same *order* (alpha = 0.5 is order-equivalent to unweighted RRF);
+* results are sorted by score descending, then id ascending (deterministic ties).
+
+>>> best_id, best_score = weighted_rrf([["a", "b"], ["b", "c"]])[0]
+>>> best_id, best_score == 1 / (60 + 2) + 1 / (60 + 1)
+('b', True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from llama_index_car._errors import ConfigurationError
+
+__all__ = ["DEFAULT_RRF_K", "validate_weights", "weighted_rrf"]
+
+DEFAULT_RRF_K = 60
+
+
+def validate_weights(weights: Sequence[float] | None, n_lists: int) -> list[float]:
+    """Return the weights as floats, one per list; ``None`` means all 1.0.
+
+    Raises :class:`ConfigurationError` when the count differs from ``n_lists``, a weight is
+    negative or not finite, or all weights are zero.
+
+    >>> validate_weights(None, 2)
+    [1.0, 1.0]
+    >>> validate_weights([0.3, 0.7], 2)
+    [0.3, 0.7]
+    """
+    if weights is None:
+        return [1.0] * n_lists
+    out: list[float] = []
+    for i, w in enumerate(weights):
+        try:
+            value = float(w)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"weights[{i}]={w!r} is not a number; pass one non-negative float per list"
+            ) from exc
+        if not math.isfinite(value) or value < 0:
+            raise ConfigurationError(
+                f"weights[{i}]={w!r} is invalid; weights must be finite and >= 0"
+            )
+        out.append(value)
+    if len(out) != n_lists:
+        raise ConfigurationError(
+            f"got {len(out)} weights for {n_lists} ranked lists; pass exactly one weight per list"
+        )
+    if n_lists and not any(out):
+        raise ConfigurationError(
+            f"weights={list(weights)!r} are all zero; at least one weight must be > 0"
+        )
+    return out
+
+
+def weighted_rrf(
+    ranked_lists: Sequence[Sequence[str]],
+    weights: Sequence[float] | None = None,
+    rrf_k: int = DEFAULT_RRF_K,
+) -> list[tuple[str, float]]:
+    """Fuse ranked id lists by weighted reciprocal rank fusion.
+
+    Args:
+        ranked_lists: one sequence of document ids per channel, best first.
+        weights: one non-negative weight per list (default: all 1.0, i.e. plain RRF).
+        rrf_k: the RRF constant ``k`` (default 60, as in Cormack et al. and the paper);
+            must be >= 0.
+
+    Returns:
+        ``[(doc_id, score), ...]`` with ``score = Σ_i w_i / (rrf_k + rank_i)``, 1-based ranks,
+        sorted by score descending then id ascending. Documents whose total score is 0 (they
+        appear only in zero-weight lists) are still returned, after the others.
+
+    >>> weighted_rrf([["a", "b"], ["c", "a"]], weights=[0.5, 0.5], rrf_k=60)[0][0]
+    'a'
+    """
+    if isinstance(ranked_lists, (str, bytes)):
+        raise ConfigurationError("ranked_lists must be a sequence of id sequences, not a string")
+    if isinstance(rrf_k, bool) or not isinstance(rrf_k, (int, float)) or rrf_k < 0:
+        raise ConfigurationError(f"rrf_k={rrf_k!r} is invalid; use a number >= 0 (default 60)")
+    lists = [list(lst) for lst in ranked_lists]
+    for i, lst in enumerate(ranked_lists):
+        if isinstance(lst, (str, bytes)):
+            raise ConfigurationError(
+                f"ranked_lists[{i}] is a string; pass a sequence of ids such as ['d1', 'd2']"
+            )
+    w = validate_weights(weights, len(lists))
+    scores: dict[str, float] = {}
+    for weight, lst in zip(w, lists, strict=True):
+        seen: set[str] = set()
+        for position, doc_id in enumerate(lst, start=1):
+            if doc_id in seen:
+                continue  # a duplicate counts once, at its first rank (position kept)
+            seen.add(doc_id)
+            scores[doc_id] = scores.get(doc_id, 0.0) + weight / (rrf_k + position)
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))

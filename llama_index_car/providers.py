@@ -1,0 +1,177 @@
+"""Provider resolution: a flag or environment value → a configured LlamaIndex object.
+
+Offline defaults need nothing; real providers need an API key and an extra, and a missing one
+gives **one line** saying what to set or install:
+
+=================  =========================================  =====================  ==========
+function           name → object                              key                    extra
+=================  =========================================  =====================  ==========
+resolve_embed_     ``use`` (default) → USE v3 (offline, 512d)  —                      —
+model              ``openai`` → ``text-embedding-3-large``,    ``OPENAI_API_KEY``     ``openai``
+                   1536 dimensions
+resolve_llm        ``none`` (default) → ``None``               —                      —
+                   ``anthropic`` → ``claude-sonnet-4-6``       ``ANTHROPIC_API_KEY``  ``anthropic``
+                   ``mock`` → ``MockLLM`` (tests, demos)       —                      —
+resolve_reranker   ``none`` (default) → ``None``               —                      —
+                   ``cohere`` → ``rerank-multilingual-v3.0``   ``COHERE_API_KEY``     ``cohere``
+=================  =========================================  =====================  ==========
+
+``name=None`` reads ``CAR_EMBED_MODEL`` / ``CAR_LLM`` / ``CAR_RERANKER``. Base URLs come from
+the variables the SDKs read — ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL`` (or
+``OPENAI_API_BASE``), ``CO_API_URL`` — and are passed explicitly where a llama-index
+integration would otherwise override them (OpenAI embeddings, Cohere rerank).
+
+>>> resolve_llm("none") is None
+True
+>>> type(resolve_embed_model("use")).__name__
+'UniversalSentenceEncoderEmbedding'
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from llama_index_car._errors import ConfigurationError, MissingCredentialsError, require
+
+if TYPE_CHECKING:
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+    from llama_index.core.llms import LLM
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+
+__all__ = [
+    "EMBED_MODELS",
+    "LLMS",
+    "RERANKERS",
+    "DEFAULT_ANTHROPIC_MODEL",
+    "DEFAULT_OPENAI_EMBED_MODEL",
+    "DEFAULT_OPENAI_DIMENSIONS",
+    "DEFAULT_COHERE_RERANK_MODEL",
+    "resolve_embed_model",
+    "resolve_llm",
+    "resolve_reranker",
+]
+
+EMBED_MODELS: tuple[str, ...] = ("use", "openai")
+LLMS: tuple[str, ...] = ("none", "anthropic", "mock")
+RERANKERS: tuple[str, ...] = ("none", "cohere")
+
+DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
+DEFAULT_OPENAI_EMBED_MODEL = "text-embedding-3-large"
+DEFAULT_OPENAI_DIMENSIONS = 1536
+DEFAULT_COHERE_RERANK_MODEL = "rerank-multilingual-v3.0"
+
+
+def _choose(name: str | None, env: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = name if name is not None else os.environ.get(env) or default
+    choice = value.strip().lower()
+    if choice not in allowed:
+        raise ConfigurationError(
+            f"unknown provider {value!r} (from {'argument' if name is not None else env}); "
+            f"choose one of {', '.join(allowed)}"
+        )
+    return choice
+
+
+def _key(*names: str, provider: str, offline: str) -> str:
+    for var in names:
+        value = os.environ.get(var, "").strip()
+        if value:
+            return value
+    raise MissingCredentialsError(
+        f"{provider} needs an API key: export {names[0]}=... ({offline})"
+    )
+
+
+def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
+                        max_retries: int = 3) -> BaseEmbedding:
+    """The dense embedding for ``name`` (``use`` default, or ``openai``).
+
+    ``openai`` → ``OpenAIEmbedding(model="text-embedding-3-large", dimensions=1536)`` with
+    ``timeout``/``max_retries`` and the base URL from ``OPENAI_BASE_URL``/``OPENAI_API_BASE``.
+
+    Raises:
+        ConfigurationError: unknown name. MissingCredentialsError: no ``OPENAI_API_KEY``.
+        MissingDependencyError: ``pip install 'llama-index-car[openai]'`` needed.
+    """
+    choice = _choose(name, "CAR_EMBED_MODEL", "use", EMBED_MODELS)
+    if choice == "use":
+        from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
+
+        return UniversalSentenceEncoderEmbedding()
+    require("llama_index.embeddings.openai", extra="openai", package="llama-index-embeddings-openai")
+    api_key = _key("OPENAI_API_KEY", provider="OpenAI embeddings",
+                   offline="or use --embed use, the offline default")
+    from llama_index.embeddings.openai import OpenAIEmbedding
+
+    base = os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE") or None
+    return OpenAIEmbedding(
+        model=DEFAULT_OPENAI_EMBED_MODEL,
+        dimensions=DEFAULT_OPENAI_DIMENSIONS,
+        api_key=api_key,
+        api_base=base,
+        timeout=timeout,
+        max_retries=max_retries,
+    )
+
+
+def resolve_llm(name: str | None = None, *, model: str | None = None,
+                timeout: float | None = 60.0, max_retries: int = 2) -> LLM | None:
+    """The LLM for ``name``: ``none`` → ``None``, ``anthropic`` → Claude, ``mock`` → MockLLM.
+
+    ``anthropic`` → ``Anthropic(model=model or "claude-sonnet-4-6", timeout=timeout,
+    max_retries=max_retries)``, base URL from ``ANTHROPIC_BASE_URL``.
+
+    Raises:
+        ConfigurationError: unknown name. MissingCredentialsError: no ``ANTHROPIC_API_KEY``.
+        MissingDependencyError: ``pip install 'llama-index-car[anthropic]'`` needed.
+    """
+    choice = _choose(name, "CAR_LLM", "none", LLMS)
+    if choice == "none":
+        return None
+    if choice == "mock":
+        from llama_index.core.llms import MockLLM
+
+        return MockLLM()
+    require("llama_index.llms.anthropic", extra="anthropic", package="llama-index-llms-anthropic")
+    api_key = _key("ANTHROPIC_API_KEY", provider="Anthropic (claude-sonnet-4-6)",
+                   offline="or run without an LLM: the offline corpus hypothesizer is the default")
+    from llama_index.llms.anthropic import Anthropic
+
+    return Anthropic(
+        model=model or DEFAULT_ANTHROPIC_MODEL,
+        api_key=api_key,
+        base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,
+        timeout=timeout,
+        max_retries=max_retries,
+    )
+
+
+def resolve_reranker(name: str | None = None, top_n: int = 10, *,
+                     max_retries: int = 3) -> BaseNodePostprocessor | None:
+    """The reranking postprocessor for ``name``: ``none`` → ``None``, ``cohere`` →
+    ``CohereRerank(model="rerank-multilingual-v3.0", top_n=top_n)`` (base URL from
+    ``CO_API_URL``; key from ``COHERE_API_KEY`` or ``CO_API_KEY``).
+
+    Raises:
+        ConfigurationError: unknown name or ``top_n < 1``. MissingCredentialsError: no key.
+        MissingDependencyError: ``pip install 'llama-index-car[cohere]'`` needed.
+    """
+    choice = _choose(name, "CAR_RERANKER", "none", RERANKERS)
+    if choice == "none":
+        return None
+    if top_n < 1:
+        raise ConfigurationError(f"top_n={top_n!r} must be >= 1")
+    require("llama_index.postprocessor.cohere_rerank", extra="cohere",
+            package="llama-index-postprocessor-cohere-rerank")
+    api_key = _key("COHERE_API_KEY", "CO_API_KEY", provider="Cohere rerank",
+                   offline="or drop --rerank cohere")
+    from llama_index.postprocessor.cohere_rerank import CohereRerank
+
+    return CohereRerank(
+        model=DEFAULT_COHERE_RERANK_MODEL,
+        top_n=top_n,
+        api_key=api_key,
+        base_url=os.environ.get("CO_API_URL") or None,
+        max_retries=max_retries,
+    )

@@ -1,0 +1,460 @@
+"""``CriterionAwareRetriever`` (CAR): criterion-hypothesis expansion fused by weighted RRF.
+
+The paper's §5.8 remedy for queries that share few words with the clause that answers them.
+A hypothesizer guesses the criterion the query seeks, in the vocabulary of the standards
+(``CriterionHypothesis(text, criteria)``), and two channels are fused:
+
+* dense: ``QueryBundle(query, custom_embedding_strs=[query + "\\n" + hypothesis.text])``
+  (concatenation, as in the paper — not HyDE's embedding average);
+* lexical: ``query + " " + hypothesis.expansion_terms()``;
+* fusion: :func:`~llama_index_car.fusion.weighted_rrf` with weights ``[alpha, 1 - alpha]``
+  (alpha weights dense; default 0.5), ``rrf_k`` (default 60), ``pool_top_k`` candidates per
+  channel (default 50), ``similarity_top_k`` results (default 10).
+
+Resilience. The hypothesis is produced concurrently with a plain hybrid retrieval
+(dense(query) + lexical(query), same fusion). If the hypothesizer raises (``HypothesisError`` or
+any other ``Exception``, e.g. from an LLM client), exceeds ``hypothesis_timeout`` seconds or
+returns an empty hypothesis, CAR logs a warning and returns the hybrid result with
+``car_explain["fallback"] = True`` — unless ``strict=True``, which raises ``HypothesisError``.
+With the offline :class:`~llama_index_car.hypothesizers.corpus.CorpusCriterionHypothesizer`
+(milliseconds, no network) the speculative hybrid is skipped by default
+(``speculative_hybrid="auto"``) and only run on failure.
+
+Routing. ``route="auto"`` first runs the lexical channel on the plain query and asks a
+:class:`~llama_index_car.retrievers.routing.LexicalOverlapRouter` whether low lexical overlap is
+predicted (share of the query's content morphemes found in its top BM25 hits <= threshold,
+default 0.5); only then is the hypothesizer called, otherwise the hybrid result is returned
+(``car_explain["routed"] = "hybrid"``).
+
+Every result carries ``car_explain`` (hypothesis, criteria, per-channel ranks and scores,
+fallback, routed, router signal), excluded from embedding and LLM text.
+
+>>> car = CriterionAwareRetriever.from_defaults(nodes=nodes)  # doctest: +SKIP
+>>> car.retrieve("온도에 따라 늘었다 줄었다 하는 이음부 기준")[0].node.metadata["car_explain"]["hypothesis"]  # doctest: +SKIP
+'신축이음장치 설치기준'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+
+from llama_index_car._errors import ConfigurationError, HypothesisError
+from llama_index_car.fusion import DEFAULT_RRF_K
+from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+from llama_index_car.retrievers.routing import LexicalOverlapRouter, RouteDecision
+from llama_index_car.retrievers.weighted_rrf import (
+    aretrieve_channels,
+    check_alpha,
+    check_int,
+    check_retriever,
+    check_rrf_k,
+    fuse_channel_results,
+    retrieve_channels,
+)
+
+__all__ = ["CriterionAwareRetriever"]
+
+logger = logging.getLogger(__name__)
+
+CHANNEL_NAMES = ("dense", "lexical")
+
+
+def _validated(hypothesis: Any) -> CriterionHypothesis:
+    """The hypothesis if usable, else :class:`HypothesisError` ("garbage")."""
+    if not isinstance(hypothesis, CriterionHypothesis):
+        raise HypothesisError(
+            f"hypothesizer returned {type(hypothesis).__name__}, not a CriterionHypothesis"
+        )
+    if hypothesis.is_empty:
+        raise HypothesisError("hypothesizer returned an empty hypothesis")
+    return hypothesis
+
+
+class CriterionAwareRetriever(BaseRetriever):
+    """Criterion-aware retrieval: weighted RRF of hypothesis-expanded dense and lexical channels.
+
+    Args:
+        dense_retriever: a retriever over a vector index (honours ``custom_embedding_strs``).
+        lexical_retriever: ``KiwiBM25Retriever`` or any retriever taking a query string.
+        hypothesizer: a :class:`BaseCriterionHypothesizer`. ``None``: a
+            ``CorpusCriterionHypothesizer`` is built from the dense retriever's index docstore
+            (``ConfigurationError`` if it has none; use :meth:`from_defaults`).
+        alpha: weight of the dense channel in [0, 1]; lexical gets ``1 - alpha`` (default 0.5).
+        rrf_k: RRF constant (default 60, ranks 1-based).
+        pool_top_k: candidates per channel (default 50).
+        similarity_top_k: fused results returned (default 10).
+        route: ``"always"`` (default) or ``"auto"`` (call the hypothesizer only when the router
+            predicts low lexical overlap).
+        strict: raise ``HypothesisError`` instead of falling back to the hybrid.
+        hypothesis_timeout: seconds to wait for the hypothesis (default 30).
+        router: the router for ``route="auto"`` (default ``LexicalOverlapRouter()``).
+        speculative_hybrid: run the plain hybrid concurrently with the hypothesis (``True``),
+            only on failure (``False``), or ``"auto"`` (default): ``False`` for the offline
+            corpus hypothesizer, ``True`` otherwise.
+    """
+
+    def __init__(
+        self,
+        dense_retriever: BaseRetriever,
+        lexical_retriever: BaseRetriever,
+        hypothesizer: BaseCriterionHypothesizer | None = None,
+        alpha: float = 0.5,
+        rrf_k: int = DEFAULT_RRF_K,
+        pool_top_k: int = 50,
+        similarity_top_k: int = 10,
+        route: Literal["always", "auto"] = "always",
+        strict: bool = False,
+        hypothesis_timeout: float = 30.0,
+        router: LexicalOverlapRouter | None = None,
+        speculative_hybrid: bool | Literal["auto"] = "auto",
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self.dense_retriever = check_retriever("dense_retriever", dense_retriever)
+        self.lexical_retriever = check_retriever("lexical_retriever", lexical_retriever)
+        self.alpha = check_alpha(alpha)
+        self.rrf_k = check_rrf_k(rrf_k)
+        self.pool_top_k = check_int("pool_top_k", pool_top_k)
+        self.similarity_top_k = check_int("similarity_top_k", similarity_top_k)
+        if route not in ("always", "auto"):
+            raise ConfigurationError(f"route={route!r} is invalid; use 'always' or 'auto'")
+        self.route = route
+        if not isinstance(strict, bool):
+            raise ConfigurationError(f"strict={strict!r} must be True or False")
+        self.strict = strict
+        try:
+            timeout = float(hypothesis_timeout)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"hypothesis_timeout={hypothesis_timeout!r} is not a number of seconds"
+            ) from exc
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ConfigurationError(
+                f"hypothesis_timeout={hypothesis_timeout!r} must be a positive number of seconds"
+            )
+        self.hypothesis_timeout = timeout
+        if router is not None and not isinstance(router, LexicalOverlapRouter):
+            raise ConfigurationError(
+                f"router is a {type(router).__name__}; pass a LexicalOverlapRouter"
+            )
+        self.router = router if router is not None else LexicalOverlapRouter()
+        if hypothesizer is None:
+            hypothesizer = self._hypothesizer_from_index(self.dense_retriever)
+        if not isinstance(hypothesizer, BaseCriterionHypothesizer):
+            raise ConfigurationError(
+                f"hypothesizer is a {type(hypothesizer).__name__}; pass a "
+                "BaseCriterionHypothesizer such as CorpusCriterionHypothesizer.from_nodes(nodes)"
+            )
+        self.hypothesizer = hypothesizer
+        if speculative_hybrid not in (True, False, "auto"):
+            raise ConfigurationError(
+                f"speculative_hybrid={speculative_hybrid!r} is invalid; use True, False or 'auto'"
+            )
+        if speculative_hybrid == "auto":
+            from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
+
+            speculative_hybrid = not isinstance(hypothesizer, CorpusCriterionHypothesizer)
+        self.speculative_hybrid = bool(speculative_hybrid)
+        self.weights = [self.alpha, 1.0 - self.alpha]
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    # ------------------------------------------------------------------ construction
+    @staticmethod
+    def _hypothesizer_from_index(dense: BaseRetriever) -> BaseCriterionHypothesizer:
+        index = getattr(dense, "_index", None)
+        docstore = getattr(index, "docstore", None)
+        nodes = list(getattr(docstore, "docs", {}).values()) if docstore is not None else []
+        if not nodes:
+            raise ConfigurationError(
+                "hypothesizer=None needs the dense retriever's index docstore to mine the "
+                "criterion vocabulary, and it has no nodes; pass "
+                "hypothesizer=CorpusCriterionHypothesizer.from_nodes(nodes) or use "
+                "CriterionAwareRetriever.from_defaults(nodes=...)"
+            )
+        from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
+
+        return CorpusCriterionHypothesizer.from_nodes(
+            nodes,
+            embed_model=getattr(index, "_embed_model", None),
+            embeddings=_index_embeddings(index),
+        )
+
+    @classmethod
+    def from_defaults(
+        cls,
+        nodes: Sequence[BaseNode] | None = None,
+        index: Any | None = None,
+        llm: Any | None = None,
+        embed_model: Any | None = None,
+        hypothesizer: BaseCriterionHypothesizer | None = None,
+        tokenizer: Any | None = None,
+        show_progress: bool = False,
+        **kwargs: Any,
+    ) -> CriterionAwareRetriever:
+        """Build the whole thing in one line.
+
+        * ``index``: an existing ``VectorStoreIndex`` (its embed model and docstore nodes are
+          used); otherwise a ``VectorStoreIndex`` is built over ``nodes`` with ``embed_model``
+          (default ``UniversalSentenceEncoderEmbedding``, offline).
+        * lexical channel: ``KiwiBM25Retriever.from_defaults(nodes=..., tokenizer=tokenizer)``.
+        * hypothesizer: ``hypothesizer`` if given; else ``LLMCriterionHypothesizer(llm=llm)``
+          when ``llm`` is given; else ``CorpusCriterionHypothesizer.from_nodes(nodes)`` reusing
+          the index's embeddings.
+        * ``**kwargs`` go to the constructor (``alpha``, ``route``, ``strict`` …).
+        """
+        if nodes is None and index is None:
+            raise ConfigurationError("pass nodes=[...] or index=<VectorStoreIndex>")
+        pool_top_k = kwargs.get("pool_top_k", 50)
+        if index is None:
+            from llama_index.core import VectorStoreIndex
+
+            if embed_model is None:
+                from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
+
+                embed_model = UniversalSentenceEncoderEmbedding()
+            node_list = list(nodes or [])
+            if not node_list:
+                raise ConfigurationError("nodes is empty; pass the nodes to index")
+            index = VectorStoreIndex(
+                nodes=node_list, embed_model=embed_model, show_progress=show_progress
+            )
+        else:
+            if embed_model is None:
+                embed_model = getattr(index, "_embed_model", None)
+            if nodes is None:
+                docstore = getattr(index, "docstore", None)
+                nodes = list(getattr(docstore, "docs", {}).values()) if docstore else []
+            node_list = list(nodes)
+            if not node_list:
+                raise ConfigurationError(
+                    "the index's docstore holds no nodes; pass nodes=[...] along with index="
+                )
+        dense = index.as_retriever(similarity_top_k=pool_top_k)
+        from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+
+        lexical = KiwiBM25Retriever.from_defaults(
+            nodes=node_list,
+            tokenizer=tokenizer,
+            similarity_top_k=pool_top_k,
+            show_progress=show_progress,
+        )
+        if hypothesizer is None:
+            if llm is not None:
+                from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
+
+                hypothesizer = LLMCriterionHypothesizer(llm=llm)
+            else:
+                from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
+
+                hypothesizer = CorpusCriterionHypothesizer.from_nodes(
+                    node_list,
+                    tokenizer=tokenizer,
+                    embed_model=embed_model,
+                    embeddings=_index_embeddings(index),
+                    show_progress=show_progress,
+                )
+        return cls(dense, lexical, hypothesizer=hypothesizer, **kwargs)
+
+    # ------------------------------------------------------------------ helpers
+    def _car_bundles(self, query: str, h: CriterionHypothesis) -> tuple[QueryBundle, QueryBundle]:
+        text = h.text.strip() or h.expansion_terms()
+        terms = h.expansion_terms().strip() or text
+        dense = QueryBundle(query_str=query, custom_embedding_strs=[query + "\n" + text])
+        lexical = QueryBundle(query_str=query + " " + terms)
+        return dense, lexical
+
+    def _fuse(
+        self,
+        results: Sequence[Sequence[NodeWithScore]],
+        *,
+        hypothesis: CriterionHypothesis | None,
+        fallback: bool,
+        routed: str,
+        decision: RouteDecision | None,
+        error: str | None,
+    ) -> list[NodeWithScore]:
+        explain: dict[str, Any] = {
+            "hypothesis": hypothesis.text if hypothesis is not None else None,
+            "criteria": list(hypothesis.criteria) if hypothesis is not None else [],
+            "hypothesis_source": hypothesis.source if hypothesis is not None else None,
+            "hypothesis_cached": hypothesis.cached if hypothesis is not None else None,
+            "fallback": fallback,
+            "routed": routed,
+            "router_signal": decision.signal if decision is not None else None,
+            "error": error,
+        }
+        return fuse_channel_results(
+            results, CHANNEL_NAMES, self.weights, self.rrf_k, self.similarity_top_k, explain
+        )
+
+    def _failed(self, exc: BaseException) -> str:
+        if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)):
+            message = f"hypothesizer timed out after {self.hypothesis_timeout:g} s"
+        else:
+            message = f"hypothesizer failed: {type(exc).__name__}: {exc}"
+        if self.strict:
+            if isinstance(exc, HypothesisError):
+                raise exc
+            raise HypothesisError(message) from exc
+        logger.warning("CriterionAwareRetriever: %s; returning the hybrid result", message)
+        return message
+
+    # ------------------------------------------------------------------ sync
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = query_bundle.query_str
+        plain_lexical = QueryBundle(query_str=query)
+        decision: RouteDecision | None = None
+        lexical_hits: list[NodeWithScore] | None = None
+        if self.route == "auto":
+            lexical_hits = retrieve_channels(
+                [(self.lexical_retriever, plain_lexical)], self.pool_top_k
+            )[0]
+            decision = self.router.decide(query, lexical_hits)
+            if not decision.use_car:
+                dense_hits = retrieve_channels(
+                    [(self.dense_retriever, query_bundle)], self.pool_top_k
+                )[0]
+                return self._fuse(
+                    [dense_hits, lexical_hits], hypothesis=None, fallback=False,
+                    routed="hybrid", decision=decision, error=None,
+                )
+        executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=3, thread_name_prefix="car"
+        )
+        try:
+            hyp_future = executor.submit(
+                contextvars.copy_context().run, self.hypothesizer.hypothesize, query
+            )
+            hybrid_future = None
+            if self.speculative_hybrid:
+                hybrid_future = executor.submit(
+                    contextvars.copy_context().run,
+                    self._hybrid_results_sync, query_bundle, lexical_hits,
+                )
+            try:
+                hypothesis = _validated(hyp_future.result(timeout=self.hypothesis_timeout))
+            except Exception as exc:
+                error = self._failed(exc)
+                hybrid = (
+                    hybrid_future.result()
+                    if hybrid_future is not None
+                    else self._hybrid_results_sync(query_bundle, lexical_hits)
+                )
+                return self._fuse(
+                    hybrid, hypothesis=None, fallback=True, routed="hybrid",
+                    decision=decision, error=error,
+                )
+            if hybrid_future is not None:
+                hybrid_future.cancel()
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+        dense_q, lexical_q = self._car_bundles(query, hypothesis)
+        results = retrieve_channels(
+            [(self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q)], self.pool_top_k
+        )
+        return self._fuse(
+            results, hypothesis=hypothesis, fallback=False, routed="car",
+            decision=decision, error=None,
+        )
+
+    def _hybrid_results_sync(
+        self, query_bundle: QueryBundle, lexical_hits: list[NodeWithScore] | None
+    ) -> list[list[NodeWithScore]]:
+        if lexical_hits is not None:
+            dense = retrieve_channels([(self.dense_retriever, query_bundle)], self.pool_top_k)[0]
+            return [dense, lexical_hits]
+        return retrieve_channels(
+            [
+                (self.dense_retriever, query_bundle),
+                (self.lexical_retriever, QueryBundle(query_str=query_bundle.query_str)),
+            ],
+            self.pool_top_k,
+        )
+
+    # ------------------------------------------------------------------ async
+    async def _hybrid_results_async(
+        self, query_bundle: QueryBundle, lexical_hits: list[NodeWithScore] | None
+    ) -> list[list[NodeWithScore]]:
+        if lexical_hits is not None:
+            dense = (
+                await aretrieve_channels([(self.dense_retriever, query_bundle)], self.pool_top_k)
+            )[0]
+            return [dense, lexical_hits]
+        return await aretrieve_channels(
+            [
+                (self.dense_retriever, query_bundle),
+                (self.lexical_retriever, QueryBundle(query_str=query_bundle.query_str)),
+            ],
+            self.pool_top_k,
+        )
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = query_bundle.query_str
+        decision: RouteDecision | None = None
+        lexical_hits: list[NodeWithScore] | None = None
+        if self.route == "auto":
+            lexical_hits = (
+                await aretrieve_channels(
+                    [(self.lexical_retriever, QueryBundle(query_str=query))], self.pool_top_k
+                )
+            )[0]
+            decision = self.router.decide(query, lexical_hits)
+            if not decision.use_car:
+                hybrid = await self._hybrid_results_async(query_bundle, lexical_hits)
+                return self._fuse(
+                    hybrid, hypothesis=None, fallback=False, routed="hybrid",
+                    decision=decision, error=None,
+                )
+        hyp_task = asyncio.ensure_future(
+            asyncio.wait_for(self.hypothesizer.ahypothesize(query), self.hypothesis_timeout)
+        )
+        hybrid_task = (
+            asyncio.ensure_future(self._hybrid_results_async(query_bundle, lexical_hits))
+            if self.speculative_hybrid
+            else None
+        )
+        try:
+            try:
+                hypothesis = _validated(await hyp_task)
+            except Exception as exc:
+                error = self._failed(exc)
+                hybrid = (
+                    await hybrid_task
+                    if hybrid_task is not None
+                    else await self._hybrid_results_async(query_bundle, lexical_hits)
+                )
+                hybrid_task = None
+                return self._fuse(
+                    hybrid, hypothesis=None, fallback=True, routed="hybrid",
+                    decision=decision, error=error,
+                )
+        finally:
+            for task in (hyp_task, hybrid_task):
+                if task is not None and not task.done():
+                    task.cancel()
+        dense_q, lexical_q = self._car_bundles(query, hypothesis)
+        results = await aretrieve_channels(
+            [(self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q)], self.pool_top_k
+        )
+        return self._fuse(
+            results, hypothesis=hypothesis, fallback=False, routed="car",
+            decision=decision, error=None,
+        )
+
+
+def _index_embeddings(index: Any) -> dict[str, list[float]] | None:
+    """``{node_id: embedding}`` from a ``SimpleVectorStore``-backed index, if available."""
+    store = getattr(index, "vector_store", None)
+    data = getattr(store, "data", None)
+    table = getattr(data, "embedding_dict", None)
+    return dict(table) if isinstance(table, dict) and table else None

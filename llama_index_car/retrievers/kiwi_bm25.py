@@ -1,0 +1,569 @@
+"""KiwiBM25Retriever: LlamaIndex retriever over Kiwi tokens scored by rank_bm25's BM25Okapi.
+
+A thin adapter: :class:`~llama_index_car.tokenizers.kiwi.KiwiTokenizer` makes the tokens,
+:class:`~llama_index_car.bm25.BM25Okapi` scores them (``k1=1.5, b=0.75, epsilon=0.25``,
+scores equal to ``rank_bm25.BM25Okapi`` on the same tokens). The text indexed per node is
+``node.get_content(metadata_mode=MetadataMode.EMBED)``, so metadata the node excludes from
+embedding (paths, table cells) is not indexed, while e.g. a reframed section title is.
+
+Behaviour:
+
+* documents scoring exactly 0 (no query token, or only tokens with idf 0) are not returned;
+  ranking is score descending, then earlier-indexed node first;
+* ``similarity_top_k`` above the number of nodes is clamped, with a ``UserWarning``;
+* ``filters`` (LlamaIndex ``MetadataFilters``; EQ, IN and the other operators of
+  ``build_metadata_filter_fn``, AND/OR/NOT, nested groups) restrict the returned nodes; the
+  BM25 statistics stay those of the whole corpus (as LlamaIndex's ``BM25Retriever`` does);
+* ``insert_nodes`` / ``delete_nodes`` re-tokenize only new texts; the result scores exactly
+  like a fresh build on the same nodes in the same order;
+* a token cache (text hash + tokenizer spec -> tokens) lets re-indexing skip Kiwi;
+* ``persist(dir)`` / ``from_persist_dir(dir)``: JSON + ``.npz``, no pickle, atomic, checked.
+
+Example:
+    >>> from llama_index.core.schema import TextNode
+    >>> texts = ["배수시설 설치기준", "조경 식재", "포장 두께", "배수 시설"]
+    >>> nodes = [TextNode(text=t, id_=str(i)) for i, t in enumerate(texts)]
+    >>> r = KiwiBM25Retriever.from_defaults(nodes=nodes, similarity_top_k=2)
+    >>> [(n.node.node_id, round(n.score, 4)) for n in r.retrieve("설치기준")]
+    [('0', 1.753)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import os
+import shutil
+import uuid
+import warnings
+from collections import Counter
+from collections.abc import Iterable, MutableMapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.storage.docstore.types import BaseDocumentStore
+from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+from llama_index.core.vector_stores.types import (
+    FilterCondition,
+    MetadataFilter,
+    MetadataFilters,
+)
+from llama_index.core.vector_stores.utils import build_metadata_filter_fn
+
+from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
+from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
+from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+__all__ = ["FORMAT_VERSION", "KiwiBM25Retriever"]
+
+#: Version of the persisted directory layout written by :meth:`KiwiBM25Retriever.persist`.
+FORMAT_VERSION = 1
+_MANIFEST = "manifest.json"
+_CONFIG = "config.json"
+_TERMS = "terms.json"
+_COUNTS = "counts.npz"
+_NODES = "nodes.json"
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _matches(filters: MetadataFilters, metadata: dict[str, Any]) -> bool:
+    """Evaluate (possibly nested) ``MetadataFilters`` on one metadata dict."""
+    results: list[bool] = []
+    for f in filters.filters:
+        if isinstance(f, MetadataFilters):
+            results.append(_matches(f, metadata))
+        else:
+            leaf = f if isinstance(f, MetadataFilter) else MetadataFilter(key=f.key, value=f.value)
+            fn = build_metadata_filter_fn(lambda _id: metadata, MetadataFilters(filters=[leaf]))
+            results.append(fn(""))
+    cond = filters.condition or FilterCondition.AND
+    if cond == FilterCondition.AND:
+        return all(results)
+    if cond == FilterCondition.OR:
+        return any(results)
+    if cond == FilterCondition.NOT:
+        return not any(results)
+    raise ConfigurationError(f"unsupported filter condition {cond!r}; use 'and', 'or' or 'not'")
+
+
+def _fsync_write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class KiwiBM25Retriever(BaseRetriever):
+    """BM25Okapi retriever over Kiwi morphemes (see the module docstring).
+
+    Args:
+        nodes: nodes to index (their node ids must be unique).
+        tokenizer: a :class:`KiwiTokenizer`; default ``KiwiTokenizer()``.
+        similarity_top_k: results per query (default 10; clamped to the corpus size).
+        k1, b, epsilon: BM25Okapi parameters (defaults 1.5, 0.75, 0.25, as rank_bm25).
+        filters: ``MetadataFilters`` applied to every query.
+        show_progress: tqdm bar while tokenizing.
+        token_cache: ``True`` (default) = a new in-memory cache, ``False``/``None`` = none,
+            or a dict to share, e.g. ``old_retriever.token_cache``, so unchanged texts are not
+            analysed again.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[BaseNode] = (),
+        tokenizer: KiwiTokenizer | None = None,
+        similarity_top_k: int = 10,
+        k1: float = 1.5,
+        b: float = 0.75,
+        epsilon: float = 0.25,
+        filters: MetadataFilters | None = None,
+        show_progress: bool = False,
+        token_cache: bool | MutableMapping[str, list[str]] | None = True,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(similarity_top_k, int) or similarity_top_k < 1:
+            raise ConfigurationError(
+                f"similarity_top_k must be an int >= 1, got {similarity_top_k!r}"
+            )
+        if filters is not None and not isinstance(filters, MetadataFilters):
+            raise ConfigurationError(
+                f"filters must be llama_index MetadataFilters, got {type(filters).__name__}"
+            )
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+        self._tokenizer = tokenizer if tokenizer is not None else KiwiTokenizer()
+        self.similarity_top_k = similarity_top_k
+        self.filters = filters
+        self.show_progress = show_progress
+        self._token_cache: MutableMapping[str, list[str]] | None
+        if token_cache is True:
+            self._token_cache = {}
+        elif token_cache is False or token_cache is None:
+            self._token_cache = None
+        else:
+            self._token_cache = token_cache
+        self._cache_prefix = self._tokenizer.spec_hash[:16] + ":"
+        nodes = list(nodes)
+        self._check_unique(nodes)
+        self._nodes: list[BaseNode] = nodes
+        self._text_hashes: list[str] = []
+        tokens = self._tokens_for(nodes, self._text_hashes)
+        self._bm25 = BM25Okapi(tokens, k1=k1, b=b, epsilon=epsilon)
+        self._reindex()
+        self._warn_if_small()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_defaults(
+        cls,
+        nodes: Sequence[BaseNode] | None = None,
+        docstore: BaseDocumentStore | None = None,
+        index: Any | None = None,
+        tokenizer: KiwiTokenizer | None = None,
+        similarity_top_k: int = 10,
+        k1: float = 1.5,
+        b: float = 0.75,
+        epsilon: float = 0.25,
+        show_progress: bool = False,
+        filters: MetadataFilters | None = None,
+        token_cache: bool | MutableMapping[str, list[str]] | None = True,
+        callback_manager: CallbackManager | None = None,
+    ) -> KiwiBM25Retriever:
+        """Build from exactly one of ``nodes``, ``docstore`` or ``index`` (its docstore)."""
+        given = [x is not None for x in (nodes, docstore, index)]
+        if sum(given) != 1:
+            raise ConfigurationError(
+                "pass exactly one of nodes=, docstore= or index= to "
+                "KiwiBM25Retriever.from_defaults"
+            )
+        if index is not None:
+            docstore = getattr(index, "docstore", None)
+            if docstore is None:
+                raise ConfigurationError(
+                    f"index {type(index).__name__} has no docstore; pass nodes= instead"
+                )
+        if docstore is not None:
+            nodes = list(docstore.docs.values())
+        return cls(
+            nodes=list(nodes or ()),
+            tokenizer=tokenizer,
+            similarity_top_k=similarity_top_k,
+            k1=k1,
+            b=b,
+            epsilon=epsilon,
+            filters=filters,
+            show_progress=show_progress,
+            token_cache=token_cache,
+            callback_manager=callback_manager,
+        )
+
+    @staticmethod
+    def _check_unique(nodes: Sequence[BaseNode], existing: Iterable[str] = ()) -> None:
+        seen = set(existing)
+        dup: list[str] = []
+        for n in nodes:
+            if n.node_id in seen:
+                dup.append(n.node_id)
+            seen.add(n.node_id)
+        if dup:
+            raise ConfigurationError(f"duplicate node ids: {dup[:5]}; node ids must be unique")
+
+    def _tokens_for(self, nodes: Sequence[BaseNode], hashes_out: list[str]) -> list[list[str]]:
+        """Tokens of each node's EMBED text, from the cache when possible."""
+        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        hashes = [_text_hash(t) for t in texts]
+        hashes_out.extend(hashes)
+        out: list[list[str] | None] = [None] * len(texts)
+        todo: list[int] = []
+        cache = self._token_cache
+        for i, h in enumerate(hashes):
+            hit = cache.get(self._cache_prefix + h) if cache is not None else None
+            if hit is not None:
+                out[i] = list(hit)
+            else:
+                todo.append(i)
+        if todo:
+            fresh = self._tokenizer.tokenize_batch(
+                [texts[i] for i in todo], show_progress=self.show_progress
+            )
+            for i, toks in zip(todo, fresh, strict=True):
+                out[i] = toks
+                if cache is not None:
+                    cache[self._cache_prefix + hashes[i]] = list(toks)
+        return [o if o is not None else [] for o in out]
+
+    def _reindex(self) -> None:
+        self._id_to_pos = {n.node_id: i for i, n in enumerate(self._nodes)}
+        self._mask: np.ndarray | None = None
+
+    def _warn_if_small(self) -> None:
+        n = len(self._nodes)
+        if self.similarity_top_k > n:
+            warnings.warn(
+                f"similarity_top_k={self.similarity_top_k} exceeds the {n} indexed nodes; "
+                f"at most {n} results will be returned",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    # ------------------------------------------------------------------ accessors
+    @property
+    def tokenizer(self) -> KiwiTokenizer:
+        """The tokenizer used for documents and queries."""
+        return self._tokenizer
+
+    @property
+    def bm25(self) -> BM25Okapi:
+        """The BM25 index (document ``i`` is ``self.nodes[i]``)."""
+        return self._bm25
+
+    @property
+    def nodes(self) -> list[BaseNode]:
+        """The indexed nodes, in index order (a new list)."""
+        return list(self._nodes)
+
+    @property
+    def token_cache(self) -> MutableMapping[str, list[str]] | None:
+        """The token cache (pass it to a new retriever to skip Kiwi for unchanged texts)."""
+        return self._token_cache
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    # ------------------------------------------------------------------ retrieval
+    def _filter_mask(self) -> np.ndarray | None:
+        if self.filters is None or not self.filters.filters:
+            return None
+        if self._mask is None:
+            self._mask = np.fromiter(
+                (_matches(self.filters, dict(n.metadata)) for n in self._nodes),
+                dtype=bool,
+                count=len(self._nodes),
+            )
+        return self._mask
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        tokens = self._tokenizer.tokenize(query_bundle.query_str)
+        if not tokens or not self._nodes:
+            return []
+        scores = self._bm25.get_scores(tokens)
+        keep = scores != 0
+        mask = self._filter_mask()
+        if mask is not None:
+            keep &= mask
+        cand = np.flatnonzero(keep)
+        k = min(self.similarity_top_k, len(self._nodes))
+        order, top = top_k_from_scores(scores[cand], k)
+        return [
+            NodeWithScore(node=self._nodes[int(cand[i])], score=float(s))
+            for i, s in zip(order.tolist(), top.tolist(), strict=True)
+        ]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        """Runs :meth:`_retrieve` in a worker thread, so the event loop is not blocked."""
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
+    # ------------------------------------------------------------------ updates
+    def insert_nodes(self, nodes: Sequence[BaseNode]) -> None:
+        """Add nodes (a node whose id is already indexed replaces the old one).
+
+        Only the new texts are tokenized; scores afterwards equal a fresh build on
+        ``self.nodes``.
+        """
+        nodes = list(nodes)
+        self._check_unique(nodes)
+        replaced = [n.node_id for n in nodes if n.node_id in self._id_to_pos]
+        if replaced:
+            self.delete_nodes(replaced)
+        new_hashes: list[str] = []
+        tokens = self._tokens_for(nodes, new_hashes)
+        self._bm25 = self._bm25.add_documents(tokens)
+        self._nodes = self._nodes + nodes
+        self._text_hashes = self._text_hashes + new_hashes
+        self._reindex()
+
+    def delete_nodes(self, node_ids: Sequence[str]) -> None:
+        """Remove nodes by id; unknown ids raise :class:`ConfigurationError`."""
+        ids = list(node_ids)
+        missing = [i for i in ids if i not in self._id_to_pos]
+        if missing:
+            raise ConfigurationError(f"cannot delete unknown node ids: {missing[:5]}")
+        drop = {self._id_to_pos[i] for i in ids}
+        self._bm25 = self._bm25.remove_documents(sorted(drop))
+        self._nodes = [n for i, n in enumerate(self._nodes) if i not in drop]
+        self._text_hashes = [h for i, h in enumerate(self._text_hashes) if i not in drop]
+        self._reindex()
+
+    # ------------------------------------------------------------------ persistence
+    def persist(self, persist_dir: str | os.PathLike[str]) -> None:
+        """Write the index to ``persist_dir`` atomically (replacing an existing index).
+
+        Files: ``config.json`` (format_version, BM25 parameters, similarity_top_k, filters,
+        tokenizer spec, node ids, text hashes), ``terms.json``, ``counts.npz`` (the sparse
+        document x term count matrix), ``nodes.json`` (``doc_to_json`` of every node) and,
+        written last, ``manifest.json`` with each file's sha256. Everything is written to a
+        temporary sibling directory, fsynced, then renamed into place; a directory without a
+        valid manifest never loads.
+        """
+        target = Path(persist_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            counts = self._bm25.counts
+            blobs: dict[str, bytes] = {}
+            config = {
+                "format_version": FORMAT_VERSION,
+                "kind": "KiwiBM25Retriever",
+                "k1": self._bm25.k1,
+                "b": self._bm25.b,
+                "epsilon": self._bm25.epsilon,
+                "similarity_top_k": self.similarity_top_k,
+                "filters": self.filters.model_dump(mode="json") if self.filters else None,
+                "tokenizer": self._tokenizer.to_dict(),
+                "node_ids": [n.node_id for n in self._nodes],
+                "text_hashes": self._text_hashes,
+            }
+            blobs[_CONFIG] = json.dumps(config, ensure_ascii=False).encode("utf-8")
+            blobs[_TERMS] = json.dumps(self._bm25.terms, ensure_ascii=False).encode("utf-8")
+            blobs[_NODES] = json.dumps(
+                [doc_to_json(n) for n in self._nodes], ensure_ascii=False
+            ).encode("utf-8")
+            buf = io.BytesIO()
+            np.savez(
+                buf,
+                data=counts.data.astype(np.int64),
+                indices=counts.indices.astype(np.int64),
+                indptr=counts.indptr.astype(np.int64),
+                shape=np.asarray(counts.shape, dtype=np.int64),
+            )
+            blobs[_COUNTS] = buf.getvalue()
+            for name, data in blobs.items():
+                _fsync_write(tmp / name, data)
+            manifest = {
+                "format_version": FORMAT_VERSION,
+                "kind": "KiwiBM25Retriever",
+                "files": {
+                    name: {"sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)}
+                    for name, d in blobs.items()
+                },
+            }
+            _fsync_write(tmp / _MANIFEST, json.dumps(manifest, indent=1).encode("utf-8"))
+            _fsync_dir(tmp)
+            old = None
+            if target.exists():
+                old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+                os.replace(target, old)
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def from_persist_dir(
+        cls,
+        persist_dir: str | os.PathLike[str],
+        tokenizer: KiwiTokenizer | None = None,
+        token_cache: bool | MutableMapping[str, list[str]] | None = True,
+        callback_manager: CallbackManager | None = None,
+    ) -> KiwiBM25Retriever:
+        """Load an index written by :meth:`persist` (no re-tokenization of documents).
+
+        Raises :class:`IndexPersistError` naming the missing or corrupt file. Warns
+        :class:`TokenizerMismatchWarning` when ``tokenizer`` (default: the persisted spec)
+        differs from the persisted spec, or the installed kiwipiepy / model version differs.
+        The token cache is seeded from the stored counts (token multisets; BM25 only needs
+        counts), so a later re-index of unchanged texts skips Kiwi.
+        """
+        root = Path(persist_dir)
+        if not root.is_dir():
+            raise IndexPersistError(f"{root}: no such index directory")
+        raw = cls._read_checked(root)
+        try:
+            config = json.loads(raw[_CONFIG])
+            terms = json.loads(raw[_TERMS])
+            node_dicts = json.loads(raw[_NODES])
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise IndexPersistError(f"{root}: unreadable JSON ({e})") from e
+        if config.get("format_version") != FORMAT_VERSION:
+            raise IndexPersistError(
+                f"{root / _CONFIG}: format_version {config.get('format_version')!r}, this "
+                f"version of llama-index-car reads {FORMAT_VERSION}; rebuild the index"
+            )
+        saved_spec = config["tokenizer"]
+        if tokenizer is None:
+            tokenizer = KiwiTokenizer.from_dict(saved_spec)
+        cls._check_spec(saved_spec, tokenizer, root)
+        try:
+            with np.load(io.BytesIO(raw[_COUNTS]), allow_pickle=False) as z:
+                shape = tuple(int(x) for x in z["shape"])
+                counts = sp.csr_matrix(
+                    (z["data"].astype(np.float64), z["indices"], z["indptr"]), shape=shape
+                )
+        except (OSError, ValueError, KeyError) as e:
+            raise IndexPersistError(f"{root / _COUNTS}: corrupt count matrix ({e})") from e
+        nodes = [json_to_doc(d) for d in node_dicts]
+        n_ids = config["node_ids"]
+        if (
+            len(nodes) != shape[0]
+            or len(terms) != shape[1]
+            or [n.node_id for n in nodes] != n_ids
+            or len(config["text_hashes"]) != len(nodes)
+        ):
+            raise IndexPersistError(
+                f"{root}: {_NODES}, {_TERMS} and {_COUNTS} disagree in size; rebuild the index"
+            )
+        filters = (
+            MetadataFilters.model_validate(config["filters"]) if config["filters"] else None
+        )
+        self = cls.__new__(cls)
+        BaseRetriever.__init__(self, callback_manager=callback_manager)
+        self._tokenizer = tokenizer
+        self.similarity_top_k = int(config["similarity_top_k"])
+        self.filters = filters
+        self.show_progress = False
+        self._token_cache = (
+            {} if token_cache is True else (None if not token_cache else token_cache)
+        )
+        self._cache_prefix = tokenizer.spec_hash[:16] + ":"
+        self._nodes = nodes
+        self._text_hashes = list(config["text_hashes"])
+        self._bm25 = BM25Okapi.from_counts(
+            counts, terms, float(config["k1"]), float(config["b"]), float(config["epsilon"])
+        )
+        if self._token_cache is not None and tokenizer.spec_hash == saved_spec.get("spec_hash"):
+            counts_csr = counts.tocsr()
+            for i, h in enumerate(self._text_hashes):
+                lo, hi = counts_csr.indptr[i], counts_csr.indptr[i + 1]
+                toks: list[str] = []
+                for j, c in zip(counts_csr.indices[lo:hi], counts_csr.data[lo:hi], strict=True):
+                    toks.extend([terms[j]] * int(c))
+                self._token_cache.setdefault(self._cache_prefix + h, toks)
+        self._reindex()
+        return self
+
+    @staticmethod
+    def _read_checked(root: Path) -> dict[str, bytes]:
+        mpath = root / _MANIFEST
+        if not mpath.is_file():
+            raise IndexPersistError(
+                f"{mpath} is missing: the directory is incomplete (interrupted persist?) or "
+                "not a KiwiBM25Retriever index; persist it again"
+            )
+        try:
+            manifest = json.loads(mpath.read_bytes())
+            files = manifest["files"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+            raise IndexPersistError(f"{mpath} is corrupt ({e}); persist the index again") from e
+        out: dict[str, bytes] = {}
+        for name in (_CONFIG, _TERMS, _COUNTS, _NODES):
+            path = root / name
+            if name not in files:
+                raise IndexPersistError(f"{mpath} does not list {name}; persist the index again")
+            if not path.is_file():
+                raise IndexPersistError(f"{path} is missing; persist the index again")
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != files[name].get("sha256"):
+                raise IndexPersistError(
+                    f"{path} is corrupt (sha256 differs from {_MANIFEST}); "
+                    "persist the index again"
+                )
+            out[name] = data
+        return out
+
+    @staticmethod
+    def _check_spec(saved: dict[str, Any], tokenizer: KiwiTokenizer, root: Path) -> None:
+        current = tokenizer.to_dict()
+        problems: list[str] = []
+        if saved.get("spec_hash") != current["spec_hash"]:
+            diff = sorted(
+                k
+                for k in set(saved.get("config", {})) | set(current["config"])
+                if saved.get("config", {}).get(k) != current["config"].get(k)
+            )
+            if saved.get("patterns") != current["patterns"]:
+                diff.append("patterns")
+            problems.append(f"tokenizer spec differs ({', '.join(diff) or 'spec_hash'})")
+        for key in ("kiwipiepy_version", "model_version", "model_type"):
+            if saved.get(key) != current.get(key):
+                problems.append(f"{key} {saved.get(key)!r} -> {current.get(key)!r}")
+        if problems:
+            warnings.warn(
+                f"{root}: index was built with a different tokenizer: {'; '.join(problems)}. "
+                "Query tokens may not match the indexed tokens; rebuild the index to be safe.",
+                TokenizerMismatchWarning,
+                stacklevel=3,
+            )
+
+    def token_counts(self, node_id: str) -> Counter[str]:
+        """The indexed token counts of one node (for inspection and tests)."""
+        pos = self._id_to_pos.get(node_id)
+        if pos is None:
+            raise ConfigurationError(f"unknown node id {node_id!r}")
+        row = self._bm25._counts[pos]
+        terms = self._bm25.terms
+        return Counter({terms[j]: int(c) for j, c in zip(row.indices, row.data, strict=True)})

@@ -1,0 +1,31 @@
+"""LlamaIndex reader for HWPX (Hancom OWPML) documents with cell-coordinate tables."""
+
+from llama_index.readers.hwpx._errors import HWPXEncryptedError, HWPXError, HWPXFormatError
+from llama_index.readers.hwpx._model import HWPXCell, HWPXTable, HWPXTableParent
+from llama_index.readers.hwpx.base import (
+    STRUCTURE_KEY,
+    HWPXFailure,
+    HWPXReader,
+    HWPXReadWarning,
+    ParsedHWPX,
+)
+from llama_index.readers.hwpx.node_parser import HWPXNodeParser
+from llama_index.readers.hwpx.writer import HWPXBuilder, SectionBuilder, TableSpec
+
+__all__ = [
+    "HWPXReader",
+    "HWPXNodeParser",
+    "HWPXTable",
+    "HWPXCell",
+    "HWPXTableParent",
+    "HWPXError",
+    "HWPXEncryptedError",
+    "HWPXFormatError",
+    "HWPXFailure",
+    "HWPXReadWarning",
+    "ParsedHWPX",
+    "STRUCTURE_KEY",
+    "HWPXBuilder",
+    "SectionBuilder",
+    "TableSpec",
+]

@@ -1,0 +1,155 @@
+"""Table model: cells placed by ``hp:cellAddr`` / ``hp:cellSpan``, and their renderings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from html import escape
+from typing import NamedTuple
+
+__all__ = ["HWPXCell", "HWPXTable", "HWPXTableParent", "render_table"]
+
+
+@dataclass(frozen=True)
+class HWPXCell:
+    """One ``hp:tc``: grid anchor (0-based ``row``, ``col``), spans and its own text.
+
+    ``text`` is the cell's own paragraphs (and text boxes) joined by ``"\\n"``, each stripped,
+    empty ones skipped; text of a table nested in the cell belongs to that table.
+    """
+
+    row: int
+    col: int
+    row_span: int = 1
+    col_span: int = 1
+    text: str = ""
+
+
+class HWPXTableParent(NamedTuple):
+    """Where a nested table sits: the containing table's index and the containing cell."""
+
+    index: int
+    cell: HWPXCell
+
+
+@dataclass
+class HWPXTable:
+    """One ``hp:tbl``.
+
+    Attributes:
+        n_rows, n_cols: ``rowCnt`` x ``colCnt`` (grown if a cell lies outside them).
+        cells: direct cells in ``hp:tc`` order (each placed by its address, not by order).
+        depth: 0 for a top-level table, 1 inside a cell of a top-level table, ...
+        parent: :class:`HWPXTableParent` (index, cell) of the containing table, or None.
+        section: 0-based section position in spine order.
+        caption: ``hp:caption`` text or None.
+        index: position in :meth:`HWPXReader.load_tables` order (pre-order, spine order).
+        location: ``"body"``, ``"textbox"``, ``"note"`` or ``"header_footer"``.
+
+    Example::
+
+        >>> t = HWPXTable(2, 2, [HWPXCell(0, 0, 1, 2, "A"), HWPXCell(1, 0, 1, 1, "b"),
+        ...                      HWPXCell(1, 1, 1, 1, "c")])
+        >>> t.to_grid()
+        [['A', 'A'], ['b', 'c']]
+    """
+
+    n_rows: int
+    n_cols: int
+    cells: list[HWPXCell] = field(default_factory=list)
+    depth: int = 0
+    parent: HWPXTableParent | None = None
+    section: int = 0
+    caption: str | None = None
+    index: int = 0
+    location: str = "body"
+
+    @property
+    def has_merged_cells(self) -> bool:
+        return any(c.row_span > 1 or c.col_span > 1 for c in self.cells)
+
+    def to_grid(self) -> list[list[str]]:
+        """``n_rows`` x ``n_cols`` texts; a merged cell's text fills every position it covers."""
+        grid = [["" for _ in range(self.n_cols)] for _ in range(self.n_rows)]
+        for c in self.cells:
+            for r in range(c.row, min(c.row + c.row_span, self.n_rows)):
+                row = grid[r]
+                for k in range(c.col, min(c.col + c.col_span, self.n_cols)):
+                    row[k] = c.text
+        return grid
+
+    def to_markdown(self) -> str:
+        """Markdown pipe table when no cell is merged, else an HTML ``<table>`` (row/colspan).
+
+        The first row is the header row. ``|`` is escaped and newlines become ``<br>``.
+        """
+        return render_table(self.cells, self.n_rows, self.n_cols)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-able form (used for the node parser's structure metadata)."""
+        return {
+            "index": self.index,
+            "n_rows": self.n_rows,
+            "n_cols": self.n_cols,
+            "depth": self.depth,
+            "section": self.section,
+            "caption": self.caption,
+            "parent": None
+            if self.parent is None
+            else [self.parent.index, self.parent.cell.row, self.parent.cell.col],
+            "cells": [[c.row, c.col, c.row_span, c.col_span, c.text] for c in self.cells],
+        }
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
+
+
+def _html_cell(text: str) -> str:
+    return escape(text).replace("\n", "<br>")
+
+
+def render_table(
+    cells: Sequence[HWPXCell],
+    n_rows: int,
+    n_cols: int,
+    rows: Iterable[int] | None = None,
+) -> str:
+    """Render ``cells`` (all of them, or only those anchored in ``rows``) as markdown or HTML.
+
+    Markdown pipe tables are used when no selected cell spans more than one row or column;
+    otherwise HTML with ``rowspan``/``colspan`` (spans clipped to the selected rows).
+    """
+    wanted = sorted(set(range(n_rows) if rows is None else rows))
+    if not wanted or n_cols <= 0:
+        return ""
+    row_set = set(wanted)
+    chosen = [c for c in cells if c.row in row_set]
+    merged = any(c.row_span > 1 or c.col_span > 1 for c in chosen)
+    if not merged:
+        by_pos = {(c.row, c.col): c.text for c in chosen}
+        lines: list[str] = []
+        for i, r in enumerate(wanted):
+            line = "| " + " | ".join(_md_cell(by_pos.get((r, k), "")) for k in range(n_cols))
+            lines.append(line + " |")
+            if i == 0:
+                lines.append("|" + "---|" * n_cols)
+        return "\n".join(lines)
+    by_row: dict[int, list[HWPXCell]] = {}
+    for c in chosen:
+        by_row.setdefault(c.row, []).append(c)
+    out = ["<table>"]
+    for r in wanted:
+        tds: list[str] = []
+        for c in sorted(by_row.get(r, []), key=lambda x: x.col):
+            # clip a row span to the contiguous selected rows below the anchor
+            span = 1
+            while span < c.row_span and (r + span) in row_set:
+                span += 1
+            attrs = (f' rowspan="{span}"' if span > 1 else "") + (
+                f' colspan="{c.col_span}"' if c.col_span > 1 else ""
+            )
+            tds.append(f"<td{attrs}>{_html_cell(c.text)}</td>")
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table>")
+    return "".join(out)

@@ -1,0 +1,330 @@
+"""Safe opening of an HWPX (OWPML) zip package.
+
+Order of checks: size of the raw file; OLE2/CFB signature (binary HWP 5); zip structure;
+per-entry encryption flag; per-part and total uncompressed size and compression ratio (checked
+on the declared sizes *and* while decompressing, since declared sizes can lie); mimetype;
+``META-INF/manifest.xml`` ``encryption-data``; section order from the ``Contents/content.hpf``
+spine with a fallback to the number in ``Contents/section<N>.xml``.
+
+XML is parsed with ``resolve_entities=False, no_network=True, load_dtd=False`` and any DOCTYPE
+is refused, so external entities (XXE) and entity expansion (billion laughs) never happen.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from io import BytesIO
+
+from llama_index.readers.hwpx._errors import (
+    HWPXEncryptedError,
+    HWPXError,
+    HWPXFormatError,
+)
+from lxml import etree
+
+OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
+SECTION_RE = re.compile(r"^Contents/section(\d+)\.xml$", re.IGNORECASE)
+HWPX_MIMETYPE_PREFIX = "application/hwp"
+_CHUNK = 1 << 16
+# Ratio checks only apply above this size: tiny XML parts legitimately compress > 100x.
+_RATIO_MIN_BYTES = 1 << 20
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    NotImplementedError,
+    struct.error,
+    ValueError,
+    OSError,
+    UnicodeDecodeError,
+    KeyError,
+    IndexError,
+    OverflowError,
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one package (see :class:`HWPXReader` fields for the defaults)."""
+
+    max_file_bytes: int
+    max_part_bytes: int
+    max_total_bytes: int
+    max_compression_ratio: float
+    max_table_depth: int
+    max_table_cells: int
+
+
+def make_parser() -> etree.XMLParser:
+    """An lxml parser that never resolves entities, loads DTDs or touches the network."""
+    return etree.XMLParser(
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        dtd_validation=False,
+        huge_tree=False,
+        remove_comments=True,
+        remove_pis=True,
+    )
+
+
+def parse_xml(data: bytes, file: str, part: str) -> etree._Element:
+    """Parse one part; malformed XML or a DOCTYPE raise :class:`HWPXFormatError`.
+
+    The message names the file, the part and the line, e.g.
+    ``a.hwpx [Contents/section0.xml]: malformed XML at line 3: ...``.
+    """
+    head = data[:4096]
+    if b"<!DOCTYPE" in head or b"<!doctype" in head or b"<!ENTITY" in head:
+        raise HWPXFormatError(
+            file,
+            "DOCTYPE / entity declarations are not allowed in HWPX parts (refused to guard "
+            "against XXE and entity expansion)",
+            part=part,
+        )
+    try:
+        root = etree.fromstring(data, make_parser())
+    except etree.XMLSyntaxError as exc:
+        line = exc.lineno if exc.lineno is not None else "?"
+        msg = exc.msg or str(exc)
+        raise HWPXFormatError(file, f"malformed XML at line {line}: {msg}", part=part) from exc
+    except (ValueError, MemoryError) as exc:
+        raise HWPXFormatError(file, f"unparseable XML: {exc}", part=part) from exc
+    if root is None:
+        raise HWPXFormatError(file, "empty XML part", part=part)
+    if root.getroottree().docinfo.doctype:
+        raise HWPXFormatError(file, "DOCTYPE is not allowed in HWPX parts", part=part)
+    return root
+
+
+def local(tag: object) -> str:
+    """Local name of an lxml tag (``{ns}name`` -> ``name``); "" for comments/entities."""
+    if not isinstance(tag, str):
+        return ""
+    return tag.rpartition("}")[2]
+
+
+@dataclass
+class Package:
+    """An opened package: normalised entry names mapped to zip entries."""
+
+    file: str
+    zf: zipfile.ZipFile
+    limits: Limits
+    entries: dict[str, zipfile.ZipInfo] = field(default_factory=dict)
+    total_read: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def has(self, name: str) -> bool:
+        return name in self.entries
+
+    def read(self, name: str) -> bytes:
+        """Decompress one part, enforcing the per-part, total and ratio limits while reading."""
+        info = self.entries[name]
+        cap = self.limits.max_part_bytes
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            with self.zf.open(info) as fh:
+                while True:
+                    chunk = fh.read(_CHUNK)
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > cap:
+                        raise HWPXFormatError(
+                            self.file,
+                            f"part exceeds max_part_bytes={cap} when decompressed "
+                            "(zip bomb?); raise the limit if the file is trusted",
+                            part=name,
+                        )
+                    if self.total_read + size > self.limits.max_total_bytes:
+                        raise HWPXFormatError(
+                            self.file,
+                            f"package exceeds max_total_bytes={self.limits.max_total_bytes} "
+                            "when decompressed; raise the limit if the file is trusted",
+                            part=name,
+                        )
+                    chunks.append(chunk)
+        except HWPXError:
+            raise
+        except _ZIP_ERRORS as exc:
+            raise HWPXFormatError(
+                self.file, f"corrupt zip entry ({type(exc).__name__}: {exc})", part=name
+            ) from exc
+        ratio = size / max(info.compress_size, 1)
+        if size > _RATIO_MIN_BYTES and ratio > self.limits.max_compression_ratio:
+            raise HWPXFormatError(
+                self.file,
+                f"compression ratio {ratio:.0f} exceeds max_compression_ratio="
+                f"{self.limits.max_compression_ratio:g} (zip bomb?)",
+                part=name,
+            )
+        self.total_read += size
+        return b"".join(chunks)
+
+    def xml(self, name: str) -> etree._Element:
+        return parse_xml(self.read(name), self.file, name)
+
+
+def open_package(data: bytes, file: str, limits: Limits) -> Package:
+    """Validate the container and index its entries (names with ``\\`` normalised to ``/``)."""
+    if len(data) > limits.max_file_bytes:
+        raise HWPXFormatError(
+            file, f"file is {len(data)} bytes, above max_file_bytes={limits.max_file_bytes}"
+        )
+    if data[:8] == OLE2_MAGIC:
+        raise HWPXFormatError(
+            file,
+            "this is a binary HWP 5 (OLE2/CFB) document with an .hwpx name, not HWPX; "
+            "read it with an HWP 5 reader (e.g. llama-index-readers-file HWPReader) or "
+            "re-save it as .hwpx in Hangul",
+        )
+    if data[:4] not in ZIP_MAGICS:
+        raise HWPXFormatError(file, "not a zip file, so not an HWPX package")
+    try:
+        zf = zipfile.ZipFile(BytesIO(data))
+        infos = zf.infolist()
+    except _ZIP_ERRORS as exc:
+        raise HWPXFormatError(
+            file,
+            f"truncated or corrupt zip ({type(exc).__name__}: {exc}); the central directory "
+            "could not be read",
+        ) from exc
+    pkg = Package(file=file, zf=zf, limits=limits)
+    declared_total = 0
+    for info in infos:
+        name = info.filename.replace("\\", "/").lstrip("/")
+        if info.filename != name and "\\" in info.filename:
+            if "backslash entry names" not in pkg.warnings:
+                pkg.warnings.append("backslash entry names")
+        if info.flag_bits & 0x1:
+            raise HWPXEncryptedError(
+                file,
+                f"zip entry {name!r} is encrypted; save an unprotected copy in Hangul",
+            )
+        if info.file_size > limits.max_part_bytes:
+            raise HWPXFormatError(
+                file,
+                f"part declares {info.file_size} bytes, above max_part_bytes="
+                f"{limits.max_part_bytes}",
+                part=name,
+            )
+        declared_total += info.file_size
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > _RATIO_MIN_BYTES and ratio > limits.max_compression_ratio:
+            raise HWPXFormatError(
+                file,
+                f"compression ratio {ratio:.0f} exceeds max_compression_ratio="
+                f"{limits.max_compression_ratio:g} (zip bomb?)",
+                part=name,
+            )
+        pkg.entries.setdefault(name, info)
+    if declared_total > limits.max_total_bytes:
+        raise HWPXFormatError(
+            file,
+            f"package declares {declared_total} uncompressed bytes, above max_total_bytes="
+            f"{limits.max_total_bytes}",
+        )
+    return pkg
+
+
+def check_mimetype_and_manifest(pkg: Package) -> None:
+    """Refuse non-HWPX mimetypes and encrypted (password / distribution) documents."""
+    if pkg.has("mimetype"):
+        mt = pkg.read("mimetype").decode("utf-8", "replace").strip()
+        if not mt.lower().startswith(HWPX_MIMETYPE_PREFIX):
+            raise HWPXFormatError(
+                pkg.file,
+                f"mimetype is {mt[:60]!r}, not 'application/hwp+zip': not an HWPX package",
+                part="mimetype",
+            )
+    name = "META-INF/manifest.xml"
+    if pkg.has(name):
+        raw = pkg.read(name)
+        if b"encryption-data" in raw:
+            raise HWPXEncryptedError(
+                pkg.file,
+                "the manifest declares encryption-data: this is a password-protected or "
+                "distribution (배포용) document; save an unprotected copy in Hangul",
+                part=name,
+            )
+
+
+def section_order(pkg: Package) -> tuple[list[str], str]:
+    """Section part names in reading order, and the ``opf:title`` ("" if none).
+
+    Order comes from the ``content.hpf`` spine (itemrefs pointing at manifest items whose href
+    is a ``Contents/section<N>.xml`` part). Without a usable spine the parts are ordered by N.
+    A spine entry whose part is missing raises :class:`HWPXFormatError`.
+    """
+    by_number = sorted(
+        (int(m.group(1)), n) for n in pkg.entries if (m := SECTION_RE.match(n)) is not None
+    )
+    fallback = [n for _, n in by_number]
+    title = ""
+    hpf = "Contents/content.hpf"
+    order: list[str] = []
+    if pkg.has(hpf):
+        root = pkg.xml(hpf)
+        hrefs: dict[str, str] = {}
+        for el in root.iter():
+            name = local(el.tag)
+            if name == "title" and not title:
+                title = "".join(el.itertext()).strip()
+            elif name == "item":
+                iid, href = el.get("id"), el.get("href")
+                if iid is not None and href is not None:
+                    hrefs[iid] = href.replace("\\", "/").lstrip("/")
+            elif name == "itemref":
+                ref = el.get("idref")
+                href = hrefs.get(ref or "")
+                if href is not None and SECTION_RE.match(href) and href not in order:
+                    order.append(href)
+        for href in order:
+            if not pkg.has(href):
+                raise HWPXFormatError(
+                    pkg.file, f"the spine lists {href} but the package has no such part", part=hpf
+                )
+        # sections present but absent from the spine are kept (after the spine), not dropped
+        order += [n for n in fallback if n not in order]
+    if not order:
+        order = fallback
+    if not order:
+        raise HWPXFormatError(pkg.file, "no Contents/section<N>.xml part: not an HWPX document")
+    return order, title
+
+
+def outline_levels(pkg: Package) -> dict[str, int]:
+    """``paraPr`` id -> outline level (1-based) for ``<hh:heading type="OUTLINE">``.
+
+    Missing ``Contents/header.xml`` (seen in some tool-written files) yields {}.
+    """
+    name = "Contents/header.xml"
+    if not pkg.has(name):
+        return {}
+    root = pkg.xml(name)
+    levels: dict[str, int] = {}
+    for el in root.iter():
+        if local(el.tag) != "paraPr":
+            continue
+        pid = el.get("id")
+        if pid is None:
+            continue
+        # the heading may sit in a switch/case (newer level) with a default fallback: the
+        # first one in document order is the case, which is what Hangul 2016+ uses
+        for child in el.iter():
+            if local(child.tag) == "heading":
+                if child.get("type") == "OUTLINE":
+                    try:
+                        lvl = int(child.get("level", "0"))
+                    except ValueError:
+                        lvl = 0
+                    levels[pid] = min(max(lvl, 0), 9) + 1
+                break
+    return levels

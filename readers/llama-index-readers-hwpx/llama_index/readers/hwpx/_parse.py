@@ -1,0 +1,400 @@
+"""One tree walk over a section XML: blocks (paragraphs, notes, tables) and the table list.
+
+Blocks are JSON-able dicts so they can ride in Document metadata for the node parser:
+
+- ``{"type": "paragraph", "text", "section", "location", "outline"}`` (``location`` is
+  ``body``/``textbox``/``caption``/``note``/``header_footer``; ``outline`` the 1-based outline
+  level from header.xml or 0). Heading classification happens later (:mod:`._headings`).
+- ``{"type": "table", "index", "section"}``: the table itself is ``tables[index]``.
+
+A paragraph's text keeps its runs, tabs (``\\t``), line breaks (``\\n``), special spaces (as
+" "). A footnote/endnote leaves a marker ``[^N]`` / ``[^eN]`` where it is anchored and its text
+follows the paragraph as ``[^N]: text`` (never spliced into the sentence). Text boxes
+(``hp:drawText``) and picture captions follow their anchoring paragraph. A table cell's text
+goes into the :class:`HWPXCell` only; a nested table's text only into the nested table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.readers.hwpx._errors import HWPXFormatError
+from llama_index.readers.hwpx._model import HWPXCell, HWPXTable, HWPXTableParent
+from llama_index.readers.hwpx._package import Limits
+from lxml import etree
+
+Block = dict[str, Any]
+
+_LOCAL: dict[str, str] = {}
+
+
+def _ln(tag: object) -> str:
+    if tag.__class__ is not str:
+        return ""
+    try:
+        return _LOCAL[tag]  # type: ignore[index]
+    except KeyError:
+        name = tag.rpartition("}")[2]  # type: ignore[attr-defined]
+        _LOCAL[tag] = name  # type: ignore[index]
+        return name
+
+
+_SPECIAL_CHARS = {
+    "tab": "\t",
+    "lineBreak": "\n",
+    "nbSpace": " ",
+    "fwSpace": " ",
+    "hyphen": "-",
+}
+# subtrees that never hold document text
+_SKIP = frozenset(
+    {
+        "linesegarray",
+        "secPr",
+        "colPr",
+        "parameters",
+        "hiddenComment",
+        "pageNum",
+        "pageHiding",
+        "newNum",
+        "pageNumCtrl",
+        "indexmark",
+        "bookmark",
+        "fieldEnd",
+        "shapeComment",
+        "renderingInfo",
+        "lineShape",
+        "fillBrush",
+        "imgRect",
+        "imgClip",
+        "imgDim",
+        "img",
+        "effects",
+    }
+)
+
+
+def _first_branch(switch: etree._Element) -> etree._Element | None:
+    default = None
+    for child in switch:
+        name = _ln(child.tag)
+        if name == "case":
+            return child
+        if name == "default" and default is None:
+            default = child
+    return default
+
+
+@dataclass
+class FileState:
+    """State shared by the sections of one file (table list, note counters)."""
+
+    file: str
+    limits: Limits
+    outline: dict[str, int]
+    include_headers_footers: bool = False
+    tables: list[HWPXTable | None] = field(default_factory=list)
+    footnotes: int = 0
+    endnotes: int = 0
+
+
+class SectionWalker:
+    """Walk one ``hs:sec`` tree. Call :meth:`walk`; blocks accumulate in ``self.blocks``."""
+
+    def __init__(self, state: FileState, section: int, part: str) -> None:
+        self.st = state
+        self.section = section
+        self.part = part
+        self.blocks: list[Block] = []
+        self._in_note = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _int(self, el: etree._Element, attr: str, default: int) -> int:
+        raw = el.get(attr)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise HWPXFormatError(
+                self.st.file,
+                f"attribute {attr}={raw[:20]!r} of <{_ln(el.tag)}> is not an integer "
+                f"(line {el.sourceline})",
+                part=self.part,
+            ) from None
+        if value < 0 or value > 1_000_000_000:
+            raise HWPXFormatError(
+                self.st.file,
+                f"attribute {attr}={value} of <{_ln(el.tag)}> is out of range "
+                f"(line {el.sourceline})",
+                part=self.part,
+            )
+        return value
+
+    def _t(self, t: etree._Element, out: list[Any]) -> None:
+        if t.text:
+            out.append(t.text)
+        for c in t:
+            s = _SPECIAL_CHARS.get(_ln(c.tag))
+            if s is not None:
+                out.append(s)
+            if c.tail:
+                out.append(c.tail)
+
+    def _inline(self, el: etree._Element, out: list[Any]) -> None:
+        """Text pieces (str) and object events (tuples) of ``el``'s subtree, in order."""
+        for child in el:
+            name = _ln(child.tag)
+            if name == "t":
+                self._t(child, out)
+            elif name == "tbl":
+                out.append(("tbl", child))
+            elif name == "footNote" or name == "endNote":
+                out.append(("note", name, child))
+            elif name == "drawText" or name == "subList":
+                out.append(("box", child))
+            elif name == "caption":
+                out.append(("cap", child))
+            elif name == "header" or name == "footer" or name == "masterPage":
+                out.append(("hf", child))
+            elif name in _SKIP:
+                continue
+            elif name == "switch":
+                # alternative renderings: read one branch (the first case, else the default)
+                branch = _first_branch(child)
+                if branch is not None:
+                    self._inline(branch, out)
+            elif name == "autoNum":
+                if not self._in_note:
+                    out.append(child.get("num", ""))
+            elif name == "checkBtn" or name == "radioBtn":
+                mark = "☑" if child.get("value") == "CHECKED" else "☐"
+                out.append(f"{mark}{child.get('caption', '')}")
+            elif name == "script":
+                if child.text:
+                    out.append(child.text)
+            elif len(child):
+                self._inline(child, out)
+
+    # ------------------------------------------------------------------ paragraphs
+    def walk(self, root: etree._Element) -> list[Block]:
+        self._container(root, self.blocks, "body", 0, None)
+        return self.blocks
+
+    def _container(
+        self,
+        el: etree._Element,
+        blocks: list[Block],
+        location: str,
+        depth: int,
+        parent: HWPXTableParent | None,
+    ) -> None:
+        """Paragraphs directly in ``el`` (a ``hs:sec``, ``hp:subList``, ``hp:drawText``...)."""
+        for child in el:
+            name = _ln(child.tag)
+            if name == "p":
+                self._paragraph(child, blocks, location, depth, parent)
+            elif name == "subList":
+                self._container(child, blocks, location, depth, parent)
+
+    def _note_label(self, kind: str) -> str:
+        if kind == "footNote":
+            self.st.footnotes += 1
+            return str(self.st.footnotes)
+        self.st.endnotes += 1
+        return f"e{self.st.endnotes}"
+
+    def _note_block(self, label: str, note: etree._Element, depth: int) -> list[Block]:
+        sub: list[Block] = []
+        self._in_note += 1
+        try:
+            self._container(note, sub, "note", depth, None)
+        finally:
+            self._in_note -= 1
+        text = " ".join(b["text"] for b in sub if b["type"] == "paragraph")
+        head: Block = {
+            "type": "paragraph",
+            "text": f"[^{label}]: {text.strip()}",
+            "section": self.section,
+            "location": "note",
+            "outline": 0,
+        }
+        return [head] + [b for b in sub if b["type"] != "paragraph"]
+
+    def _paragraph(
+        self,
+        p: etree._Element,
+        blocks: list[Block],
+        location: str,
+        depth: int,
+        parent: HWPXTableParent | None,
+    ) -> None:
+        events: list[Any] = []
+        self._inline(p, events)
+        outline = self.st.outline.get(p.get("paraPrIDRef", ""), 0) if location == "body" else 0
+        buf: list[str] = []
+        deferred: list[Block] = []
+        first = True
+
+        def flush() -> None:
+            nonlocal first
+            text = "".join(buf).strip()
+            buf.clear()
+            if text:
+                blocks.append(
+                    {
+                        "type": "paragraph",
+                        "text": text,
+                        "section": self.section,
+                        "location": location,
+                        "outline": outline if first else 0,
+                    }
+                )
+                first = False
+
+        for ev in events:
+            if isinstance(ev, str):
+                buf.append(ev)
+                continue
+            kind = ev[0]
+            if kind == "tbl":
+                flush()
+                self._table(ev[1], blocks, location, depth, parent)
+            elif kind == "note":
+                label = self._note_label(ev[1])
+                buf.append(f"[^{label}]")
+                deferred.extend(self._note_block(label, ev[2], depth))
+            elif kind == "box":
+                self._container(ev[1], deferred, "textbox", depth, parent)
+            elif kind == "cap":
+                self._container(ev[1], deferred, "caption", depth, parent)
+            elif kind == "hf":
+                sub: list[Block] = []
+                self._container(ev[1], sub, "header_footer", depth, parent)
+                if self.st.include_headers_footers:
+                    deferred.extend(sub)
+        flush()
+        blocks.extend(deferred)
+
+    # ------------------------------------------------------------------ tables
+    def _lines(
+        self,
+        container: etree._Element,
+        nested: list[etree._Element],
+        deferred: list[Block],
+        depth: int,
+    ) -> list[str]:
+        """Own lines of a cell (or a text box inside a cell); nested tables are collected."""
+        lines: list[str] = []
+        for p in container:
+            name = _ln(p.tag)
+            if name == "subList":
+                lines.extend(self._lines(p, nested, deferred, depth))
+                continue
+            if name != "p":
+                continue
+            events: list[Any] = []
+            self._inline(p, events)
+            buf: list[str] = []
+            extra: list[str] = []
+            for ev in events:
+                if isinstance(ev, str):
+                    buf.append(ev)
+                elif ev[0] == "tbl":
+                    nested.append(ev[1])
+                elif ev[0] == "note":
+                    label = self._note_label(ev[1])
+                    deferred.extend(self._note_block(label, ev[2], depth))
+                elif ev[0] in ("box", "cap"):
+                    extra.extend(self._lines(ev[1], nested, deferred, depth))
+            line = "".join(buf).strip()
+            if line:
+                lines.append(line)
+            lines.extend(extra)
+        return lines
+
+    def _caption(self, tbl: etree._Element) -> str | None:
+        for child in tbl:
+            if _ln(child.tag) == "caption":
+                parts: list[Block] = []
+                self._container(child, parts, "caption", 0, None)
+                text = " ".join(b["text"] for b in parts if b["type"] == "paragraph").strip()
+                return text or None
+        return None
+
+    def _table(
+        self,
+        tbl: etree._Element,
+        blocks: list[Block],
+        location: str,
+        depth: int,
+        parent: HWPXTableParent | None,
+    ) -> None:
+        limits = self.st.limits
+        if depth >= limits.max_table_depth:
+            raise HWPXFormatError(
+                self.st.file,
+                f"tables nested deeper than max_table_depth={limits.max_table_depth} "
+                f"(line {tbl.sourceline}); raise the limit if the file is trusted",
+                part=self.part,
+            )
+        index = len(self.st.tables)
+        self.st.tables.append(None)  # reserve: a parent precedes its nested tables
+        n_rows = self._int(tbl, "rowCnt", 0)
+        n_cols = self._int(tbl, "colCnt", 0)
+        caption = self._caption(tbl)
+        cells: list[HWPXCell] = []
+        after: list[Block] = []
+        row_no = -1
+        for tr in tbl:
+            if _ln(tr.tag) != "tr":
+                continue
+            row_no += 1
+            col_no = 0
+            for tc in tr:
+                if _ln(tc.tag) != "tc":
+                    continue
+                r, c, rs, cs = row_no, col_no, 1, 1
+                nested: list[etree._Element] = []
+                deferred: list[Block] = []
+                lines: list[str] = []
+                for part in tc:
+                    name = _ln(part.tag)
+                    if name == "cellAddr":
+                        r = self._int(part, "rowAddr", row_no)
+                        c = self._int(part, "colAddr", col_no)
+                    elif name == "cellSpan":
+                        rs = max(self._int(part, "rowSpan", 1), 1)
+                        cs = max(self._int(part, "colSpan", 1), 1)
+                    elif name == "subList":
+                        lines = self._lines(part, nested, deferred, depth + 1)
+                col_no = c + cs
+                cell = HWPXCell(r, c, rs, cs, "\n".join(lines))
+                cells.append(cell)
+                n_rows = max(n_rows, r + rs)
+                n_cols = max(n_cols, c + cs)
+                if n_rows * n_cols > limits.max_table_cells:
+                    raise HWPXFormatError(
+                        self.st.file,
+                        f"table grid {n_rows}x{n_cols} exceeds max_table_cells="
+                        f"{limits.max_table_cells} (line {tbl.sourceline})",
+                        part=self.part,
+                    )
+                link = HWPXTableParent(index, cell)
+                for inner in nested:
+                    self._table(inner, after, location, depth + 1, link)
+                after.extend(deferred)
+        self.st.tables[index] = HWPXTable(
+            n_rows=n_rows,
+            n_cols=n_cols,
+            cells=cells,
+            depth=depth,
+            parent=parent,
+            section=self.section,
+            caption=caption,
+            index=index,
+            location=location,
+        )
+        blocks.append({"type": "table", "index": index, "section": self.section})
+        blocks.extend(after)

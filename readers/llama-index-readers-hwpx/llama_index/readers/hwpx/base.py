@@ -1,0 +1,338 @@
+"""HWPXReader: Hancom HWPX (OWPML) documents -> LlamaIndex Documents and cell-exact tables.
+
+Example::
+
+    from llama_index.readers.hwpx import HWPXReader, HWPXNodeParser
+
+    reader = HWPXReader()
+    docs = reader.load_data("standard.hwpx")             # one Document per file
+    tables = reader.load_tables("standard.hwpx")         # list[HWPXTable], pre-order
+    nodes = HWPXNodeParser().get_nodes_from_documents(docs)
+
+    docs = reader.load_data("corpus_dir/")               # batch: bad files are skipped,
+    reader.failures                                      # listed here, and warned about
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+
+from llama_index.core.readers.base import BasePydanticReader
+from llama_index.core.schema import Document
+from llama_index.readers.hwpx._errors import HWPXError, HWPXFormatError
+from llama_index.readers.hwpx._headings import classify
+from llama_index.readers.hwpx._model import HWPXTable
+from llama_index.readers.hwpx._package import (
+    Limits,
+    check_mimetype_and_manifest,
+    open_package,
+    outline_levels,
+    section_order,
+)
+from llama_index.readers.hwpx._parse import Block, FileState, SectionWalker
+from llama_index.readers.hwpx._render import STRUCTURE_KEY, blocks_text, structure_json
+from pydantic import Field, PrivateAttr
+
+__all__ = ["HWPXReader", "HWPXFailure", "HWPXReadWarning", "ParsedHWPX", "STRUCTURE_KEY"]
+
+_MIB = 1 << 20
+_NOTE_MARK = re.compile(r"\[\^e?\d+\]")
+# Metadata hidden from embedding / LLM text (the structure is bulky; the rest is noise).
+EMBED_EXCLUDED = [STRUCTURE_KEY, "file_path", "section", "table_count", "heading_path"]
+LLM_EXCLUDED = [STRUCTURE_KEY, "table_count"]
+
+
+class HWPXReadWarning(UserWarning):
+    """Emitted once per file skipped during a batch load."""
+
+
+@dataclass(frozen=True)
+class HWPXFailure:
+    """A file a batch load skipped, and why."""
+
+    file: str
+    error: str
+    error_type: str
+
+
+@dataclass
+class ParsedHWPX:
+    """Everything read from one file. ``sections[i]`` are section i's blocks (spine order)."""
+
+    file: str
+    title: str
+    package_title: str
+    sections: list[list[Block]]
+    tables: list[HWPXTable]
+    warnings: list[str]
+
+
+class HWPXReader(BasePydanticReader):
+    """Read HWPX files: markdown text with headings and tables, plus the cell-level structure.
+
+    Text: headings as ``#`` levels (outline styles and typed glyphs, see ``_headings``),
+    paragraphs, footnotes ``[^N]: ...`` after their paragraph, text boxes, captions, tables as
+    markdown (HTML where cells are merged); nested tables follow their parent table.
+
+    Metadata per Document: ``file_name``, ``file_path``, ``section`` (0-based index, None for a
+    whole-file Document), ``heading_path`` (`` > ``-joined headings in effect where the
+    Document starts), ``title``, ``table_count`` and ``hwpx_structure`` (JSON of blocks and
+    cells for :class:`HWPXNodeParser`; excluded from embedding and LLM text).
+
+    Args (pydantic fields; defaults in brackets): see each ``Field`` description.
+    """
+
+    is_remote: bool = False
+    split_sections: bool = Field(
+        default=False, description="One Document per section instead of one per file."
+    )
+    glyph_headings: bool = Field(
+        default=True,
+        description="Detect headings from typed glyphs (Ⅰ. 1. 가. □ ○ - 제1장 ...).",
+    )
+    boxed_titles: bool = Field(
+        default=True, description="Treat a short 1x1 top-level table as a heading."
+    )
+    heading_max_chars: int = Field(
+        default=60, ge=1, description="Longest paragraph that may be a glyph heading."
+    )
+    include_headers_footers: bool = Field(
+        default=False,
+        description="Emit page header/footer text (their tables are always in load_tables).",
+    )
+    max_file_bytes: int = Field(default=256 * _MIB, gt=0, description="Largest input file.")
+    max_part_bytes: int = Field(
+        default=128 * _MIB, gt=0, description="Largest decompressed package part."
+    )
+    max_total_bytes: int = Field(
+        default=512 * _MIB, gt=0, description="Largest total decompressed size of a package."
+    )
+    max_compression_ratio: float = Field(
+        default=200.0,
+        gt=1.0,
+        description="Largest uncompressed/compressed ratio of a part above 1 MiB (zip bombs).",
+    )
+    max_table_depth: int = Field(
+        default=32, ge=1, description="Deepest table nesting (1 = no nested tables allowed)."
+    )
+    max_table_cells: int = Field(
+        default=1_000_000, gt=0, description="Largest rowCnt x colCnt grid of one table."
+    )
+    _failures: list[HWPXFailure] = PrivateAttr(default_factory=list)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "HWPXReader"
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def failures(self) -> list[HWPXFailure]:
+        """Files skipped by the last batch (directory / list) load, with the error."""
+        return list(self._failures)
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_file_bytes=self.max_file_bytes,
+            max_part_bytes=self.max_part_bytes,
+            max_total_bytes=self.max_total_bytes,
+            max_compression_ratio=self.max_compression_ratio,
+            max_table_depth=self.max_table_depth,
+            max_table_cells=self.max_table_cells,
+        )
+
+    def parse_bytes(self, data: bytes, file: str = "<bytes>") -> ParsedHWPX:
+        """Parse an HWPX package held in memory; ``file`` names it in errors."""
+        limits = self.limits()
+        pkg = open_package(data, file, limits)
+        try:
+            check_mimetype_and_manifest(pkg)
+            order, package_title = section_order(pkg)
+            state = FileState(
+                file=file,
+                limits=limits,
+                outline=outline_levels(pkg),
+                include_headers_footers=self.include_headers_footers,
+            )
+            raw_sections: list[list[Block]] = []
+            for i, part in enumerate(order):
+                root = pkg.xml(part)
+                try:
+                    raw_sections.append(SectionWalker(state, i, part).walk(root))
+                except RecursionError as exc:
+                    raise HWPXFormatError(file, "XML nested too deeply", part=part) from exc
+                del root
+        finally:
+            pkg.zf.close()
+        tables = [t for t in state.tables if t is not None]
+        flat = [b for sec in raw_sections for b in sec]
+        classified = classify(
+            flat,
+            tables,
+            glyph_headings=self.glyph_headings,
+            boxed_titles=self.boxed_titles,
+            max_chars=self.heading_max_chars,
+        )
+        sections: list[list[Block]] = [[] for _ in raw_sections]
+        for b in classified:
+            sections[b["section"]].append(b)
+        title = _pick_title(classified, package_title, file, self.heading_max_chars)
+        return ParsedHWPX(file, title, package_title, sections, tables, list(pkg.warnings))
+
+    def load_tables(self, path: str | PurePath, fs: Any | None = None) -> list[HWPXTable]:
+        """Every ``hp:tbl`` of one file: sections in spine order, a parent before the tables
+        nested in it (pre-order). Cells are placed by ``cellAddr``/``cellSpan``.
+
+        >>> tables = HWPXReader().load_tables("form.hwpx")  # doctest: +SKIP
+        >>> tables[0].to_grid()                              # doctest: +SKIP
+        """
+        data, label = self._read(path, fs)
+        return self.parse_bytes(data, label).tables
+
+    def load_bytes(
+        self, data: bytes, file_name: str = "<bytes>", extra_info: dict | None = None
+    ) -> list[Document]:
+        """Documents from an in-memory package (``file_name`` becomes the file metadata)."""
+        return self._documents(self.parse_bytes(data, file_name), file_name, extra_info)
+
+    def lazy_load_data(  # type: ignore[override]
+        self,
+        file: str | PurePath | Sequence[str | PurePath],
+        extra_info: dict | None = None,
+        fs: Any | None = None,
+    ) -> Iterator[Document]:
+        """Documents from one file, a directory (``**/*.hwpx``) or a list of files.
+
+        One file: errors propagate (:class:`HWPXError` subclasses, or ``OSError``).
+        A directory or list: a bad file is skipped with an :class:`HWPXReadWarning` and
+        recorded in :attr:`failures`; the batch never aborts.
+        """
+        batch = self._batch_inputs(file, fs)
+        if batch is None:
+            data, label = self._read(file, fs)  # type: ignore[arg-type]
+            yield from self._documents(self.parse_bytes(data, label), label, extra_info)
+            return
+        self._failures = []
+        for item in batch:
+            try:
+                data, label = self._read(item, fs)
+                docs = self._documents(self.parse_bytes(data, label), label, extra_info)
+            except (HWPXError, OSError) as exc:
+                failure = HWPXFailure(str(item), str(exc), type(exc).__name__)
+                self._failures.append(failure)
+                warnings.warn(
+                    f"skipped {item}: {exc}", HWPXReadWarning, stacklevel=2
+                )
+                continue
+            yield from docs
+
+    def load_data(  # type: ignore[override]
+        self,
+        file: str | PurePath | Sequence[str | PurePath],
+        extra_info: dict | None = None,
+        fs: Any | None = None,
+    ) -> list[Document]:
+        """List form of :meth:`lazy_load_data` (same arguments, same failure handling)."""
+        return list(self.lazy_load_data(file, extra_info=extra_info, fs=fs))
+
+    # ------------------------------------------------------------------ internals
+    def _batch_inputs(
+        self, file: str | PurePath | Sequence[str | PurePath], fs: Any | None
+    ) -> list[str | PurePath] | None:
+        if isinstance(file, (list, tuple)):
+            return list(file)
+        path = file if isinstance(file, (str, PurePath)) else str(file)
+        if fs is not None:
+            if fs.isdir(str(path)):
+                found = fs.glob(str(PurePath(path) / "**" / "*.hwpx"))
+                return sorted(str(f) for f in found)
+            return None
+        p = Path(path)
+        if p.is_dir():
+            return sorted(q for q in p.rglob("*") if q.suffix.lower() == ".hwpx" and q.is_file())
+        return None
+
+    def _read(self, file: str | PurePath, fs: Any | None) -> tuple[bytes, str]:
+        label = str(file)
+        if fs is not None:
+            with fs.open(label, "rb") as fh:
+                data = fh.read(self.max_file_bytes + 1)
+        else:
+            p = Path(file)
+            size = p.stat().st_size
+            if size > self.max_file_bytes:
+                raise HWPXFormatError(
+                    label, f"file is {size} bytes, above max_file_bytes={self.max_file_bytes}"
+                )
+            data = p.read_bytes()
+        if len(data) > self.max_file_bytes:
+            raise HWPXFormatError(label, f"file is above max_file_bytes={self.max_file_bytes}")
+        return bytes(data), label
+
+    def _documents(
+        self, parsed: ParsedHWPX, label: str, extra_info: dict | None
+    ) -> list[Document]:
+        name = PurePath(label).name
+        groups: list[tuple[int | None, list[Block]]]
+        if self.split_sections:
+            groups = [(i, blocks) for i, blocks in enumerate(parsed.sections)]
+        else:
+            groups = [(None, [b for sec in parsed.sections for b in sec])]
+        docs: list[Document] = []
+        path_before: list[str] = []
+        for section, blocks in groups:
+            table_ids = {b["index"] for b in blocks if b["type"] == "table"}
+            metadata: dict[str, Any] = {"file_name": name, "file_path": label}
+            if extra_info:
+                metadata.update(extra_info)
+            metadata.update(
+                {
+                    "section": section,
+                    "heading_path": " > ".join(path_before),
+                    "title": parsed.title,
+                    "table_count": len(table_ids),
+                    STRUCTURE_KEY: structure_json(blocks, parsed.tables),
+                }
+            )
+            doc_id = label if section is None else f"{label}#section{section}"
+            docs.append(
+                Document(
+                    id_=doc_id,
+                    text=blocks_text(blocks, parsed.tables),
+                    metadata=metadata,
+                    excluded_embed_metadata_keys=list(EMBED_EXCLUDED),
+                    excluded_llm_metadata_keys=list(LLM_EXCLUDED),
+                )
+            )
+            for b in blocks:
+                if "path" in b:
+                    path_before = list(b["path"])
+        return docs
+
+
+def _pick_title(blocks: Sequence[Block], package_title: str, file: str, max_chars: int) -> str:
+    """Document title, first match of:
+
+    1. a boxed title (a short text alone in a table) among the first 5 blocks;
+    2. the first block, if it is a short paragraph or heading (forms put the title first);
+    3. the first level-1 heading; 4. ``opf:title`` (often junk in real files); 5. file stem.
+    """
+    for b in blocks[:5]:
+        if b["type"] == "table" and "heading" in b:
+            return str(b["heading"]["text"])
+    if blocks:
+        b = blocks[0]
+        text = " ".join(_NOTE_MARK.sub("", str(b.get("text", ""))).split())
+        if b["type"] in ("heading", "paragraph") and 0 < len(text) <= max_chars:
+            if b["type"] == "heading" or b.get("location") == "body":
+                return text
+    for b in blocks:
+        if b["type"] == "heading" and b["level"] == 1:
+            return str(b["text"])
+    if package_title.strip():
+        return package_title.strip()
+    return PurePath(file).stem

@@ -1,0 +1,1 @@
+"""Fakes used by the tests (a provider HTTP server)."""

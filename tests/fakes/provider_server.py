@@ -1,0 +1,310 @@
+"""A scriptable fake of the provider HTTP APIs the package calls, on 127.0.0.1.
+
+Speaks just enough of each API for the real SDKs (through the llama-index integrations):
+
+* Anthropic ``POST /v1/messages`` (non-streaming; ``llama-index-llms-anthropic`` calls
+  ``messages.create(stream=False)`` from ``complete``/``chat`` and their async twins);
+* OpenAI ``POST /v1/embeddings`` (``float`` or ``base64`` per the request's
+  ``encoding_format``; deterministic vectors computed from the input text);
+* Cohere ``POST /v2/rerank`` (``ClientV2.rerank``, what ``CohereRerank`` uses) and
+  ``/v1/rerank``; scores computed from character overlap with the query.
+
+Every request is recorded (:attr:`FakeProviderServer.requests`). Tests script replies per path
+with :meth:`FakeProviderServer.enqueue` (a FIFO of :class:`Reply` objects or callables); when
+the queue of a path is empty the default handler answers. A reply can carry a ``delay`` (to
+trigger client timeouts), any status (429 then 200 for retries, 500 for fallbacks).
+
+>>> server = FakeProviderServer().start()
+>>> server.url.startswith("http://127.0.0.1:")
+True
+>>> server.stop()
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import struct
+import threading
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+__all__ = [
+    "FakeProviderServer",
+    "RecordedRequest",
+    "Reply",
+    "anthropic_message",
+    "provider_server",
+    "provider_env",
+]
+
+DEFAULT_ANTHROPIC_TEXT = "가설: 신축이음장치 설치기준\n기준어: 신축이음장치, 설치기준"
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+    def header(self, name: str) -> str | None:
+        """Case-insensitive header lookup."""
+        for key, value in self.headers.items():
+            if key.lower() == name.lower():
+                return value
+        return None
+
+
+@dataclass
+class Reply:
+    """A scripted reply: ``status``, JSON ``body`` (``None`` → the default handler's body),
+    extra ``headers`` and a ``delay`` in seconds before answering."""
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+Action = Reply | Callable[[RecordedRequest], Reply]
+
+
+def anthropic_message(text: str, model: str = "claude-sonnet-4-6") -> dict[str, Any]:
+    """An Anthropic Messages API response body carrying ``text``."""
+    return {
+        "id": "msg_fake_0001",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 318, "output_tokens": 93},
+    }
+
+
+def fake_vector(text: str, dimensions: int) -> list[float]:
+    """A deterministic unit vector for ``text`` (sha256-seeded; same text → same vector)."""
+    values: list[float] = []
+    counter = 0
+    while len(values) < dimensions:
+        digest = hashlib.sha256(f"{counter}:{text}".encode()).digest()
+        values.extend((b - 127.5) / 127.5 for b in digest)
+        counter += 1
+    values = values[:dimensions]
+    norm = sum(v * v for v in values) ** 0.5 or 1.0
+    return [v / norm for v in values]
+
+
+def overlap_score(query: str, document: str) -> float:
+    """Share of the query's distinct non-space characters found in ``document``."""
+    chars = {c for c in query if not c.isspace()}
+    if not chars:
+        return 0.0
+    return sum(c in document for c in chars) / len(chars)
+
+
+def _error_body(path: str, status: int) -> dict[str, Any]:
+    kind = {429: "rate_limit_error", 401: "authentication_error"}.get(status, "api_error")
+    message = f"fake {status} for {path}"
+    if path.endswith("/messages"):
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    if path.endswith("/embeddings"):
+        return {"error": {"message": message, "type": kind, "code": str(status)}}
+    return {"message": message}
+
+
+class FakeProviderServer:
+    """Threaded HTTP server faking the Anthropic, OpenAI and Cohere endpoints.
+
+    Attributes:
+        requests: every request received, in arrival order.
+        anthropic_text: text (or ``callable(request) -> text``) of default ``/v1/messages``
+            replies.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self.anthropic_text: str | Callable[[RecordedRequest], str] = DEFAULT_ANTHROPIC_TEXT
+        self._queues: dict[str, deque[Action]] = defaultdict(deque)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> FakeProviderServer:
+        """Bind a random free port on 127.0.0.1 and serve in a daemon thread."""
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+            def do_POST(self) -> None:  # noqa: N802
+                server._handle(self)
+
+            def do_GET(self) -> None:  # noqa: N802
+                server._handle(self)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and wake any delayed handler."""
+        self._stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, ``http://127.0.0.1:<port>`` (no trailing slash)."""
+        if self._httpd is None:
+            raise RuntimeError("FakeProviderServer is not running; call start()")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    # ---------------------------------------------------------------- scripting
+    def enqueue(self, path: str, *actions: Action) -> None:
+        """Queue replies for ``path`` (e.g. ``"/v1/messages"``), consumed one per request."""
+        with self._lock:
+            self._queues[path].extend(actions)
+
+    def requests_to(self, path: str) -> list[RecordedRequest]:
+        """The recorded requests whose path is ``path``."""
+        return [r for r in self.requests if r.path == path]
+
+    def reset(self) -> None:
+        """Forget recorded requests and pending scripted replies."""
+        with self._lock:
+            self.requests.clear()
+            self._queues.clear()
+
+    # ---------------------------------------------------------------- handling
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        raw = handler.rfile.read(length) if length else b""
+        try:
+            body: Any = json.loads(raw.decode("utf-8")) if raw else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            body = raw.decode("utf-8", "replace")
+        path = handler.path.split("?", 1)[0]
+        request = RecordedRequest(handler.command, path, dict(handler.headers.items()), body)
+        with self._lock:
+            self.requests.append(request)
+            queue = self._queues.get(path)
+            action: Action | None = queue.popleft() if queue else None
+        reply = action(request) if callable(action) else action
+        if reply is None:
+            reply = Reply()
+        if reply.delay and self._stopping.wait(reply.delay):
+            return
+        payload = reply.body
+        if payload is None:
+            payload = (
+                self._default(request) if reply.status < 400 else _error_body(path, reply.status)
+            )
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        try:
+            handler.send_response(reply.status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            for key, value in reply.headers.items():
+                handler.send_header(key, value)
+            handler.end_headers()
+            handler.wfile.write(data)
+            handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
+            return
+
+    def _default(self, request: RecordedRequest) -> Any:
+        path = request.path
+        body = request.body if isinstance(request.body, dict) else {}
+        if path.endswith("/messages"):
+            text = self.anthropic_text
+            content = text(request) if callable(text) else text
+            return anthropic_message(content, model=str(body.get("model", "claude-sonnet-4-6")))
+        if path.endswith("/embeddings"):
+            return self._embeddings(body)
+        if path.endswith("/rerank"):
+            return self._rerank(body)
+        return {"message": f"fake server: no handler for {path}"}
+
+    @staticmethod
+    def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
+        inputs = body.get("input", [])
+        if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
+            inputs = [inputs]
+        dims = int(body.get("dimensions") or 8)
+        as_base64 = body.get("encoding_format") == "base64"
+        data = []
+        for i, item in enumerate(inputs):
+            vec = fake_vector(item if isinstance(item, str) else json.dumps(item), dims)
+            emb: Any = (
+                base64.b64encode(struct.pack(f"<{dims}f", *vec)).decode("ascii")
+                if as_base64
+                else vec
+            )
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.get("model", "text-embedding-3-large"),
+            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+        }
+
+    @staticmethod
+    def _rerank(body: dict[str, Any]) -> dict[str, Any]:
+        query = str(body.get("query", ""))
+        docs = [d if isinstance(d, str) else json.dumps(d) for d in body.get("documents", [])]
+        scored = sorted(
+            ((overlap_score(query, d), i) for i, d in enumerate(docs)), key=lambda t: (-t[0], t[1])
+        )
+        top_n = body.get("top_n") or len(docs)
+        return {
+            "id": "rerank_fake_0001",
+            "results": [{"index": i, "relevance_score": s} for s, i in scored[:top_n]],
+            "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}},
+        }
+
+
+@pytest.fixture
+def provider_server() -> Iterator[FakeProviderServer]:
+    """A running :class:`FakeProviderServer`, stopped after the test."""
+    server = FakeProviderServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def provider_env(
+    provider_server: FakeProviderServer, monkeypatch: pytest.MonkeyPatch
+) -> FakeProviderServer:
+    """Point every SDK at the fake server through the env vars the SDKs (and
+    :mod:`llama_index_car.providers`) read, with fake keys."""
+    url = provider_server.url
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fake")
+    monkeypatch.setenv("OPENAI_BASE_URL", url + "/v1")
+    monkeypatch.setenv("COHERE_API_KEY", "co-fake")
+    monkeypatch.setenv("CO_API_URL", url)
+    return provider_server

@@ -1,0 +1,82 @@
+"""The on-disk embedding cache: a second run re-embeds nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_index.core.base.embeddings.base import BaseEmbedding
+
+from llama_index_car._errors import IndexPersistError
+from llama_index_car.evaluation.cache import EmbeddingCache
+
+
+class CountingEmbedding(BaseEmbedding):
+    """Deterministic 3-d vectors; counts every string it embeds (query and text apart)."""
+
+    model_name: str = "counting"
+    text_calls: int = 0
+    query_calls: int = 0
+
+    def _vec(self, s: str) -> list[float]:
+        return [float(len(s)), float(sum(map(ord, s)) % 97), 1.0]
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        self.query_calls += 1
+        return [-x for x in self._vec(query)]
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        self.text_calls += 1
+        return self._vec(text)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_query_embedding(query)
+
+
+def test_second_run_reembeds_nothing(tmp_path: Path) -> None:
+    texts = ["배수시설", "설치기준", "배수시설", "x" * 50]
+    m1 = CountingEmbedding()
+    first = EmbeddingCache(tmp_path, m1).embed(texts)
+    assert m1.text_calls == 3  # the duplicate is embedded once
+    m2 = CountingEmbedding()
+    c2 = EmbeddingCache(tmp_path, m2)
+    again = c2.embed(texts)
+    assert m2.text_calls == 0 and c2.hits == 4 and c2.misses == 0
+    np.testing.assert_array_equal(first, again)
+    assert first.dtype == np.float32
+    np.testing.assert_array_equal(first[0], np.asarray(m1._vec("배수시설"), dtype=np.float32))
+
+
+def test_query_and_text_kinds_are_separate_for_asymmetric_models(tmp_path: Path) -> None:
+    m = CountingEmbedding()
+    cache = EmbeddingCache(tmp_path, m)
+    t = cache.embed(["a"], "text")
+    q = cache.embed(["a"], "query")
+    assert m.text_calls == 1 and m.query_calls == 1
+    assert q[0][0] == -t[0][0]
+    cache.embed(["a", "b"], "query")
+    assert m.query_calls == 2
+
+
+def test_model_spec_separates_folders(tmp_path: Path) -> None:
+    a = EmbeddingCache(tmp_path, CountingEmbedding(model_name="m1"))
+    b = EmbeddingCache(tmp_path, CountingEmbedding(model_name="m2"))
+    a.embed(["x"])
+    assert a.path != b.path and len(b) == 0
+    index = json.loads((a.path / "index.json").read_text())
+    assert index["format_version"] == 1 and index["dim"] == 3
+    assert all(name.endswith(".npy") for name in index["shards"])
+
+
+def test_damaged_index_raises_typed_error(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, CountingEmbedding())
+    cache.embed(["x"])
+    (cache.path / "index.json").write_text("{broken")
+    with pytest.raises(IndexPersistError, match="delete the folder"):
+        EmbeddingCache(tmp_path, CountingEmbedding())
+
+
+def test_empty_input(tmp_path: Path) -> None:
+    assert EmbeddingCache(tmp_path, CountingEmbedding()).embed([]).shape[0] == 0

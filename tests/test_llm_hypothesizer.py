@@ -1,0 +1,408 @@
+"""LLMCriterionHypothesizer / HyDEHypothesizer: parsing, cache, retry, timeout, async."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    CompletionResponse,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.llms import CustomLLM
+from llama_index.core.prompts import PromptTemplate
+
+from llama_index_car._errors import HypothesisError, MissingCredentialsError
+from llama_index_car.hypothesizers import llm as llm_mod
+from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer
+from llama_index_car.hypothesizers.llm import (
+    HyDEHypothesizer,
+    LLMCriterionHypothesizer,
+    is_retryable_error,
+    parse_criterion_output,
+)
+from llama_index_car.hypothesizers.prompts import CRITERION_HYPOTHESIS_TMPL
+
+GOOD = "가설: 신축이음장치 설치기준\n기준어: 신축이음장치, 설치기준"
+QUERY = "온도에 따라 늘었다 줄었다 하는 이음부는 어떻게 설치하나요?"
+
+
+class StatusError(Exception):
+    """An SDK-like error carrying an HTTP status (and optional headers)."""
+
+    def __init__(self, status_code: int, headers: dict[str, str] | None = None) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+        self.headers = headers or {}
+
+
+class ScriptedLLM(CustomLLM):
+    """Replies from a script: each item a string, an exception, or (delay, item)."""
+
+    model: str = "scripted-1"
+    chat_model: bool = False
+    _script: list[Any] = PrivateAttr(default_factory=list)
+    _prompts: list[str] = PrivateAttr(default_factory=list)
+    _paths: list[str] = PrivateAttr(default_factory=list)
+
+    def __init__(self, script: Sequence[Any], **kw: Any) -> None:
+        super().__init__(**kw)
+        self._script = list(script)
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name=self.model, is_chat_model=self.chat_model)
+
+    def _next(self) -> tuple[float, Any]:
+        item = self._script.pop(0) if len(self._script) > 1 else self._script[0]
+        return item if isinstance(item, tuple) else (0.0, item)
+
+    def complete(self, prompt: str, formatted: bool = False, **kw: Any) -> CompletionResponse:
+        self._prompts.append(prompt)
+        self._paths.append("complete")
+        delay, item = self._next()
+        if delay:
+            time.sleep(delay)
+        if isinstance(item, BaseException):
+            raise item
+        return CompletionResponse(text=item)
+
+    async def acomplete(
+        self, prompt: str, formatted: bool = False, **kw: Any
+    ) -> CompletionResponse:
+        self._prompts.append(prompt)
+        self._paths.append("acomplete")
+        delay, item = self._next()
+        await asyncio.sleep(delay)
+        if isinstance(item, BaseException):
+            raise item
+        return CompletionResponse(text=item)
+
+    def chat(self, messages: Sequence[ChatMessage], **kw: Any) -> ChatResponse:
+        self._paths.append("chat")
+        text = self.complete(str(messages[-1].content)).text
+        self._paths.pop()  # the inner complete() call
+        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text))
+
+    def stream_complete(self, prompt: str, formatted: bool = False, **kw: Any) -> CompletionResponseGen:
+        raise NotImplementedError
+
+    @property
+    def prompts(self) -> list[str]:
+        return self._prompts
+
+    @property
+    def paths(self) -> list[str]:
+        return self._paths
+
+
+def make(script: Sequence[Any], **kw: Any) -> tuple[LLMCriterionHypothesizer, ScriptedLLM]:
+    llm = ScriptedLLM(script)
+    kw.setdefault("backoff", 0.0)
+    return LLMCriterionHypothesizer(llm=llm, **kw), llm
+
+
+# ----------------------------------------------------------------------------- parsing
+@pytest.mark.parametrize(
+    ("raw", "text", "criteria"),
+    [
+        (GOOD, "신축이음장치 설치기준", ("신축이음장치", "설치기준")),
+        ("물론입니다! 다음과 같습니다.\n\n" + GOOD + "\n\n도움이 되길 바랍니다.",
+         "신축이음장치 설치기준", ("신축이음장치", "설치기준")),
+        ("- **가설**: 배수시설 설치기준\n- **기준어**: 배수시설; 설치기준",
+         "배수시설 설치기준", ("배수시설", "설치기준")),
+        ("1. 가설：배수시설 설치기준\n2. 기준어：「배수시설」, '설치기준'.",
+         "배수시설 설치기준", ("배수시설", "설치기준")),
+        ("가설: 배수시설 설치기준\n기준어:\n- 배수시설\n- 설치기준\n\n끝",
+         "배수시설 설치기준", ("배수시설", "설치기준")),
+        ('```json\n{"가설": "방호울타리 설치기준", "기준어": "방호울타리, 설치기준"}\n```',
+         "방호울타리 설치기준", ("방호울타리", "설치기준")),
+        ('Sure: {"hypothesis": "난간 높이 기준", "criteria": ["난간높이", "안전기준"]} ok',
+         "난간 높이 기준", ("난간높이", "안전기준")),
+        ("Hypothesis: 터널 환기 설계기준\nCriteria: 환기, 설계기준",
+         "터널 환기 설계기준", ("환기", "설계기준")),
+        ("가설: 배수시설 설치기준 및 유지관리 기준", "배수시설 설치기준 및 유지관리 기준",
+         ("배수시설", "설치기준", "유지관리", "기준")),
+        ("기준어: 배수시설, 설치기준", "배수시설 설치기준", ("배수시설", "설치기준")),
+        ("배수시설 설치기준", "배수시설 설치기준", ("배수시설", "설치기준")),
+    ],
+)
+def test_parse_tolerant(raw: str, text: str, criteria: tuple[str, ...]) -> None:
+    assert parse_criterion_output(raw) == (text, criteria)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "   \n ",
+        "```\n```",
+        "...!!!",
+        "가설: ???\n기준어: ",
+        "이 질문은 도로의 배수에 관한 것으로 보입니다. 비가 오면 물이 고이지 않도록 여러 시설을 "
+        "두는데, 그 방법은 지역마다 다르고 설계자가 판단해야 합니다.\n추가로 고려할 점이 많습니다.",
+        '{"foo": 1}',
+    ],
+)
+def test_parse_garbage_raises(raw: str) -> None:
+    with pytest.raises(HypothesisError):
+        parse_criterion_output(raw)
+
+
+def test_parse_caps_terms() -> None:
+    raw = "가설: x 기준\n기준어: " + ", ".join(f"용어{i}" for i in range(20))
+    assert len(parse_criterion_output(raw)[1]) == 8
+
+
+# ----------------------------------------------------------------------------- behaviour
+def test_is_a_hypothesizer_and_prompt_mixin() -> None:
+    hyp, _ = make([GOOD])
+    assert isinstance(hyp, BaseCriterionHypothesizer)
+    prompts = hyp.get_prompts()
+    assert list(prompts) == ["hypothesis_prompt"]
+    assert prompts["hypothesis_prompt"].get_template() == CRITERION_HYPOTHESIS_TMPL
+
+
+def test_prompt_carries_query_and_few_shot_is_unrelated() -> None:
+    hyp, llm = make([GOOD])
+    result = hyp.hypothesize(QUERY)
+    assert result.text == "신축이음장치 설치기준"
+    assert result.criteria == ("신축이음장치", "설치기준")
+    assert result.source == "llm" and result.cached is False
+    assert result.expansion_terms() == "신축이음장치 설치기준"
+    (prompt,) = llm.prompts
+    assert prompt.rstrip().endswith(f"질문: {QUERY}")
+    # the few-shot examples come from other domains: no road-design vocabulary
+    for word in ("도로", "교량", "포장", "터널", "신축이음", "배수"):
+        assert word not in CRITERION_HYPOTHESIS_TMPL
+
+
+def test_chat_model_uses_chat() -> None:
+    llm = ScriptedLLM([GOOD], chat_model=True)
+    LLMCriterionHypothesizer(llm=llm).hypothesize(QUERY)
+    assert llm.paths == ["chat"]
+
+
+def test_memory_cache_hit_and_key() -> None:
+    hyp, llm = make([GOOD])
+    first = hyp.hypothesize(QUERY)
+    start = time.perf_counter()
+    again = hyp.hypothesize(QUERY)
+    elapsed = time.perf_counter() - start
+    assert again.cached and not first.cached
+    assert (again.text, again.criteria) == (first.text, first.criteria)
+    assert len(llm.prompts) == 1
+    assert elapsed < 0.005
+    assert hyp.cache_info() == {"hits": 1, "misses": 1, "size": 1, "llm_calls": 1}
+    # the key changes with the query, the model and the prompt
+    other_model, _ = make([GOOD])
+    other_model.llm.model = "scripted-2"  # type: ignore[attr-defined]
+    assert hyp.cache_key(QUERY) != hyp.cache_key(QUERY + "?")
+    assert hyp.cache_key(QUERY) != other_model.cache_key(QUERY)
+
+
+def test_update_prompts_is_used_and_invalidates_cache() -> None:
+    hyp, llm = make([GOOD])
+    hyp.hypothesize(QUERY)
+    key = hyp.cache_key(QUERY)
+    hyp.update_prompts({"hypothesis_prompt": PromptTemplate("Q={query}\n가설:")})
+    assert hyp.cache_key(QUERY) != key
+    assert not hyp.hypothesize(QUERY).cached
+    assert llm.prompts[-1] == f"Q={QUERY}\n가설:"
+
+
+def test_lru_eviction() -> None:
+    hyp, llm = make([GOOD], cache_size=2)
+    for q in ("a 질문", "b 질문", "c 질문"):
+        hyp.hypothesize(q)
+    assert hyp.cache_info()["size"] == 2
+    assert not hyp.hypothesize("a 질문").cached  # evicted (least recently used)
+    assert hyp.hypothesize("c 질문").cached
+    assert len(llm.prompts) == 4
+
+
+def test_disk_cache_shared_across_instances(tmp_path: Path) -> None:
+    hyp, llm = make([GOOD], cache_dir=tmp_path)
+    hyp.hypothesize(QUERY)
+    files = list(tmp_path.glob("*.json"))
+    assert [f.stem for f in files] == [hyp.cache_key(QUERY)]
+    data = json.loads(files[0].read_text(encoding="utf-8"))
+    assert data["format_version"] == 1 and data["query"] == QUERY
+    assert data["criteria"] == ["신축이음장치", "설치기준"]
+
+    fresh, fresh_llm = make([RuntimeError("must not be called")], cache_dir=tmp_path)
+    got = fresh.hypothesize(QUERY)
+    assert got.cached and got.text == "신축이음장치 설치기준"
+    assert fresh_llm.prompts == []
+
+
+def test_corrupt_disk_cache_is_ignored(tmp_path: Path) -> None:
+    hyp, llm = make([GOOD], cache_dir=tmp_path)
+    (tmp_path / f"{hyp.cache_key(QUERY)}.json").write_text("{not json", encoding="utf-8")
+    assert not hyp.hypothesize(QUERY).cached
+    assert len(llm.prompts) == 1
+    assert json.loads((tmp_path / f"{hyp.cache_key(QUERY)}.json").read_text())["text"]
+
+
+def test_retry_on_429_then_success() -> None:
+    hyp, llm = make([StatusError(429), StatusError(503), GOOD], max_retries=2)
+    assert hyp.hypothesize(QUERY).text == "신축이음장치 설치기준"
+    assert len(llm.prompts) == 3
+
+
+def test_retries_exhausted() -> None:
+    hyp, llm = make([StatusError(500)], max_retries=2)
+    with pytest.raises(HypothesisError, match=r"after 3 attempt\(s\).*HTTP 500"):
+        hyp.hypothesize(QUERY)
+    assert len(llm.prompts) == 3
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404])
+def test_no_retry_on_client_errors(status: int) -> None:
+    hyp, llm = make([StatusError(status), GOOD], max_retries=3)
+    with pytest.raises(HypothesisError, match="not retryable") as info:
+        hyp.hypothesize(QUERY)
+    assert len(llm.prompts) == 1
+    assert ("API key" in str(info.value)) == (status in (401, 403))
+
+
+def test_garbage_is_not_retried_and_not_cached() -> None:
+    hyp, llm = make(["I cannot help with that request, sorry. " * 5, GOOD])
+    with pytest.raises(HypothesisError, match="unusable"):
+        hyp.hypothesize(QUERY)
+    assert hyp.cache_info()["size"] == 0
+    assert hyp.hypothesize(QUERY).text == "신축이음장치 설치기준"  # next call tries again
+
+
+def test_backoff_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+    monkeypatch.setattr(llm_mod.time, "sleep", sleeps.append)
+    hyp, _ = make([StatusError(500)] * 4 + [GOOD], max_retries=4, backoff=0.5, max_backoff=1.5)
+    hyp.hypothesize(QUERY)
+    assert sleeps == [0.5, 1.0, 1.5, 1.5]  # min(max_backoff, backoff * 2**attempt)
+
+
+def test_retry_after_header_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    sleeps: list[float] = []
+    monkeypatch.setattr(llm_mod.time, "sleep", sleeps.append)
+    hyp, _ = make([StatusError(429, {"retry-after-ms": "250"}), GOOD], backoff=2.0)
+    hyp.hypothesize(QUERY)
+    assert sleeps == [0.25]
+
+
+def test_sync_timeout() -> None:
+    hyp, llm = make([(2.0, GOOD)], timeout=0.2, max_retries=1)
+    start = time.perf_counter()
+    with pytest.raises(HypothesisError, match=r"after 2 attempt\(s\).*no answer within 0.2"):
+        hyp.hypothesize(QUERY)
+    assert time.perf_counter() - start < 1.0
+
+
+async def test_async_native_path_and_timeout() -> None:
+    hyp, llm = make([GOOD])
+    result = await hyp.ahypothesize(QUERY)
+    assert result.criteria == ("신축이음장치", "설치기준")
+    assert llm.paths == ["acomplete"]
+    assert (await hyp.ahypothesize(QUERY)).cached
+
+    slow, _ = make([(2.0, GOOD)], timeout=0.2, max_retries=0)
+    start = time.perf_counter()
+    with pytest.raises(HypothesisError, match="no answer within"):
+        await slow.ahypothesize(QUERY)
+    assert time.perf_counter() - start < 0.8
+
+
+async def test_async_calls_run_concurrently() -> None:
+    hyp, llm = make([(0.3, GOOD)])
+    start = time.perf_counter()
+    results = await asyncio.gather(*(hyp.ahypothesize(f"질문 {i}") for i in range(5)))
+    elapsed = time.perf_counter() - start
+    assert len(results) == 5 and all(not r.cached for r in results)
+    assert elapsed < 0.3 * 3  # 5 sequential calls would take 1.5 s
+
+
+def test_async_retry_on_429() -> None:
+    hyp, llm = make([StatusError(429), GOOD])
+    assert asyncio.run(hyp.ahypothesize(QUERY)).text == "신축이음장치 설치기준"
+    assert llm.paths == ["acomplete", "acomplete"]
+
+
+def test_empty_query_and_bad_options() -> None:
+    hyp, _ = make([GOOD])
+    with pytest.raises(HypothesisError, match="empty query"):
+        hyp.hypothesize("  ")
+    from llama_index_car._errors import ConfigurationError
+
+    for kw in ({"timeout": 0}, {"max_retries": -1}, {"backoff": -1.0}, {"cache_size": -1}):
+        with pytest.raises(ConfigurationError):
+            LLMCriterionHypothesizer(llm=ScriptedLLM([GOOD]), **kw)  # type: ignore[arg-type]
+
+
+def test_is_retryable_error() -> None:
+    class APITimeoutError(Exception):
+        pass
+
+    class APIConnectionError(Exception):
+        pass
+
+    assert is_retryable_error(APITimeoutError())
+    assert is_retryable_error(APIConnectionError())
+    assert is_retryable_error(StatusError(429)) and is_retryable_error(StatusError(502))
+    assert not is_retryable_error(StatusError(401)) and not is_retryable_error(KeyError("x"))
+
+
+def test_default_llm_needs_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(MissingCredentialsError, match="ANTHROPIC_API_KEY"):
+        LLMCriterionHypothesizer()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    hyp = LLMCriterionHypothesizer(timeout=12.0)
+    assert type(hyp.llm).__name__ == "Anthropic"
+    assert hyp.llm.model == "claude-sonnet-4-6"  # type: ignore[attr-defined]
+    assert hyp.llm.max_retries == 0  # type: ignore[attr-defined]  # our retry policy applies
+    assert hyp.llm.timeout == 12.0  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------- HyDE
+PASSAGE = "단락: 신축이음장치는 교량 상부구조의 온도 변화에 따른 신축을 흡수하도록 설치한다."
+
+
+def test_hyde_passage_and_terms() -> None:
+    llm = ScriptedLLM([PASSAGE])
+    hyde = HyDEHypothesizer(llm=llm, term_extractor=lambda t: t.split()[:2] + ["교량"])
+    result = hyde.hypothesize(QUERY)
+    assert result.source == "hyde"
+    assert result.text.startswith("신축이음장치는 교량")
+    assert result.criteria == ("신축이음장치는", "교량")  # unique, in order
+    assert "질문: " + QUERY in llm.prompts[0]
+    assert list(hyde.get_prompts()) == ["hypothesis_prompt"]
+    assert hyde.hypothesize(QUERY).cached
+    # one engine: HyDE and the criterion hypothesizer share cache/retry code, not copies
+    assert HyDEHypothesizer.hypothesize is LLMCriterionHypothesizer.hypothesize
+
+
+def test_hyde_default_terms_use_kiwi_nouns() -> None:
+    hyde = HyDEHypothesizer(llm=ScriptedLLM([PASSAGE]))
+    criteria = hyde.hypothesize(QUERY).criteria
+    assert "신축이음장치" in criteria
+    assert all(" " not in c for c in criteria)
+
+
+def test_hyde_garbage_and_retry() -> None:
+    hyde = HyDEHypothesizer(llm=ScriptedLLM(["  ```\n```  "]), term_extractor=str.split)
+    with pytest.raises(HypothesisError, match="HyDE"):
+        hyde.hypothesize(QUERY)
+    ok = HyDEHypothesizer(
+        llm=ScriptedLLM([StatusError(529), PASSAGE]), term_extractor=str.split, backoff=0.0
+    )
+    assert ok.hypothesize(QUERY).text.startswith("신축이음장치")
