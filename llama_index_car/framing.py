@@ -109,13 +109,17 @@ DEFAULT_CRITERION_HEADS: tuple[str, ...] = ("기준",)
 PROBE_MAX_CHARS = 8000
 
 _HANGUL_RUN = re.compile(r"[가-힣]+")
+# A compound needs at least two syllables before the head: one-syllable prefixes are mostly
+# surnames (김기준, 박기준 are people) or line-broken words (회\n계기준) in real corpora.
+_MIN_PREFIX = 2
 # Particles / copula endings that may follow a criterion compound inside one Hangul run.
 _PARTICLES = (
     "이다", "이며", "이고", "이나", "이라", "이란", "에서는", "에서의", "에서도", "에서",
     "에는", "에도", "에의", "에게", "으로는", "으로서", "으로써", "으로도", "으로", "로는",
     "로서", "로써", "로도", "로", "과의", "와의", "과는", "와는", "까지", "부터", "보다",
     "처럼", "만큼", "마다", "은", "는", "이", "가", "을", "를", "의", "에", "과", "와", "도",
-    "만", "등",
+    "만", "등", "인", "이면", "이라는", "이지만", "이라도", "만을", "만으로", "별", "상", "별로",
+    "상의",
 )
 _PARTICLE_RE = "(?:" + "|".join(sorted(_PARTICLES, key=len, reverse=True)) + ")"
 # Prefixes that are determiners, not compound parts: "이기준", "각기준", "해당기준".
@@ -260,7 +264,7 @@ def _iter_criteria(body: str, heads: Sequence[str]) -> Iterator[str]:
         compound = match.group("c")
         head = next(h for h in sorted(head_set, key=len, reverse=True) if compound.endswith(h))
         prefix = compound[: -len(head)]
-        if not prefix or prefix in _DETERMINER_PREFIXES:
+        if len(prefix) < _MIN_PREFIX or prefix in _DETERMINER_PREFIXES:
             continue
         yield compound
 
@@ -293,8 +297,9 @@ def extract_criteria(
 
     * a compound is a Hangul run ending in a head, optionally followed by ``들`` and one
       particle or copula ending (``설치기준은`` → ``설치기준``, ``설치기준에서는`` → ``설치기준``);
-    * a head standing alone (``기준에 따라``) or after a determiner (``이기준``, ``해당기준``)
-      is **not** a compound; ``기준점``, ``기준서`` are not ``~기준`` compounds;
+    * a head standing alone (``기준에 따라``), after a determiner (``이기준``, ``해당기준``) or
+      after a single syllable (``김기준`` is a name) is **not** a compound; ``기준점``,
+      ``기준서`` are not ``~기준`` compounds;
     * compounds already in the title (spaces ignored) are skipped;
     * unique, in body order (the paper's criterion is the first one).
 

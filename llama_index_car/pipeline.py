@@ -6,7 +6,8 @@ One call turns a folder of HWPX files into a self-contained directory::
       car_index.json      manifest: format_version, embedding spec, chunking, counts, failures
       vector/             VectorStoreIndex storage (SimpleVectorStore + docstore, plain JSON)
       bm25/               KiwiBM25Retriever.persist() output (JSON + .npz, tokenizer spec)
-      hypothesizer/       CorpusCriterionHypothesizer state (JSON)
+      hypothesizer/       CorpusCriterionHypothesizer state (JSON + .npy/.npz)
+      tables.json         cell text and coordinates of every table in an indexed table node
 
 Pipeline: HWPX files → :class:`~llama_index.readers.hwpx.HWPXReader` → documents →
 :class:`~llama_index.readers.hwpx.HWPXNodeParser` (``chunk_size=1000``, ``chunk_overlap=150``
@@ -77,6 +78,7 @@ MANIFEST_NAME = "car_index.json"
 VECTOR_DIR = "vector"
 BM25_DIR = "bm25"
 HYPOTHESIZER_DIR = "hypothesizer"
+TABLES_NAME = "tables.json"
 RetrieverKind = Literal["car", "hybrid", "bm25", "dense"]
 RETRIEVER_KINDS: tuple[str, ...] = ("car", "hybrid", "bm25", "dense")
 
@@ -190,6 +192,42 @@ def parse_nodes(
     return list(parser.get_nodes_from_documents(list(documents), show_progress=show_progress))
 
 
+def collect_tables(nodes: Sequence[BaseNode]) -> dict[str, list[dict[str, Any]]]:
+    """The tables of every file that has a table node, read back with ``load_tables``.
+
+    Returns ``{file_path: [{"index", "caption", "n_rows", "n_cols", "cells": [[row, col,
+    row_span, col_span, text], ...]}, ...]}`` so query output can show cell text with its
+    coordinates (node metadata keeps only the coordinates).
+    """
+    from llama_index.readers.hwpx import HWPXError, HWPXReader
+
+    reader = HWPXReader()
+    paths = sorted(
+        {
+            str(n.metadata.get("file_path"))
+            for n in nodes
+            if n.metadata.get("table_index") is not None and n.metadata.get("file_path")
+        }
+    )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        try:
+            tables = reader.load_tables(path)
+        except (HWPXError, OSError, zipfile.BadZipFile, ValueError, KeyError):
+            continue  # already reported by read_documents, or unreadable now: no cell text
+        out[path] = [
+            {
+                "index": t.index,
+                "caption": t.caption,
+                "n_rows": t.n_rows,
+                "n_cols": t.n_cols,
+                "cells": [[c.row, c.col, c.row_span, c.col_span, c.text] for c in t.cells],
+            }
+            for t in tables
+        ]
+    return out
+
+
 # ----------------------------------------------------------------------------- embedding spec
 def embed_spec(embed_model: BaseEmbedding, provider: str) -> dict[str, Any]:
     """What to record about the embedding so a later load can check it matches."""
@@ -201,12 +239,19 @@ def embed_spec(embed_model: BaseEmbedding, provider: str) -> dict[str, Any]:
     }
 
 
-def _resolve_embed(embed_model: BaseEmbedding | None, embed: str) -> tuple[BaseEmbedding, str]:
-    if embed_model is not None:
-        return embed_model, "custom"
-    from llama_index_car.providers import resolve_embed_model
+#: embedding class name -> the ``--embed`` provider name that recreates it
+_PROVIDER_OF_CLASS = {"UniversalSentenceEncoderEmbedding": "use", "OpenAIEmbedding": "openai"}
 
-    return resolve_embed_model(embed), embed
+
+def _resolve_embed(
+    embed_model: BaseEmbedding | None, embed: str | None
+) -> tuple[BaseEmbedding, str]:
+    """The embedding to use and the provider name recorded for it (``custom`` if unknown)."""
+    if embed_model is None:
+        from llama_index_car.providers import resolve_embed_model
+
+        embed_model = resolve_embed_model(embed)
+    return embed_model, _PROVIDER_OF_CLASS.get(embed_model.class_name(), "custom")
 
 
 # ----------------------------------------------------------------------------- build
@@ -222,7 +267,7 @@ def build_index(
     persist_dir: str | Path,
     *,
     embed_model: BaseEmbedding | None = None,
-    embed: str = "use",
+    embed: str | None = None,
     chunk_size: int = 1000,
     chunk_overlap: int = 150,
     show_progress: bool = False,
@@ -235,7 +280,8 @@ def build_index(
         source: a folder (searched recursively for ``*.hwpx``) or a list of files.
         persist_dir: output folder; must be empty or absent unless ``overwrite``.
         embed_model: any LlamaIndex embedding; default: ``embed`` resolved by
-            :func:`llama_index_car.providers.resolve_embed_model` (``"use"`` = offline USE).
+            :func:`llama_index_car.providers.resolve_embed_model` (``"use"`` = offline USE,
+            ``"openai"``; ``None`` reads ``CAR_EMBED_MODEL``, else ``"use"``).
         chunk_size, chunk_overlap: node parser token sizes (defaults 1000 / 150).
         show_progress: tqdm bars for reading, parsing, embedding and BM25 tokenisation.
         overwrite: allow writing into a non-empty folder (existing files are replaced).
@@ -278,6 +324,11 @@ def build_index(
     index.storage_context.persist(persist_dir=str(out / VECTOR_DIR))
     bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes, show_progress=show_progress)
     bm25.persist(str(out / BM25_DIR))
+    tables = collect_tables(nodes)
+    (out / TABLES_NAME).write_text(
+        json.dumps({"format_version": FORMAT_VERSION, "files": tables}, ensure_ascii=False),
+        encoding="utf-8",
+    )
     stored = _stored_embeddings(index)
     hypothesizer = CorpusCriterionHypothesizer.from_nodes(
         nodes, embed_model=model, embeddings=stored
@@ -355,6 +406,35 @@ class LocalIndex:
     nodes: list[BaseNode]
     bm25: KiwiBM25Retriever
     hypothesizer: BaseCriterionHypothesizer
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def cells_for(self, metadata: dict[str, Any]) -> list[dict[str, Any]]:
+        """Cells of a table node as ``[{"table", "row", "col", "row_span", "col_span", "text"}]``.
+
+        Coordinates come from the node's ``cells`` metadata (``[table, row, col, row_span,
+        col_span]``, 0-based), text from ``tables.json``; a cell whose text is not available
+        keeps ``text=""``. Non-table nodes give ``[]``.
+        """
+        coords = metadata.get("cells") or []
+        files = self.tables.get(str(metadata.get("file_path", "")), [])
+        text: dict[tuple[int, int, int], str] = {}
+        for t in files:
+            for row, col, _rs, _cs, cell_text in t["cells"]:
+                text[(int(t["index"]), int(row), int(col))] = str(cell_text)
+        out = []
+        for item in coords:
+            table, row, col, row_span, col_span = (int(x) for x in list(item)[:5])
+            out.append(
+                {
+                    "table": table,
+                    "row": row,
+                    "col": col,
+                    "row_span": row_span,
+                    "col_span": col_span,
+                    "text": text.get((table, row, col), ""),
+                }
+            )
+        return out
 
     def as_retriever(
         self,
@@ -468,6 +548,13 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
     hypothesizer = CorpusCriterionHypothesizer.from_persist_dir(
         str(root / HYPOTHESIZER_DIR), embed_model=embed_model
     )
+    tables: dict[str, list[dict[str, Any]]] = {}
+    tables_path = root / TABLES_NAME
+    if tables_path.is_file():
+        try:
+            tables = dict(json.loads(tables_path.read_text(encoding="utf-8"))["files"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise IndexPersistError(f"{tables_path} is damaged ({exc}); rebuild") from exc
     return LocalIndex(
         persist_dir=root,
         manifest=manifest,
@@ -475,6 +562,7 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
         nodes=list(nodes),
         bm25=bm25,
         hypothesizer=hypothesizer,
+        tables=tables,
     )
 
 

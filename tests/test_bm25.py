@@ -118,8 +118,10 @@ def test_formula_by_hand() -> None:
 def test_negative_idf_floor_uses_mean_of_all_unfloored_idf() -> None:
     corpus = [["x", "a"], ["x", "b"], ["x"], ["c"]]  # df(x)=3 > N/2 -> negative idf
     bm = BM25Okapi(corpus, epsilon=0.25)
-    raw = {t: math.log(4 - df + 0.5) - math.log(df + 0.5) for t, df in
-           {"x": 3, "a": 1, "b": 1, "c": 1}.items()}
+    raw = {
+        t: math.log(4 - df + 0.5) - math.log(df + 0.5)
+        for t, df in {"x": 3, "a": 1, "b": 1, "c": 1}.items()
+    }
     mean = sum(raw.values()) / 4
     assert bm.average_idf == pytest.approx(mean, rel=1e-14)
     assert bm.idf[bm.vocab["x"]] == pytest.approx(0.25 * mean, rel=1e-14)

@@ -92,6 +92,15 @@ def test_speculative_hybrid_runs_plain_channels_too() -> None:
     assert sorted(b.query_str for b in lexical.bundles) == ["q", "q 설치기준 배수시설"]
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_fast_hypothesis_skips_speculative_hybrid(use_async: bool) -> None:
+    # a cached hypothesis arrives within speculation_delay: no plain channel call is wasted
+    car, dense, lexical = make(StubHypothesizer(), speculative_hybrid=True, speculation_delay=0.5)
+    await car.aretrieve("q") if use_async else car.retrieve("q")
+    assert [b.custom_embedding_strs for b in dense.bundles] == [["q\n배수시설 설치기준"]]
+    assert [b.query_str for b in lexical.bundles] == ["q 설치기준 배수시설"]
+
+
 def test_fused_by_weighted_rrf_with_alpha() -> None:
     car, _, _ = make(alpha=0.7)
     out = car.retrieve("q")
@@ -261,6 +270,7 @@ def test_pool_top_k_per_channel() -> None:
         ({"hypothesis_timeout": "soon"}, "hypothesis_timeout"),
         ({"router": object()}, "router"),
         ({"speculative_hybrid": "maybe"}, "speculative_hybrid"),
+        ({"speculation_delay": -1}, "speculation_delay"),
     ],
 )
 def test_configuration_errors(kwargs: dict[str, object], match: str) -> None:
@@ -297,3 +307,76 @@ def test_async_does_not_block_event_loop() -> None:
         return ticks
 
     assert asyncio.run(main()) >= 10
+
+
+# ----------------------------------------------------------------------------- from_defaults
+CORPUS = [
+    "배수시설의 설치기준은 배수 구배를 따른다. 배수관의 설치간격은 20m 이하로 한다.",
+    "배수 측구의 설치기준과 배수 유량 산정방법을 정한다.",
+    "포장 두께의 설계기준은 포장층 구성에 따른다. 포장 다짐방법을 규정한다.",
+    "포장 보수의 설계기준과 포장 균열 허용치를 정한다.",
+    "교량 난간의 설치높이는 1.1m 이상으로 하며 교량 점검방법을 따른다.",
+    "교량 받침의 설치높이와 교량 신축이음 설치간격을 정한다.",
+]
+
+
+def corpus_nodes() -> list[TextNode]:
+    return [TextNode(id_=f"n{i}", text=t) for i, t in enumerate(CORPUS)]
+
+
+def test_from_defaults_offline_builds_everything() -> None:
+    from llama_index.core.embeddings import MockEmbedding
+    from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
+
+    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
+    from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+
+    nodes = corpus_nodes()
+    before = [n.model_dump() for n in nodes]
+    car = CriterionAwareRetriever.from_defaults(
+        nodes=nodes, embed_model=MockEmbedding(embed_dim=8), similarity_top_k=3, pool_top_k=5
+    )
+    assert isinstance(car.dense_retriever, VectorIndexRetriever)
+    assert isinstance(car.lexical_retriever, KiwiBM25Retriever)
+    assert isinstance(car.hypothesizer, CorpusCriterionHypothesizer)
+    assert car.speculative_hybrid is False
+    out = car.retrieve("포장 균열 보수")
+    assert 0 < len(out) <= 3
+    info = out[0].node.metadata[EXPLAIN_KEY]
+    assert info["routed"] == "car" and info["hypothesis"] and info["criteria"]
+    assert info["hypothesis_source"] == "corpus"
+    assert [n.model_dump() for n in nodes] == before
+
+
+def test_from_defaults_with_index_and_llm() -> None:
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+    from llama_index.core.llms import CompletionResponse, MockLLM
+
+    from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
+
+    class Canned(MockLLM):
+        def complete(self, prompt: str, formatted: bool = False, **kw: object) -> CompletionResponse:
+            return CompletionResponse(text="가설: 포장 설계기준\n기준어: 설계기준, 포장")
+
+    index = VectorStoreIndex(nodes=corpus_nodes(), embed_model=MockEmbedding(embed_dim=8))
+    car = CriterionAwareRetriever.from_defaults(index=index, llm=Canned(), alpha=0.3)
+    assert isinstance(car.hypothesizer, LLMCriterionHypothesizer)
+    assert car.speculative_hybrid is True and car.weights == [0.3, 0.7]
+    out = car.retrieve("길이 갈라진 곳 손보기")
+    info = out[0].node.metadata[EXPLAIN_KEY]
+    assert info["hypothesis"] == "포장 설계기준" and info["criteria"] == ["설계기준", "포장"]
+    assert out[0].node.node_id in {"n2", "n3"}  # the lexical channel finds 설계기준/포장
+
+
+def test_hypothesizer_none_mines_the_dense_index() -> None:
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+
+    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
+
+    index = VectorStoreIndex(nodes=corpus_nodes(), embed_model=MockEmbedding(embed_dim=8))
+    lexical = Recorder(["a"], ["a"])
+    car = CriterionAwareRetriever(index.as_retriever(), lexical)
+    assert isinstance(car.hypothesizer, CorpusCriterionHypothesizer)
+    assert "설치기준" in car.hypothesizer.terms

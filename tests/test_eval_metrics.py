@@ -95,7 +95,7 @@ def _random_case(seed: int) -> tuple[dict, dict]:
         retrieved = rng.sample(docs, rng.randint(5, 60))
         # distinct scores, so ranx's (unspecified) tie handling cannot matter
         scores = rng.sample(range(10_000), len(retrieved))
-        run[qid] = {d: s / 100.0 for d, s in zip(retrieved, scores)}
+        run[qid] = {d: s / 100.0 for d, s in zip(retrieved, scores, strict=True)}
     return run, qrels
 
 

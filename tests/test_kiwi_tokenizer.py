@@ -48,7 +48,12 @@ def test_without_domain_normalisation_kiwi_splits_units() -> None:
     toks = plain.tokenize("비탈면 경사 1:1.5 폭 0.6m")
     assert "1:1.5" not in toks and "0.6m" not in toks
     assert KiwiTokenizer(compounds="none").tokenize("비탈면 경사 1:1.5 폭 0.6m") == [
-        "비탈", "면", "경사", "1:1.5", "폭", "0.6m",
+        "비탈",
+        "면",
+        "경사",
+        "1:1.5",
+        "폭",
+        "0.6m",
     ]
 
 
@@ -56,7 +61,13 @@ def test_domain_spans_positions_and_no_overlap() -> None:
     text = "제3조 4.2.1 5-15 1:2 3.6% Ⅳ 12"
     spans = domain_spans(text)
     assert [text[s:e] for s, e, _ in spans] == [
-        "제3조", "4.2.1", "5-15", "1:2", "3.6%", "Ⅳ", "12",
+        "제3조",
+        "4.2.1",
+        "5-15",
+        "1:2",
+        "3.6%",
+        "Ⅳ",
+        "12",
     ]
     assert all(e1 <= s2 for (_, e1, _), (s2, _, _) in zip(spans, spans[1:], strict=False))
 
@@ -70,13 +81,31 @@ def test_particles_and_endings_dropped_lemmas_kept(tok: KiwiTokenizer) -> None:
 def test_compound_modes() -> None:
     text = "배수시설 설치기준 배수 시설"
     assert KiwiTokenizer(compounds="none").tokenize(text) == [
-        "배수", "시설", "설치", "기준", "배수", "시설",
+        "배수",
+        "시설",
+        "설치",
+        "기준",
+        "배수",
+        "시설",
     ]
     assert KiwiTokenizer(compounds="all").tokenize(text) == [
-        "배수", "시설", "배수시설", "설치", "기준", "설치기준", "배수", "시설",
+        "배수",
+        "시설",
+        "배수시설",
+        "설치",
+        "기준",
+        "설치기준",
+        "배수",
+        "시설",
     ]
     assert KiwiTokenizer(compounds="criterion").tokenize(text) == [
-        "배수", "시설", "설치", "기준", "설치기준", "배수", "시설",
+        "배수",
+        "시설",
+        "설치",
+        "기준",
+        "설치기준",
+        "배수",
+        "시설",
     ]
 
 
@@ -132,8 +161,13 @@ def test_kiwi_is_shared_and_not_created_at_import() -> None:
         "print('kiwipiepy' in sys.modules, len(k._KIWI_CACHE))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-        env={"PYTHONPATH": str(REPO)}, timeout=60, check=True,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO)},
+        timeout=60,
+        check=True,
     ).stdout.split()
     assert out == ["False", "0"]
     assert get_kiwi() is get_kiwi()

@@ -112,6 +112,16 @@ def make(script: Sequence[Any], **kw: Any) -> tuple[LLMCriterionHypothesizer, Sc
     return LLMCriterionHypothesizer(llm=llm, **kw), llm
 
 
+def test_doctests() -> None:
+    import doctest
+
+    from llama_index_car.hypothesizers import prompts as prompts_mod
+
+    for module in (llm_mod, prompts_mod):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
 # ----------------------------------------------------------------------------- parsing
 @pytest.mark.parametrize(
     ("raw", "text", "criteria"),

@@ -8,6 +8,7 @@ import base64
 import json
 import struct
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,14 +17,20 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index_car._errors import HypothesisError
 from llama_index_car.hypothesizers.llm import HyDEHypothesizer, LLMCriterionHypothesizer
 from llama_index_car.providers import resolve_embed_model, resolve_llm, resolve_reranker
-from tests.fakes.provider_server import (  # noqa: F401 - fixtures
+from tests.fakes.provider_server import (
     FakeProviderServer,
     Reply,
     fake_vector,
     overlap_score,
-    provider_env,
-    provider_server,
+    serving,
 )
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProviderServer]:
+    with serving(monkeypatch) as server:
+        yield server
+
 
 QUERY = "온도에 따라 늘었다 줄었다 하는 이음부는 어떻게 설치하나요?"
 
@@ -37,11 +44,11 @@ def claude_hypothesizer(
 
 
 # ----------------------------------------------------------------------------- Anthropic
-def test_anthropic_request_and_parsing(provider_env: FakeProviderServer) -> None:
+def test_anthropic_request_and_parsing(fake: FakeProviderServer) -> None:
     result = claude_hypothesizer().hypothesize(QUERY)
     assert result.text == "신축이음장치 설치기준"
     assert result.criteria == ("신축이음장치", "설치기준")
-    (request,) = provider_env.requests_to("/v1/messages")
+    (request,) = fake.requests_to("/v1/messages")
     assert request.method == "POST"
     assert request.header("x-api-key") == "sk-ant-fake"
     assert request.header("anthropic-version")
@@ -52,37 +59,37 @@ def test_anthropic_request_and_parsing(provider_env: FakeProviderServer) -> None
     assert QUERY in prompt and "기준어" in prompt
 
 
-async def test_anthropic_async_path(provider_env: FakeProviderServer) -> None:
-    provider_env.anthropic_text = lambda req: (
+async def test_anthropic_async_path(fake: FakeProviderServer) -> None:
+    fake.anthropic_text = lambda req: (
         '```json\n{"가설": "방호울타리 설치기준", "기준어": ["방호울타리", "설치기준"]}\n```'
     )
     hyp = claude_hypothesizer()
     result = await hyp.ahypothesize("차가 길 밖으로 못 나가게 막는 울타리 기준")
     assert result.criteria == ("방호울타리", "설치기준")
-    assert len(provider_env.requests_to("/v1/messages")) == 1
+    assert len(fake.requests_to("/v1/messages")) == 1
     assert (await hyp.ahypothesize("차가 길 밖으로 못 나가게 막는 울타리 기준")).cached
-    assert len(provider_env.requests_to("/v1/messages")) == 1
+    assert len(fake.requests_to("/v1/messages")) == 1
 
 
-def test_anthropic_429_then_success(provider_env: FakeProviderServer) -> None:
-    provider_env.enqueue("/v1/messages", Reply(status=429), Reply(status=529))
+def test_anthropic_429_then_success(fake: FakeProviderServer) -> None:
+    fake.enqueue("/v1/messages", Reply(status=429), Reply(status=529))
     result = claude_hypothesizer(max_retries=2).hypothesize(QUERY)
     assert result.text == "신축이음장치 설치기준"
-    assert len(provider_env.requests_to("/v1/messages")) == 3
+    assert len(fake.requests_to("/v1/messages")) == 3
 
 
-def test_anthropic_sdk_timeout_is_retried_then_fails(provider_env: FakeProviderServer) -> None:
-    provider_env.enqueue("/v1/messages", Reply(delay=3.0), Reply(delay=3.0))
+def test_anthropic_sdk_timeout_is_retried_then_fails(fake: FakeProviderServer) -> None:
+    fake.enqueue("/v1/messages", Reply(delay=3.0), Reply(delay=3.0))
     hyp = claude_hypothesizer(llm_timeout=0.3, timeout=None, max_retries=1)
     start = time.perf_counter()
     with pytest.raises(HypothesisError, match=r"after 2 attempt\(s\).*Timeout"):
         hyp.hypothesize(QUERY)
     assert time.perf_counter() - start < 2.5
-    assert len(provider_env.requests_to("/v1/messages")) == 2
+    assert len(fake.requests_to("/v1/messages")) == 2
 
 
-async def test_anthropic_hypothesizer_timeout_async(provider_env: FakeProviderServer) -> None:
-    provider_env.enqueue("/v1/messages", Reply(delay=3.0))
+async def test_anthropic_hypothesizer_timeout_async(fake: FakeProviderServer) -> None:
+    fake.enqueue("/v1/messages", Reply(delay=3.0))
     hyp = claude_hypothesizer(timeout=0.3, max_retries=0)
     start = time.perf_counter()
     with pytest.raises(HypothesisError, match="no answer within 0.3"):
@@ -90,51 +97,51 @@ async def test_anthropic_hypothesizer_timeout_async(provider_env: FakeProviderSe
     assert time.perf_counter() - start < 1.5
 
 
-def test_anthropic_401_not_retried(provider_env: FakeProviderServer) -> None:
-    provider_env.enqueue("/v1/messages", Reply(status=401))
+def test_anthropic_401_not_retried(fake: FakeProviderServer) -> None:
+    fake.enqueue("/v1/messages", Reply(status=401))
     with pytest.raises(HypothesisError, match="not retryable.*API key"):
         claude_hypothesizer(max_retries=3).hypothesize(QUERY)
-    assert len(provider_env.requests_to("/v1/messages")) == 1
+    assert len(fake.requests_to("/v1/messages")) == 1
 
 
-def test_anthropic_500_exhausts_retries(provider_env: FakeProviderServer) -> None:
-    provider_env.enqueue("/v1/messages", *[Reply(status=500)] * 3)
+def test_anthropic_500_exhausts_retries(fake: FakeProviderServer) -> None:
+    fake.enqueue("/v1/messages", *[Reply(status=500)] * 3)
     with pytest.raises(HypothesisError, match="HTTP 500"):
         claude_hypothesizer(max_retries=2).hypothesize(QUERY)
-    assert len(provider_env.requests_to("/v1/messages")) == 3
+    assert len(fake.requests_to("/v1/messages")) == 3
 
 
-def test_anthropic_garbage_output(provider_env: FakeProviderServer) -> None:
-    provider_env.anthropic_text = "죄송하지만 이 질문에는 답변드릴 수 없습니다. " * 6 + "\n다른 질문을 해 주세요."
+def test_anthropic_garbage_output(fake: FakeProviderServer) -> None:
+    fake.anthropic_text = "죄송하지만 이 질문에는 답변드릴 수 없습니다. " * 6 + "\n다른 질문을 해 주세요."
     with pytest.raises(HypothesisError, match="unusable"):
         claude_hypothesizer().hypothesize(QUERY)
 
 
-def test_hyde_through_anthropic(provider_env: FakeProviderServer) -> None:
-    provider_env.anthropic_text = "신축이음장치는 온도 변화에 따른 교량의 신축을 흡수한다."
+def test_hyde_through_anthropic(fake: FakeProviderServer) -> None:
+    fake.anthropic_text = "신축이음장치는 온도 변화에 따른 교량의 신축을 흡수한다."
     llm = resolve_llm("anthropic", timeout=10.0, max_retries=0)
     result = HyDEHypothesizer(llm=llm, term_extractor=str.split).hypothesize(QUERY)
     assert result.text.startswith("신축이음장치는")
-    body = provider_env.requests_to("/v1/messages")[0].body
+    body = fake.requests_to("/v1/messages")[0].body
     assert QUERY in json.dumps(body["messages"], ensure_ascii=False)
 
 
 # ----------------------------------------------------------------------------- OpenAI
-def test_openai_embeddings_request_and_parsing(provider_env: FakeProviderServer) -> None:
+def test_openai_embeddings_request_and_parsing(fake: FakeProviderServer) -> None:
     emb = resolve_embed_model("openai", max_retries=1)
     vector = emb.get_query_embedding("배수시설 설치기준")
     expected = fake_vector("배수시설 설치기준", 1536)
     assert len(vector) == 1536
     assert max(abs(a - b) for a, b in zip(vector, expected, strict=True)) < 1e-6
-    (request,) = provider_env.requests_to("/v1/embeddings")
+    (request,) = fake.requests_to("/v1/embeddings")
     assert request.header("authorization") == "Bearer sk-openai-fake"
     assert request.body["model"] == "text-embedding-3-large"
     assert request.body["dimensions"] == 1536
     assert request.body["input"] in (["배수시설 설치기준"], "배수시설 설치기준")
 
 
-def test_openai_float_and_base64_encodings(provider_env: FakeProviderServer) -> None:
-    url = provider_env.url + "/v1/embeddings"
+def test_openai_float_and_base64_encodings(fake: FakeProviderServer) -> None:
+    url = fake.url + "/v1/embeddings"
     import urllib.request
 
     for fmt in ("float", "base64"):
@@ -151,14 +158,14 @@ def test_openai_float_and_base64_encodings(provider_env: FakeProviderServer) -> 
         assert max(abs(a - b) for a, b in zip(data, fake_vector("가", 4), strict=True)) < 1e-6
 
 
-def test_openai_batch_order_and_429_retry(provider_env: FakeProviderServer) -> None:
-    provider_env.enqueue("/v1/embeddings", Reply(status=429, headers={"retry-after-ms": "10"}))
+def test_openai_batch_order_and_429_retry(fake: FakeProviderServer) -> None:
+    fake.enqueue("/v1/embeddings", Reply(status=429, headers={"retry-after-ms": "10"}))
     emb = resolve_embed_model("openai", max_retries=2)
     texts = ["설치기준", "구조기준", "배수시설"]
     vectors = emb.get_text_embedding_batch(texts)
     for text, vec in zip(texts, vectors, strict=True):
         assert max(abs(a - b) for a, b in zip(vec, fake_vector(text, 1536), strict=True)) < 1e-6
-    assert len(provider_env.requests_to("/v1/embeddings")) >= 2  # the 429, then the retry
+    assert len(fake.requests_to("/v1/embeddings")) >= 2  # the 429, then the retry
 
 
 # ----------------------------------------------------------------------------- Cohere
@@ -167,7 +174,7 @@ def _nodes(texts: list[str]) -> list[NodeWithScore]:
             for i, t in enumerate(texts)]
 
 
-def test_cohere_rerank_request_and_parsing(provider_env: FakeProviderServer) -> None:
+def test_cohere_rerank_request_and_parsing(fake: FakeProviderServer) -> None:
     texts = ["터널 환기", "교량 점검시설 설치기준", "배수시설 설치기준 및 구조기준"]
     query = "배수시설 설치기준"
     rerank = resolve_reranker("cohere", top_n=2, max_retries=1)
@@ -176,7 +183,7 @@ def test_cohere_rerank_request_and_parsing(provider_env: FakeProviderServer) -> 
     expected = sorted(range(3), key=lambda i: (-overlap_score(query, texts[i]), i))[:2]
     assert [n.node.node_id for n in out] == [f"d{i}" for i in expected]
     assert [n.score for n in out] == pytest.approx([overlap_score(query, texts[i]) for i in expected])
-    (request,) = provider_env.requests_to("/v2/rerank")
+    (request,) = fake.requests_to("/v2/rerank")
     assert request.header("authorization") == "Bearer co-fake"
     assert request.body["model"] == "rerank-multilingual-v3.0"
     assert request.body["query"] == query
@@ -184,9 +191,139 @@ def test_cohere_rerank_request_and_parsing(provider_env: FakeProviderServer) -> 
     assert request.body["documents"] == texts
 
 
-def test_cohere_500_surfaces(provider_env: FakeProviderServer) -> None:
-    provider_env.enqueue("/v2/rerank", Reply(status=500))
+def test_cohere_transient_500_is_retried_by_the_sdk(fake: FakeProviderServer) -> None:
+    fake.enqueue("/v2/rerank", Reply(status=500))
+    rerank = resolve_reranker("cohere", top_n=1, max_retries=1)
+    assert rerank is not None
+    out = rerank.postprocess_nodes(_nodes(["b", "a"]), QueryBundle("a"))
+    assert [n.node.node_id for n in out] == ["d1"]
+    assert len(fake.requests_to("/v2/rerank")) == 2
+
+
+def test_cohere_persistent_500_surfaces(fake: FakeProviderServer) -> None:
+    fake.enqueue("/v2/rerank", *[Reply(status=500)] * 5)
     rerank = resolve_reranker("cohere", top_n=2, max_retries=1)
     assert rerank is not None
     with pytest.raises(Exception, match="500"):
         rerank.postprocess_nodes(_nodes(["a", "b"]), QueryBundle("a"))
+
+
+# ----------------------------------------------------------------------------- CAR end to end
+SECTIONS = [
+    ("교량 고정식 점검시설 확충방안", "점검시설의 설치기준은 통로 폭 0.6 m 이상으로 한다."),
+    ("신축이음장치 개선방안", "신축이음장치 설치기준: 온도 변화에 따른 신축량을 흡수하도록 한다."),
+    ("포장 설계기준", "아스팔트 포장의 두께는 교통량에 따라 정한다."),
+    ("터널 환기 검토", "환기설비는 터널 연장과 교통량을 고려하여 계획한다."),
+    ("배수시설 보완방안", "배수시설의 구조기준은 집중호우 빈도에 맞춘다."),
+]
+
+
+def _car(provider: FakeProviderServer, **kw: Any) -> Any:
+    from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+
+    nodes = [TextNode(id_=f"s{i}", text=f"## {t}\n\n{b}", metadata={"section_title": t})
+             for i, (t, b) in enumerate(SECTIONS)]
+    hyp = claude_hypothesizer(max_retries=kw.pop("max_retries", 1))
+    return CriterionAwareRetriever.from_defaults(
+        nodes=nodes,
+        embed_model=resolve_embed_model("openai", max_retries=0),
+        hypothesizer=hyp,
+        pool_top_k=5,
+        similarity_top_k=3,
+        **kw,
+    )
+
+
+def _embedded_queries(provider: FakeProviderServer) -> list[Any]:
+    return [r.body["input"] for r in provider.requests_to("/v1/embeddings")]
+
+
+def test_car_uses_claude_hypothesis(fake: FakeProviderServer) -> None:
+    car = _car(fake)
+    fake.reset()
+    results = car.retrieve(QUERY)
+    assert len(results) == 3
+    explain = results[0].node.metadata["car_explain"]
+    assert explain["hypothesis"] == "신축이음장치 설치기준"
+    assert explain["criteria"] == ["신축이음장치", "설치기준"]
+    assert (explain["fallback"], explain["routed"]) == (False, "car")
+    # dense channel: the query concatenated with the hypothesis, through the OpenAI client
+    # (llama-index's OpenAIEmbedding turns "\n" into " " before sending), after the
+    # speculative plain-query embedding of the concurrent hybrid (if it started in time)
+    embedded = _embedded_queries(fake)
+    assert [QUERY + " 신축이음장치 설치기준"] in embedded
+    assert all(e in ([QUERY], [QUERY + " 신축이음장치 설치기준"]) for e in embedded)
+    # lexical channel: the criterion terms pull the 신축이음장치 section to the top
+    assert results[0].node.node_id == "s1"
+
+
+def test_car_falls_back_to_hybrid_on_500(fake: FakeProviderServer) -> None:
+    car = _car(fake, max_retries=1)
+    fake.reset()
+    fake.enqueue("/v1/messages", Reply(status=500), Reply(status=500))
+    results = car.retrieve(QUERY)
+    assert results, "the fallback still answers"
+    explain = results[0].node.metadata["car_explain"]
+    assert (explain["fallback"], explain["routed"], explain["hypothesis"]) == (
+        True, "hybrid", None,
+    )
+    assert "500" in explain["error"]
+    assert len(fake.requests_to("/v1/messages")) == 2  # one retry, then fallback
+
+
+def test_car_falls_back_on_timeout(fake: FakeProviderServer) -> None:
+    car = _car(fake, max_retries=0, hypothesis_timeout=0.5)
+    fake.reset()
+    fake.enqueue("/v1/messages", Reply(delay=3.0))
+    start = time.perf_counter()
+    results = car.retrieve(QUERY)
+    assert time.perf_counter() - start < 2.5
+    assert results[0].node.metadata["car_explain"]["fallback"] is True
+
+
+async def test_car_async_fallback_and_strict(fake: FakeProviderServer) -> None:
+    car = _car(fake, max_retries=0)
+    fake.enqueue("/v1/messages", Reply(status=503))
+    results = await car.aretrieve(QUERY)
+    assert results[0].node.metadata["car_explain"]["fallback"] is True
+
+    strict = _car(fake, max_retries=0, strict=True)
+    fake.enqueue("/v1/messages", Reply(status=500))
+    with pytest.raises(HypothesisError, match="500"):
+        strict.retrieve(QUERY)
+
+
+def test_car_latency_with_2s_llm(fake: FakeProviderServer) -> None:
+    """Issue 4: with an LLM answering after 2 s, CAR ≈ max(LLM, hybrid) + fusion; a repeat
+    query hits the hypothesis cache (≤ 5 ms for the hypothesis)."""
+    from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+    from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+
+    class Failing(BaseCriterionHypothesizer):
+        def hypothesize(self, query: str) -> CriterionHypothesis:
+            raise HypothesisError("no hypothesis: measure the plain hybrid")
+
+    car = _car(fake, max_retries=0)
+    hybrid = CriterionAwareRetriever(
+        car.dense_retriever, car.lexical_retriever, hypothesizer=Failing(),
+        pool_top_k=5, similarity_top_k=3,
+    )
+    hybrid_start = time.perf_counter()
+    assert hybrid.retrieve(QUERY)[0].node.metadata["car_explain"]["routed"] == "hybrid"
+    hybrid_s = time.perf_counter() - hybrid_start
+    fake.enqueue("/v1/messages", Reply(delay=2.0))
+    start = time.perf_counter()
+    first = car.retrieve(QUERY)
+    first_s = time.perf_counter() - start
+    assert first[0].node.metadata["car_explain"]["fallback"] is False
+    assert 2.0 <= first_s < 2.0 + hybrid_s + 1.0
+    start = time.perf_counter()
+    cached = car.hypothesizer.hypothesize(QUERY)
+    assert cached.cached and time.perf_counter() - start <= 0.005
+    start = time.perf_counter()
+    again = car.retrieve(QUERY)
+    again_s = time.perf_counter() - start
+    assert again[0].node.metadata["car_explain"]["hypothesis_cached"] is True
+    assert again_s < 1.0
+    print(f"\nhybrid {hybrid_s * 1000:.0f} ms | CAR (2 s LLM) {first_s * 1000:.0f} ms | "
+          f"CAR cached {again_s * 1000:.0f} ms")

@@ -8,7 +8,13 @@ import doctest
 import pytest
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.ingestion.pipeline import get_transformation_hash
-from llama_index.core.schema import Document, MetadataMode, TextNode
+from llama_index.core.schema import (
+    Document,
+    MetadataMode,
+    NodeRelationship,
+    RelatedNodeInfo,
+    TextNode,
+)
 
 from llama_index_car.transformers import CriterialReframer
 from llama_index_car.transformers import reframing as reframing_mod
@@ -103,6 +109,47 @@ def test_mixed_frames_opt_in() -> None:
     assert out.metadata["section_title"] == "설치기준 구조기준"
 
 
+def test_mirror_title_keys() -> None:
+    n = node(title=TITLE)
+    n.metadata["title"] = TITLE
+    (out,) = CriterialReframer()([n])
+    assert out.metadata["title"] == "교량 고정식 점검시설 구조기준"
+    assert "확충" not in out.get_content(MetadataMode.EMBED)
+    m = node(title=TITLE)
+    m.metadata["title"] = "설계실무지침 2024"
+    assert CriterialReframer()([m])[0].metadata["title"] == "설계실무지침 2024"
+    assert CriterialReframer(mirror_title_keys=())([n])[0].metadata["title"] == TITLE
+
+
+def _chunk(i: int, body: str, doc: str = "doc1", title: str = TITLE) -> TextNode:
+    return TextNode(
+        id_=f"{doc}#chunk{i}",
+        text=f"## {title}\n\n{body}",
+        metadata={"section_title": title, "heading_path": title, "section": 0},
+        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=doc)},
+    )
+
+
+def test_section_scope_shares_one_header_across_chunks() -> None:
+    chunks = [
+        _chunk(0, "점검시설은 유지관리를 위해 확충한다."),    # no criterion in this chunk
+        _chunk(1, "점검시설의 설치기준은 다음과 같다."),
+        _chunk(0, "점검시설은 필요하다.", doc="doc2"),         # same title, other document
+    ]
+    out = CriterialReframer()(chunks)
+    assert [n.metadata["section_title"] for n in out] == [
+        "교량 고정식 점검시설 설치기준", "교량 고정식 점검시설 설치기준", TITLE,
+    ]
+    assert out[0].text == "## 교량 고정식 점검시설 설치기준\n\n점검시설은 유지관리를 위해 확충한다."
+    per_node = CriterialReframer(scope="node")(chunks)
+    assert [n.metadata["section_title"] for n in per_node] == [
+        TITLE, "교량 고정식 점검시설 설치기준", TITLE,
+    ]
+    assert get_transformation_hash(chunks, CriterialReframer()) != get_transformation_hash(
+        chunks, CriterialReframer(scope="node")
+    )
+
+
 def test_heading_path_as_list() -> None:
     n = TextNode(text=BODY, metadata={"section_title": TITLE, "heading_path": ["3장", TITLE]})
     (out,) = CriterialReframer()([n])
@@ -179,6 +226,8 @@ def test_pipeline_hash_reflects_every_option() -> None:
         CriterialReframer(max_criteria=2),
         CriterialReframer(frames=("plan", "mixed")),
         CriterialReframer(rewrite_text_header=False),
+        CriterialReframer(mirror_title_keys=()),
+        CriterialReframer(heading_path_key="path"),
     ]
     hashes = {get_transformation_hash(nodes, c) for c in configs}
     assert len(hashes) == len(configs)

@@ -64,14 +64,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--embed",
         choices=("use", "openai"),
-        default="use",
-        help="dense embedding (default: offline USE)",
+        default=None,
+        help="dense embedding: use = offline USE (default; or $CAR_EMBED_MODEL), openai",
     )
     p.add_argument(
         "--llm",
         choices=("none", "anthropic"),
-        default="none",
-        help="CAR hypothesis writer (default: offline corpus hypothesizer)",
+        default=None,
+        help="CAR hypothesis writer: none = offline corpus hypothesizer (default; or $CAR_LLM), "
+        "anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",
     )
     p.add_argument("--explain", action="store_true", help="print CAR's hypothesis per question")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -93,6 +94,29 @@ def gold_rank(hits: Sequence[Any], gold_file: str, gold_section: str) -> int | N
         if got == want:
             return i
     return None
+
+
+def check_golds(questions: Sequence[Any], nodes: Sequence[Any]) -> None:
+    """Every question's gold section must exist among the indexed nodes.
+
+    Raises:
+        EvaluationDataError: naming the question and the missing ``file / section``.
+    """
+    from llama_index_car._errors import EvaluationDataError
+
+    present = {
+        (
+            _norm(Path(str(n.metadata.get("file_name", ""))).name),
+            _norm(n.metadata.get("section_title")),
+        )
+        for n in nodes
+    }
+    for q in questions:
+        if (_norm(q.gold_file), _norm(q.gold_section)) not in present:
+            raise EvaluationDataError(
+                f"question {q.qid}: gold section {q.gold_file} / {q.gold_section!r} is not in "
+                "the index; fix the question file or the corpus"
+            )
 
 
 def _norm(value: Any) -> str:
@@ -160,35 +184,44 @@ def run(args: argparse.Namespace) -> int:
 
     from llama_index_car._errors import ConfigurationError
     from llama_index_car.demo.loader import demo_corpus_dir, load_demo_questions
-    from llama_index_car.pipeline import build_index, load_index
+    from llama_index_car.pipeline import MANIFEST_NAME, build_index, load_index
 
     start = time.perf_counter()
     if args.hit_k < 1:
         raise ConfigurationError(f"--hit-k {args.hit_k} is invalid; use an integer >= 1")
     questions = load_demo_questions(args.questions)
     corpus = Path(args.corpus) if args.corpus else demo_corpus_dir()
-    hypothesizer = None
-    if args.llm != "none":
-        from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
-        from llama_index_car.providers import resolve_llm
+    from llama_index_car.providers import resolve_llm
 
-        hypothesizer = LLMCriterionHypothesizer(llm=resolve_llm(args.llm))
+    llm = resolve_llm(args.llm)  # None unless --llm anthropic (or $CAR_LLM)
+    hypothesizer = None
+    if llm is not None:
+        from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
+
+        hypothesizer = LLMCriterionHypothesizer(llm=llm)
     log = sys.stderr if args.json else sys.stdout
 
+    keep = Path(args.keep) if args.keep else None
+    if keep is not None and keep.is_dir() and any(keep.iterdir()):
+        if not (keep / MANIFEST_NAME).is_file():
+            raise ConfigurationError(
+                f"--keep {keep} is a non-empty folder that is not an index; choose a new folder"
+            )
     with tempfile.TemporaryDirectory(prefix="llama-car-demo-") as tmp:
-        persist = Path(args.keep) if args.keep else Path(tmp)
+        persist = keep if keep is not None else Path(tmp)
         print(f"indexing {corpus} …", file=log, flush=True)
         built = build_index(
             corpus,
             persist,
             embed=args.embed,
-            overwrite=bool(args.keep),
+            overwrite=keep is not None,
             on_error=lambda f: print(f"skipped {f.path}: {f.error}", file=sys.stderr),
         )
         index_seconds = time.perf_counter() - start
         print(built.line(), file=log, flush=True)
         local = load_index(persist)
         n = len(local.nodes)
+        check_golds(questions, local.nodes)
         retrievers = {
             s: local.as_retriever(s, similarity_top_k=n, pool_top_k=n, hypothesizer=hypothesizer)
             for s in SYSTEMS
@@ -196,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
         query_start = time.perf_counter()
         ranks: dict[str, dict[str, int | None]] = {}
         hypotheses: dict[str, str] = {}
+        criteria: dict[str, list[str]] = {}
         for q in questions:
             ranks[q.qid] = {}
             for system, retriever in retrievers.items():
@@ -204,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
                 if system == "car" and hits:
                     explain = hits[0].node.metadata.get("car_explain") or {}
                     hypotheses[q.qid] = str(explain.get("hypothesis") or "(none)")
+                    criteria[q.qid] = [str(c) for c in explain.get("criteria") or []]
         query_seconds = time.perf_counter() - query_start
 
     summary = summarise(ranks, args.hit_k)
@@ -223,6 +258,7 @@ def run(args: argparse.Namespace) -> int:
                     "gold_section": q.gold_section,
                     "ranks": ranks[q.qid],
                     "car_hypothesis": hypotheses.get(q.qid),
+                    "car_criteria": criteria.get(q.qid, []),
                 }
                 for q in questions
             ],

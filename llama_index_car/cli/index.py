@@ -35,8 +35,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--embed",
         choices=("use", "openai"),
-        default="use",
-        help="dense embedding: use = offline multilingual USE (default), "
+        default=None,
+        help="dense embedding: use = offline multilingual USE (default; or $CAR_EMBED_MODEL), "
         "openai = text-embedding-3-large (needs OPENAI_API_KEY)",
     )
     p.add_argument("--chunk-size", type=int, default=1000, help="tokens per chunk (1000)")

@@ -54,37 +54,47 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--embed",
         choices=("use", "openai"),
         default=None,
-        help="query embedding (default: the one recorded in the index)",
+        help="query embedding (default: the provider recorded in the index)",
     )
     p.add_argument(
         "--llm",
         choices=("none", "anthropic"),
-        default="none",
-        help="hypothesis writer for car: none = offline corpus hypothesizer",
+        default=None,
+        help="hypothesis writer for car: none = offline corpus hypothesizer (default; "
+        "or $CAR_LLM), anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",
     )
     p.add_argument(
         "--rerank",
         choices=("none", "cohere"),
-        default="none",
-        help="rerank the candidate pool (cohere needs COHERE_API_KEY)",
+        default=None,
+        help="rerank the candidate pool: none (default; or $CAR_RERANKER), "
+        "cohere = rerank-multilingual-v3.0 (needs COHERE_API_KEY)",
     )
     p.set_defaults(command="query")
     return p
 
 
 # ----------------------------------------------------------------------------- formatting
-def hit_record(rank: int, hit: Any, kind: str) -> dict[str, Any]:
+def hit_record(
+    rank: int,
+    hit: Any,
+    kind: str,
+    cells: list[dict[str, Any]] | None = None,
+    retriever_rank: int | None = None,
+) -> dict[str, Any]:
     """A plain dict describing one ``NodeWithScore`` hit (what ``--json`` prints).
 
     Channel ranks come from the ``car_explain`` metadata of fused hits; a single-channel
-    retriever's own rank is reported under its channel name.
+    retriever's own rank (``retriever_rank``, before any reranking; default ``rank``) is
+    reported under its channel name (``dense`` or ``lexical``).
     """
     node = hit.node
     meta = dict(node.metadata)
     explain = meta.get("car_explain") or {}
     channels = explain.get("channels") or {}
     if not channels and kind in ("dense", "bm25"):
-        channels = {kind: {"rank": rank, "score": hit.score}}
+        name = "lexical" if kind == "bm25" else "dense"
+        channels = {name: {"rank": retriever_rank or rank, "score": hit.score}}
     return {
         "rank": rank,
         "node_id": node.node_id,
@@ -93,7 +103,7 @@ def hit_record(rank: int, hit: Any, kind: str) -> dict[str, Any]:
         "file_name": meta.get("file_name", ""),
         "heading_path": meta.get("heading_path", ""),
         "table_index": meta.get("table_index"),
-        "cells": normalise_cells(meta.get("cells")),
+        "cells": list(cells or []),
         "channels": channels,
         "hypothesis": explain.get("hypothesis"),
         "criteria": list(explain.get("criteria") or []),
@@ -109,24 +119,6 @@ def section_title(meta: dict[str, Any]) -> str:
         if value:
             return str(value)
     return "(untitled)"
-
-
-def normalise_cells(cells: Any) -> list[dict[str, Any]]:
-    """Table cells as ``[{"row", "col", "text", ...}]`` whatever shape the reader stored."""
-    if not cells:
-        return []
-    if isinstance(cells, str):
-        try:
-            cells = json.loads(cells)
-        except json.JSONDecodeError:
-            return []
-    out: list[dict[str, Any]] = []
-    for cell in cells:
-        if isinstance(cell, dict):
-            out.append(dict(cell))
-        elif isinstance(cell, list | tuple) and len(cell) >= 3:
-            out.append({"row": cell[0], "col": cell[1], "text": cell[-1]})
-    return out
 
 
 def format_channels(channels: dict[str, Any]) -> str:
@@ -185,17 +177,15 @@ def run(args: argparse.Namespace) -> int:
         from llama_index_car.providers import resolve_embed_model
 
         embed_model = resolve_embed_model(args.embed)
+    from llama_index_car.providers import resolve_llm, resolve_reranker
+
+    llm = resolve_llm(args.llm)  # None for "none" (also the default without CAR_LLM)
+    reranker = resolve_reranker(args.rerank, top_n=args.top_k)
     hypothesizer = None
-    if args.llm != "none" and args.retriever == "car":
+    if llm is not None and args.retriever == "car":
         from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
-        from llama_index_car.providers import resolve_llm
 
-        hypothesizer = LLMCriterionHypothesizer(llm=resolve_llm(args.llm))
-    reranker = None
-    if args.rerank != "none":
-        from llama_index_car.providers import resolve_reranker
-
-        reranker = resolve_reranker(args.rerank, top_n=args.top_k)
+        hypothesizer = LLMCriterionHypothesizer(llm=llm)
 
     local = load_index(args.persist_dir, embed_model=embed_model)
     pool = max(50, args.top_k)
@@ -207,10 +197,16 @@ def run(args: argparse.Namespace) -> int:
         hypothesizer=hypothesizer,
     )
     hits = retriever.retrieve(args.question)
+    own_rank = {h.node.node_id: i for i, h in enumerate(hits, start=1)}
     if reranker is not None:
         hits = reranker.postprocess_nodes(hits, query_str=args.question)
     hits = hits[: args.top_k]
-    records = [hit_record(i, h, args.retriever) for i, h in enumerate(hits, start=1)]
+    records = [
+        hit_record(
+            i, h, args.retriever, local.cells_for(h.node.metadata), own_rank.get(h.node.node_id)
+        )
+        for i, h in enumerate(hits, start=1)
+    ]
 
     if args.json:
         payload = {
@@ -226,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"retriever: {args.retriever}   index: {args.persist_dir} "
         f"({manifest.get('nodes', '?')} nodes, embedding {embed})"
-        + (f"   rerank: {args.rerank}" if reranker is not None else "")
+        + (f"   rerank: {type(reranker).__name__}" if reranker is not None else "")
     )
     if args.retriever == "car":
         hyp = next((r["hypothesis"] for r in records if r["hypothesis"]), None)

@@ -26,20 +26,31 @@ atomically, so an interrupted run loses at most its unsaved batch.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import re
+import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import PrivateAttr
 
 from llama_index_car._errors import IndexPersistError
 
-__all__ = ["FORMAT_VERSION", "SYMMETRIC_MODELS", "EmbeddingCache", "default_cache_dir", "text_key"]
+__all__ = [
+    "FORMAT_VERSION",
+    "SYMMETRIC_MODELS",
+    "CachedEmbedding",
+    "EmbeddingCache",
+    "default_cache_dir",
+    "text_key",
+]
 
 FORMAT_VERSION = 1
 
@@ -103,6 +114,7 @@ class EmbeddingCache:
         self._shards: list[str] = []
         self._arrays: dict[int, np.ndarray] = {}
         self._dim: int | None = None
+        self._lock = threading.RLock()
         self._load()
 
     # -- persistence ---------------------------------------------------------------------
@@ -186,6 +198,12 @@ class EmbeddingCache:
         Missing strings are embedded (deduplicated, in batches of ``batch_size``, each batch
         saved before the next starts); cached ones are read from disk.
         """
+        with self._lock:
+            return self._embed_locked(texts, kind, show_progress=show_progress, desc=desc)
+
+    def _embed_locked(
+        self, texts: Sequence[str], kind: Kind, *, show_progress: bool, desc: str
+    ) -> np.ndarray:
         keys = [self.key(t, kind) for t in texts]
         missing: dict[str, str] = {}
         for k, t in zip(keys, texts, strict=True):
@@ -236,3 +254,46 @@ class EmbeddingCache:
     def embed_one(self, text: str, kind: Kind = "query") -> np.ndarray:
         """Embedding of one string (1-D float32)."""
         return self.embed([text], kind)[0]
+
+
+class CachedEmbedding(BaseEmbedding):
+    """A LlamaIndex ``BaseEmbedding`` that answers from an :class:`EmbeddingCache`.
+
+    Every component that embeds (dense retriever, corpus hypothesizer, ``VectorStoreIndex``)
+    can take it, so one cache serves them all and a second run embeds nothing.
+
+    >>> from llama_index.core.embeddings import MockEmbedding
+    >>> import tempfile
+    >>> emb = CachedEmbedding(EmbeddingCache(tempfile.mkdtemp(), MockEmbedding(embed_dim=2)))
+    >>> emb.get_query_embedding("q")
+    [0.5, 0.5]
+    """
+
+    _cache: EmbeddingCache = PrivateAttr()
+
+    def __init__(self, cache: EmbeddingCache, **kwargs: Any) -> None:
+        kwargs.setdefault("model_name", str(cache.spec.get("model_name") or cache.spec["class"]))
+        kwargs.setdefault("embed_batch_size", 2048)
+        super().__init__(**kwargs)
+        self._cache = cache
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "CachedEmbedding"
+
+    @property
+    def cache(self) -> EmbeddingCache:
+        """The underlying cache."""
+        return self._cache
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return [float(x) for x in self._cache.embed([query], "query")[0]]
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return await asyncio.to_thread(self._get_query_embedding, query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return [float(x) for x in self._cache.embed([text], "text")[0]]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return [[float(x) for x in row] for row in self._cache.embed(texts, "text")]

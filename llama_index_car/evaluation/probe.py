@@ -110,6 +110,7 @@ class ProbeResult:
     contrasts: list[dict[str, Any]]
     displacement: dict[str, Any]
     per_case_ranks: list[dict[str, Any]]
+    frames: list[str] = field(default_factory=lambda: ["plan"])
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: model, counts, variant means, contrasts, displacement, cases."""
@@ -134,6 +135,7 @@ class ProbeResult:
         return {
             "model": self.model,
             "counts": self.counts,
+            "frames": self.frames,
             "variant_mean_cos": means,
             "variant_sem_cos": sems,
             "contrasts": self.contrasts,
@@ -226,34 +228,46 @@ def load_sections(corpus: str | os.PathLike[str]) -> list[ProbeSection]:
 
 # ----------------------------------------------------------------------------- cases
 def eligible_cases(
-    sections: Iterable[ProbeSection], *, include_mixed: bool = False
+    sections: Iterable[ProbeSection],
+    *,
+    frames: Sequence[str] = ("plan",),
+    heads: Sequence[str] | None = None,
 ) -> tuple[list[ProbeCase], dict[str, int]]:
     """Eligible sections as :class:`ProbeCase` plus counts by title frame and eligibility.
 
-    Eligible = plan-framed title (``mixed`` too when ``include_mixed``) and at least one body
-    criterion compound absent from the title; the criterion is the first such compound.
+    Eligible = a title whose :func:`~llama_index_car.framing.classify_title` is in ``frames``
+    (the paper: ``("plan",)``) and at least one body criterion compound (``heads``, default
+    ``~기준``) absent from the title; the criterion is the first such compound. With
+    non-plan frames, ``cf``, ``cfp`` and ``cfn`` coincide (no plan token to remove), so only the
+    title-slot contrasts are informative; :func:`run_probe` counts identical variant pairs.
     """
+    from llama_index_car._errors import ConfigurationError
     from llama_index_car.framing import (
+        DEFAULT_CRITERION_HEADS,
         classify_title,
         extract_criteria,
         make_probe_variants,
         probe_query,
     )
 
+    allowed = ("plan", "standard", "mixed", "neither")
+    bad = [f for f in frames if f not in allowed]
+    if bad or not frames:
+        raise ConfigurationError(f"frames={list(frames)!r}; use a subset of {allowed}")
+    head_tuple = tuple(heads) if heads else DEFAULT_CRITERION_HEADS
     counts = {"sections": 0, "plan": 0, "standard": 0, "mixed": 0, "neither": 0}
-    counts["plan_with_criterion"] = 0
+    counts["framed_with_criterion"] = 0
     cases: list[ProbeCase] = []
-    frames = ("plan", "mixed") if include_mixed else ("plan",)
     for s in sections:
         counts["sections"] += 1
         frame = classify_title(s.title)
         counts[frame] += 1
         if frame not in frames:
             continue
-        criteria = extract_criteria(s.body, title=s.title)
+        criteria = extract_criteria(s.body, title=s.title, heads=head_tuple)
         if not criteria:
             continue
-        counts["plan_with_criterion"] += 1
+        counts["framed_with_criterion"] += 1
         crit = criteria[0]
         cases.append(
             ProbeCase(
@@ -273,13 +287,17 @@ def _unit(m: np.ndarray) -> np.ndarray:
     return m / norms
 
 
-def _contrast_rows(cos: dict[str, np.ndarray], seed: int) -> list[dict[str, Any]]:
+def _contrast_rows(
+    cos: dict[str, np.ndarray], seed: int, cases: Sequence[ProbeCase]
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     tests: list[PairedTest] = []
     for a, b, what in CONTRASTS:
         t = paired_test(cos[a], cos[b], seed=seed)
         tests.append(t)
-        rows.append({"a": a, "b": b, "contrast": f"{a} − {b}", "isolates": what})
+        same = sum(1 for c in cases if c.variants[a] == c.variants[b])
+        rows.append({"a": a, "b": b, "contrast": f"{a} − {b}", "isolates": what,
+                     "n_identical_text": same})
     adjusted = holm([t.p for t in tests]) if tests else []
     for row, t, ph in zip(rows, tests, adjusted, strict=True):
         d = t.to_dict()
@@ -300,6 +318,7 @@ def run_probe(
     cache_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
     counts: dict[str, int] | None = None,
+    frames: Sequence[str] = ("plan",),
     show_progress: bool = False,
 ) -> ProbeResult:
     """Embed queries and variants, compute the Table-3 contrasts and the rank displacement.
@@ -311,6 +330,7 @@ def run_probe(
         cache_dir: embedding-cache root (default :func:`~.cache.default_cache_dir`).
         seed: bootstrap seed.
         counts: eligibility counts to carry into the result.
+        frames: the title frames that were eligible (reported).
     """
     from llama_index_car.evaluation.cache import default_cache_dir
     from llama_index_car.framing import format_section
@@ -328,7 +348,7 @@ def run_probe(
         docs = _unit(cache.embed([c.variants[v] for c in cases], "text",
                                  show_progress=show_progress, desc=f"probe {v}"))
         cos[v] = np.einsum("ij,ij->i", q, docs).astype(float)
-    contrasts = _contrast_rows(cos, seed)
+    contrasts = _contrast_rows(cos, seed, cases)
 
     pool = list(corpus) if corpus is not None else [c.section for c in cases]
     pool_docs = _unit(cache.embed([format_section(s.title, s.body) for s in pool], "text",
@@ -370,6 +390,7 @@ def run_probe(
         contrasts=contrasts,
         displacement=displacement,
         per_case_ranks=per_case,
+        frames=list(frames),
     )
 
 
@@ -402,23 +423,30 @@ def probe_markdown(result: ProbeResult) -> str:
         f"Sections: {d['counts'].get('sections', '?')} loaded; plan-framed "
         f"{d['counts'].get('plan', '?')}, standard {d['counts'].get('standard', '?')}, "
         f"mixed {d['counts'].get('mixed', '?')}, neither {d['counts'].get('neither', '?')}; "
-        f"eligible {d['counts'].get('eligible', '?')}; probed n = {n}.",
+        f"eligible {d['counts'].get('eligible', '?')} (title frames: "
+        f"{', '.join(d['frames'])}); "
+        f"probed n = {n}.",
         "",
         "## Contrasts (Table 3 shape)",
         "",
         "Δ is the mean change in cos(query, variant); 'Cases' counts sections moving in the "
         "predicted direction; one-sided paired Wilcoxon (zero differences dropped), Holm over "
-        "the nine contrasts; 95% bootstrap CI of Δ (2000 resamples).",
+        "the nine contrasts; 95% bootstrap CI of Δ (2000 resamples). The last column counts "
+        "pairs whose two documents are the same text, and pairs the model embeds with "
+        "exactly equal cosine (e.g. a tokenizer that ignores the newline between title and "
+        "first body line makes cf and cfs identical).",
         "",
-        "| Contrast | What it isolates | Δ cosine | 95% CI | Cases | Wilcoxon p | Holm p | d_z |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Contrast | What it isolates | Δ cosine | 95% CI | Cases | Wilcoxon p | Holm p | d_z "
+        "| identical texts / equal cos |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in d["contrasts"]:
         cases = f"{r['n_better']}/{r['n']} ({100 * r['n_better'] / max(r['n'], 1):.0f}%)"
         ci = f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
         lines.append(
             f"| {r['a']} vs. {r['b']} | {r['isolates']} | {_fmt(r['delta'])} | {ci} | {cases} "
-            f"| {_fmt_p(r['p'])} | {_fmt_p(r['p_holm'])} | {_fmt(r['d_z'], '.2f')} |"
+            f"| {_fmt_p(r['p'])} | {_fmt_p(r['p_holm'])} | {_fmt(r['d_z'], '.2f')} "
+            f"| {r['n_identical_text']} / {r['n_ties']} |"
         )
     lines += ["", "## Mean cosine by variant", "", "| variant | mean cos | SEM |", "|---|---|---|"]
     for v in VARIANTS:

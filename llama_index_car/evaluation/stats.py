@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 ZeroMethod = Literal["wilcox", "pratt", "zsplit"]
+Sample = Sequence[float] | np.ndarray
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class PairedTest:
         }
 
 
-def _pair(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def _pair(a: Sample, b: Sample) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(a, dtype=float)
     y = np.asarray(b, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
@@ -96,8 +97,8 @@ def _pair(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarra
 
 
 def wilcoxon_greater(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Sample,
+    b: Sample,
     *,
     zero_method: ZeroMethod = "wilcox",
     method: str = "auto",
@@ -203,8 +204,8 @@ def bootstrap_ci(
 
 
 def paired_test(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Sample,
+    b: Sample,
     *,
     zero_method: ZeroMethod = "wilcox",
     n_resamples: int = 2000,

@@ -101,6 +101,9 @@ class CriterionAwareRetriever(BaseRetriever):
         speculative_hybrid: run the plain hybrid concurrently with the hypothesis (``True``),
             only on failure (``False``), or ``"auto"`` (default): ``False`` for the offline
             corpus hypothesizer, ``True`` otherwise.
+        speculation_delay: seconds to wait for the hypothesis before starting the speculative
+            hybrid (default 0.005): a cached hypothesis arrives within it, so no hybrid is run
+            in vain; an uncached LLM call pays at most this delay.
     """
 
     def __init__(
@@ -117,6 +120,7 @@ class CriterionAwareRetriever(BaseRetriever):
         hypothesis_timeout: float = 30.0,
         router: LexicalOverlapRouter | None = None,
         speculative_hybrid: bool | Literal["auto"] = "auto",
+        speculation_delay: float = 0.005,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -165,6 +169,15 @@ class CriterionAwareRetriever(BaseRetriever):
 
             speculative_hybrid = not isinstance(hypothesizer, CorpusCriterionHypothesizer)
         self.speculative_hybrid = bool(speculative_hybrid)
+        try:
+            delay = float(speculation_delay)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"speculation_delay={speculation_delay!r} is not a number of seconds"
+            ) from exc
+        if not math.isfinite(delay) or delay < 0:
+            raise ConfigurationError(f"speculation_delay={speculation_delay!r} must be >= 0")
+        self.speculation_delay = delay
         self.weights = [self.alpha, 1.0 - self.alpha]
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
@@ -245,7 +258,7 @@ class CriterionAwareRetriever(BaseRetriever):
         lexical = KiwiBM25Retriever.from_defaults(
             nodes=node_list,
             tokenizer=tokenizer,
-            similarity_top_k=pool_top_k,
+            similarity_top_k=max(1, min(pool_top_k, len(node_list))),
             show_progress=show_progress,
         )
         if hypothesizer is None:
@@ -336,7 +349,9 @@ class CriterionAwareRetriever(BaseRetriever):
                 contextvars.copy_context().run, self.hypothesizer.hypothesize, query
             )
             hybrid_future = None
-            if self.speculative_hybrid:
+            if self.speculative_hybrid and self.speculation_delay > 0:
+                concurrent.futures.wait([hyp_future], timeout=self.speculation_delay)
+            if self.speculative_hybrid and not hyp_future.done():
                 hybrid_future = executor.submit(
                     contextvars.copy_context().run,
                     self._hybrid_results_sync, query_bundle, lexical_hits,
@@ -418,9 +433,11 @@ class CriterionAwareRetriever(BaseRetriever):
         hyp_task = asyncio.ensure_future(
             asyncio.wait_for(self.hypothesizer.ahypothesize(query), self.hypothesis_timeout)
         )
+        if self.speculative_hybrid and self.speculation_delay > 0:
+            await asyncio.wait({hyp_task}, timeout=self.speculation_delay)
         hybrid_task = (
             asyncio.ensure_future(self._hybrid_results_async(query_bundle, lexical_hits))
-            if self.speculative_hybrid
+            if self.speculative_hybrid and not hyp_task.done()
             else None
         )
         try:

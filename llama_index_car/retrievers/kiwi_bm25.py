@@ -194,8 +194,7 @@ class KiwiBM25Retriever(BaseRetriever):
         given = [x is not None for x in (nodes, docstore, index)]
         if sum(given) != 1:
             raise ConfigurationError(
-                "pass exactly one of nodes=, docstore= or index= to "
-                "KiwiBM25Retriever.from_defaults"
+                "pass exactly one of nodes=, docstore= or index= to KiwiBM25Retriever.from_defaults"
             )
         if index is not None:
             docstore = getattr(index, "docstore", None)
@@ -477,9 +476,7 @@ class KiwiBM25Retriever(BaseRetriever):
             raise IndexPersistError(
                 f"{root}: {_NODES}, {_TERMS} and {_COUNTS} disagree in size; rebuild the index"
             )
-        filters = (
-            MetadataFilters.model_validate(config["filters"]) if config["filters"] else None
-        )
+        filters = MetadataFilters.model_validate(config["filters"]) if config["filters"] else None
         self = cls.__new__(cls)
         BaseRetriever.__init__(self, callback_manager=callback_manager)
         self._tokenizer = tokenizer
@@ -529,8 +526,7 @@ class KiwiBM25Retriever(BaseRetriever):
             data = path.read_bytes()
             if hashlib.sha256(data).hexdigest() != files[name].get("sha256"):
                 raise IndexPersistError(
-                    f"{path} is corrupt (sha256 differs from {_MANIFEST}); "
-                    "persist the index again"
+                    f"{path} is corrupt (sha256 differs from {_MANIFEST}); persist the index again"
                 )
             out[name] = data
         return out

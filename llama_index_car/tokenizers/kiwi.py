@@ -59,16 +59,58 @@ CONTENT_TAGS: tuple[str, ...] = ("NNG", "NNP", "NR", "VV", "VA", "XR", "SL", "SN
 #: Chinese characters, numbers, and Kiwi's serial/URL/email spans (W_SERIAL carries the
 #: clause references found by :data:`DOMAIN_PATTERNS`).
 DEFAULT_KEEP_TAGS: tuple[str, ...] = (
-    "NNG", "NNP", "NR", "VV", "VA", "XR", "SL", "SH", "SN", "W_SERIAL", "W_URL", "W_EMAIL",
+    "NNG",
+    "NNP",
+    "NR",
+    "VV",
+    "VA",
+    "XR",
+    "SL",
+    "SH",
+    "SN",
+    "W_SERIAL",
+    "W_URL",
+    "W_EMAIL",
 )
 
 _NOUN_TAGS = frozenset({"NNG", "NNP"})
 _LEMMA_TAGS = frozenset({"VV", "VA", "VV-I", "VA-I", "VV-R", "VA-R"})
 
 _UNITS = (
-    "km/h", "m/sec", "m/s", "mg/L", "m²", "m³", "m2", "m3", "mm", "cm", "km", "kg", "kN",
-    "MPa", "kPa", "Pa", "ton", "kW", "kV", "dB", "Hz", "lx", "ppm", "ha", "℃", "°C", "°",
-    "%", "t", "m", "L", "W", "V", "N",
+    "km/h",
+    "m/sec",
+    "m/s",
+    "mg/L",
+    "m²",
+    "m³",
+    "m2",
+    "m3",
+    "mm",
+    "cm",
+    "km",
+    "kg",
+    "kN",
+    "MPa",
+    "kPa",
+    "Pa",
+    "ton",
+    "kW",
+    "kV",
+    "dB",
+    "Hz",
+    "lx",
+    "ppm",
+    "ha",
+    "℃",
+    "°C",
+    "°",
+    "%",
+    "t",
+    "m",
+    "L",
+    "W",
+    "V",
+    "N",
 )
 
 #: ``(name, regex, Kiwi tag)`` in priority order; the first matching alternative wins at a
@@ -90,15 +132,21 @@ DOMAIN_PATTERNS: tuple[tuple[str, str, str], ...] = (
     ),
     ("roman_unicode", r"[\u2160-\u216B\u2170-\u217B]", "W_SERIAL"),
     ("roman_ascii", r"(?<![A-Za-z])(?=[IVX])X{0,3}(?:IX|IV|V?I{0,3})(?![A-Za-z])", "W_SERIAL"),
-    ("number", r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|(?<![\d.,])\d+(?:\.\d+)?(?!\d)", "W_SERIAL"),
+    (
+        "number",
+        r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|(?<![\d.,])\d+(?:\.\d+)?(?!\d)",
+        "W_SERIAL",
+    ),
 )
 
-_DOMAIN_RE = re.compile(
-    "|".join(f"(?P<{name}>{rx})" for name, rx, _ in DOMAIN_PATTERNS)
-)
+_DOMAIN_RE = re.compile("|".join(f"(?P<{name}>{rx})" for name, rx, _ in DOMAIN_PATTERNS))
 _DOMAIN_TAG = {name: tag for name, _, tag in DOMAIN_PATTERNS}
-_ROMAN = {chr(0x2160 + i): r for i, r in enumerate(
-    ["I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII"])}
+_ROMAN = {
+    chr(0x2160 + i): r
+    for i, r in enumerate(
+        ["I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII"]
+    )
+}
 _ROMAN.update({chr(0x2170 + i): r for i, r in enumerate(_ROMAN.values())})
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3})")
 

@@ -7,7 +7,9 @@ criterion). Both the metadata title and a leading ``## {title}`` line of the nod
 ``HWPXNodeParser`` writes) are rewritten; the original title is kept under
 ``original_title_key`` (excluded from the embedding text) and the applied criteria under
 ``"reframed_criteria"``; the last element of ``heading_path`` is rewritten when it is the
-title, so the plan framing does not leak back into the embedded metadata.
+title, and so is any ``mirror_title_keys`` value equal to it (the reader's document
+``title`` of a one-section file), so the plan framing does not leak back into the embedded
+metadata.
 
 The paper's evidence: with the *queried* criterion (``mode="oracle"``) the target's mean rank
 drops 254.8 → 4.6 and no case worsens; the query-independent modes (``first``, ``all``,
@@ -61,6 +63,11 @@ class CriterialReframer(TransformComponent):
     are left as they are). Only titles whose :func:`~llama_index_car.framing.classify_title`
     is in ``frames`` (default: ``plan``) are rewritten.
 
+    By default (``scope="section"``) criteria are mined from the whole section — the chunks
+    of one section (same ``ref_doc_id``, ``section``, heading path and title, as
+    ``HWPXNodeParser`` emits them) share one reframed header even when only one chunk states
+    the criterion; ``scope="node"`` looks at each node alone.
+
     Modes: ``first`` body criterion (the paper's extractor); ``all`` criteria (at most
     ``max_criteria``, body order); ``most_frequent`` (ties → earlier in the body);
     ``oracle`` — the criterion stored per node under ``criterion_key`` (a string or a list),
@@ -100,7 +107,18 @@ class CriterialReframer(TransformComponent):
         description="Metadata key of the heading path (' > '-joined string or list) whose "
         "last element, when equal to the title, is rewritten too.",
     )
+    mirror_title_keys: tuple[str, ...] = Field(
+        default=("title",),
+        description="Other metadata keys (e.g. the reader's document 'title') rewritten too "
+        "when their value equals the section title, so the plan framing does not leak back.",
+    )
     max_criteria: int = Field(default=3, ge=1, description="Cap on criteria for mode='all'.")
+    scope: Literal["section", "node"] = Field(
+        default="section",
+        description="Where criteria are mined: the whole section (all chunks of one section "
+        "share a header; grouped by ref_doc_id, 'section', heading path and title) or each "
+        "node alone.",
+    )
     rewrite_text_header: bool = Field(
         default=True, description="Also rewrite a leading '## {title}' line of the node text."
     )
@@ -118,7 +136,21 @@ class CriterialReframer(TransformComponent):
 
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
         """Return reframed copies of ``nodes`` (same order, same ids)."""
-        return [self._reframe(node) for node in nodes]
+        copies = [node.model_copy(deep=True) for node in nodes]
+        plans = [self._plan(node) for node in copies]
+        section_bodies: dict[tuple[Any, ...], list[str]] = {}
+        for plan in plans:
+            if plan is not None:
+                section_bodies.setdefault(plan[0], []).append(plan[3])
+        for node, plan in zip(copies, plans, strict=True):
+            if plan is None:
+                continue
+            key, title, header_title, body = plan
+            scope_body = body if self.scope == "node" else "\n".join(section_bodies[key])
+            criteria = self._choose(node, scope_body, title)
+            if criteria:
+                self._apply(node, title, header_title, body, criteria)
+        return copies
 
     async def acall(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
         """Async form (pure string work: runs inline)."""
@@ -151,19 +183,31 @@ class CriterialReframer(TransformComponent):
         elif isinstance(path, list) and path and " ".join(str(path[-1]).split()) == norm:
             node.metadata[self.heading_path_key] = [*path[:-1], reframed]
 
-    def _reframe(self, node: BaseNode) -> BaseNode:
-        new = node.model_copy(deep=True)
-        if not isinstance(new, (TextNode, Node)) or self.original_title_key in new.metadata:
-            return new
-        text = new.get_content(metadata_mode=MetadataMode.NONE)
-        header_title, body = _split_header(text)
-        meta_title = new.metadata.get(self.title_key)
+    def _section_key(self, node: BaseNode, title: str) -> tuple[Any, ...]:
+        if self.scope == "node" or node.ref_doc_id is None:
+            return ("node", node.node_id)
+        return (
+            node.ref_doc_id,
+            str(node.metadata.get("section", "")),
+            str(node.metadata.get(self.heading_path_key, "")),
+            " ".join(title.split()),
+        )
+
+    def _plan(self, node: BaseNode) -> tuple[tuple[Any, ...], str, str | None, str] | None:
+        """``(section key, title, header title, body)`` for a reframing candidate, else None."""
+        if not isinstance(node, (TextNode, Node)) or self.original_title_key in node.metadata:
+            return None
+        header_title, body = _split_header(node.get_content(metadata_mode=MetadataMode.NONE))
+        meta_title = node.metadata.get(self.title_key)
         title = meta_title if isinstance(meta_title, str) and meta_title.strip() else header_title
         if not title or classify_title(title) not in self.frames:
-            return new
-        criteria = self._choose(new, body, title)
-        if not criteria:
-            return new
+            return None
+        return self._section_key(node, title), title, header_title, body
+
+    def _apply(
+        self, new: BaseNode, title: str, header_title: str | None, body: str, criteria: list[str]
+    ) -> None:
+        meta_title = new.metadata.get(self.title_key)
         reframed = reframe_title(title, " ".join(criteria), self.form)
         if isinstance(meta_title, str) and meta_title.strip():
             new.metadata[self.title_key] = reframed
@@ -174,6 +218,11 @@ class CriterialReframer(TransformComponent):
         ):
             new.set_content(f"{_HEADER}{reframed}\n\n{body}")
         self._rewrite_heading_path(new, title, reframed)
+        norm = " ".join(title.split())
+        for key in self.mirror_title_keys:
+            value = new.metadata.get(key)
+            if key != self.title_key and isinstance(value, str) and " ".join(value.split()) == norm:
+                new.metadata[key] = reframed
         new.metadata[self.original_title_key] = title
         new.metadata[self.criteria_key] = criteria
         for key, lists in (
@@ -187,4 +236,3 @@ class CriterialReframer(TransformComponent):
                 if key not in excluded:
                     excluded.append(key)
         new.embedding = None
-        return new

@@ -29,6 +29,7 @@ import struct
 import threading
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -40,6 +41,8 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "anthropic_message",
+    "point_sdks_at",
+    "serving",
     "provider_server",
     "provider_env",
 ]
@@ -160,7 +163,9 @@ class FakeProviderServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -284,27 +289,46 @@ class FakeProviderServer:
         }
 
 
-@pytest.fixture
-def provider_server() -> Iterator[FakeProviderServer]:
-    """A running :class:`FakeProviderServer`, stopped after the test."""
-    server = FakeProviderServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def provider_env(
-    provider_server: FakeProviderServer, monkeypatch: pytest.MonkeyPatch
-) -> FakeProviderServer:
-    """Point every SDK at the fake server through the env vars the SDKs (and
+def point_sdks_at(server: FakeProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point every SDK at ``server`` through the env vars the SDKs (and
     :mod:`llama_index_car.providers`) read, with fake keys."""
-    url = provider_server.url
+    url = server.url
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fake")
     monkeypatch.setenv("OPENAI_BASE_URL", url + "/v1")
     monkeypatch.setenv("COHERE_API_KEY", "co-fake")
     monkeypatch.setenv("CO_API_URL", url)
-    return provider_server
+
+
+@contextmanager
+def serving(monkeypatch: pytest.MonkeyPatch | None = None) -> Iterator[FakeProviderServer]:
+    """A running :class:`FakeProviderServer` (SDKs pointed at it when ``monkeypatch`` is
+    given), stopped on exit. Test modules wrap it in a fixture::
+
+        @pytest.fixture
+        def fake(monkeypatch):
+            with serving(monkeypatch) as server:
+                yield server
+    """
+    server = FakeProviderServer().start()
+    try:
+        if monkeypatch is not None:
+            point_sdks_at(server, monkeypatch)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def provider_server() -> Iterator[FakeProviderServer]:
+    """Fixture: a running :class:`FakeProviderServer` (register this module as a plugin)."""
+    with serving() as server:
+        yield server
+
+
+@pytest.fixture
+def provider_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProviderServer]:
+    """Fixture: a running fake with every SDK pointed at it through the environment."""
+    with serving(monkeypatch) as server:
+        yield server

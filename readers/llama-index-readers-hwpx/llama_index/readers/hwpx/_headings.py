@@ -102,7 +102,7 @@ def classify(
     exists in the structure; they render as a heading. Heading blocks get ``"path"``: the
     heading texts from the outermost down to this one.
     """
-    has_child = {t.parent.index for t in tables if t.parent is not None}
+    has_child = {t.parent.table_index for t in tables if t.parent is not None}
     kinds: list[str | None] = []
     for b in blocks:
         kind: str | None = None

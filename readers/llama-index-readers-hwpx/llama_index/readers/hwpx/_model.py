@@ -10,7 +10,7 @@ from typing import NamedTuple
 __all__ = ["HWPXCell", "HWPXTable", "HWPXTableParent", "render_table"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HWPXCell:
     """One ``hp:tc``: grid anchor (0-based ``row``, ``col``), spans and its own text.
 
@@ -28,7 +28,7 @@ class HWPXCell:
 class HWPXTableParent(NamedTuple):
     """Where a nested table sits: the containing table's index and the containing cell."""
 
-    index: int
+    table_index: int
     cell: HWPXCell
 
 
@@ -40,7 +40,7 @@ class HWPXTable:
         n_rows, n_cols: ``rowCnt`` x ``colCnt`` (grown if a cell lies outside them).
         cells: direct cells in ``hp:tc`` order (each placed by its address, not by order).
         depth: 0 for a top-level table, 1 inside a cell of a top-level table, ...
-        parent: :class:`HWPXTableParent` (index, cell) of the containing table, or None.
+        parent: :class:`HWPXTableParent` ``(table_index, cell)`` of the containing table, or None.
         section: 0-based section position in spine order.
         caption: ``hp:caption`` text or None.
         index: position in :meth:`HWPXReader.load_tables` order (pre-order, spine order).
@@ -96,7 +96,7 @@ class HWPXTable:
             "caption": self.caption,
             "parent": None
             if self.parent is None
-            else [self.parent.index, self.parent.cell.row, self.parent.cell.col],
+            else [self.parent.table_index, self.parent.cell.row, self.parent.cell.col],
             "cells": [[c.row, c.col, c.row_span, c.col_span, c.text] for c in self.cells],
         }
 
@@ -109,6 +109,10 @@ def _html_cell(text: str) -> str:
     return escape(text).replace("\n", "<br>")
 
 
+def _col(c: HWPXCell) -> int:
+    return c.col
+
+
 def render_table(
     cells: Sequence[HWPXCell],
     n_rows: int,
@@ -117,14 +121,38 @@ def render_table(
 ) -> str:
     """Render ``cells`` (all of them, or only those anchored in ``rows``) as markdown or HTML.
 
+    Rows no text covers are left out (layout rows of forms); an all-empty table renders as "".
     Markdown pipe tables are used when no selected cell spans more than one row or column;
-    otherwise HTML with ``rowspan``/``colspan`` (spans clipped to the selected rows).
+    otherwise HTML with ``rowspan``/``colspan`` (a row span counts only the rendered rows).
+
+    A sparse layout table (at least 12 cells, more than 2/3 of them empty, e.g. an org chart
+    drawn with cells) renders as one line per row of its non-empty cells joined by " | ".
+
+    >>> print(render_table([HWPXCell(0, 0, 1, 1, "a"), HWPXCell(0, 1, 1, 1, "b")], 1, 2))
+    | a | b |
+    |---|---|
     """
-    wanted = sorted(set(range(n_rows) if rows is None else rows))
-    if not wanted or n_cols <= 0:
+    if n_cols <= 0:
+        return ""
+    covered: set[int] = set()
+    for c in cells:
+        if c.text.strip():
+            covered.update(range(c.row, min(c.row + c.row_span, n_rows)))
+    wanted = sorted(r for r in set(range(n_rows) if rows is None else rows) if r in covered)
+    if not wanted:
         return ""
     row_set = set(wanted)
     chosen = [c for c in cells if c.row in row_set]
+    if len(cells) >= 12 and 3 * sum(1 for c in cells if c.text.strip()) < len(cells):
+        by_row_text: dict[int, list[HWPXCell]] = {}
+        for c in chosen:
+            if c.text.strip():
+                by_row_text.setdefault(c.row, []).append(c)
+        return "\n".join(
+            " | ".join(" ".join(c.text.split()) for c in sorted(by_row_text[r], key=_col))
+            for r in wanted
+            if r in by_row_text
+        )
     merged = any(c.row_span > 1 or c.col_span > 1 for c in chosen)
     if not merged:
         by_pos = {(c.row, c.col): c.text for c in chosen}
@@ -141,11 +169,8 @@ def render_table(
     out = ["<table>"]
     for r in wanted:
         tds: list[str] = []
-        for c in sorted(by_row.get(r, []), key=lambda x: x.col):
-            # clip a row span to the contiguous selected rows below the anchor
-            span = 1
-            while span < c.row_span and (r + span) in row_set:
-                span += 1
+        for c in sorted(by_row.get(r, []), key=_col):
+            span = sum(1 for k in range(r, r + c.row_span) if k in row_set)
             attrs = (f' rowspan="{span}"' if span > 1 else "") + (
                 f' colspan="{c.col_span}"' if c.col_span > 1 else ""
             )

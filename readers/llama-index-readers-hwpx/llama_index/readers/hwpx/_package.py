@@ -28,9 +28,10 @@ from lxml import etree
 
 OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
+_LINESEG = re.compile(rb"<hp:linesegarray>(?:<hp:lineseg\s[^<>\n]*/>)*</hp:linesegarray>")
 SECTION_RE = re.compile(r"^Contents/section(\d+)\.xml$", re.IGNORECASE)
 HWPX_MIMETYPE_PREFIX = "application/hwp"
-_CHUNK = 1 << 16
+_CHUNK = 1 << 20
 # Ratio checks only apply above this size: tiny XML parts legitimately compress > 100x.
 _RATIO_MIN_BYTES = 1 << 20
 _ZIP_ERRORS = (
@@ -68,6 +69,7 @@ def make_parser() -> etree.XMLParser:
         load_dtd=False,
         dtd_validation=False,
         huge_tree=False,
+        collect_ids=False,
         remove_comments=True,
         remove_pis=True,
     )
@@ -168,8 +170,14 @@ class Package:
         self.total_read += size
         return b"".join(chunks)
 
-    def xml(self, name: str) -> etree._Element:
-        return parse_xml(self.read(name), self.file, name)
+    def xml(self, name: str, *, strip_layout: bool = False) -> etree._Element:
+        """Parse a part. ``strip_layout`` drops Hangul's line-layout caches
+        (``<hp:linesegarray>`` of self-closing ``<hp:lineseg .../>``, no newlines inside) before
+        parsing: they hold no text and are a large share of every section."""
+        data = self.read(name)
+        if strip_layout:
+            data = _LINESEG.sub(b"", data)
+        return parse_xml(data, self.file, name)
 
 
 def open_package(data: bytes, file: str, limits: Limits) -> Package:
@@ -300,31 +308,72 @@ def section_order(pkg: Package) -> tuple[list[str], str]:
     return order, title
 
 
+_HEADER_TOKENS = re.compile(
+    rb"<hh:paraPr\s([^<>]*)>|<hh:heading\s([^<>]*?)/?>|</hh:paraPr>"
+)
+_ID_ATTR = re.compile(rb'(?:^|\s)id\s*=\s*"([^"]*)"')
+_ATTR = re.compile(rb'([A-Za-z_:][-.\w:]*)\s*=\s*"([^"]*)"')
+
+
+def _outline_from_tokens(data: bytes) -> dict[str, int] | None:
+    """Fast path: one linear regex pass over header.xml written with the usual ``hh:`` prefix.
+
+    Returns None when the prefix is not ``hh:`` (then the caller parses the XML).
+    """
+    levels: dict[str, int] = {}
+    current: str | None = None
+    seen = False
+    for m in _HEADER_TOKENS.finditer(data):
+        para_attrs, heading_attrs = m.group(1), m.group(2)
+        if para_attrs is not None:
+            seen = True
+            pid = _ID_ATTR.search(para_attrs)
+            current = pid.group(1).decode("ascii", "replace") if pid is not None else None
+        elif heading_attrs is not None:
+            if current is not None and current not in levels:
+                if b"OUTLINE" in heading_attrs:
+                    attrs = dict(_ATTR.findall(heading_attrs))
+                    try:
+                        lvl = int(attrs.get(b"level", b"0"))
+                    except ValueError:
+                        lvl = 0
+                    is_outline = attrs.get(b"type") == b"OUTLINE"
+                    levels[current] = min(max(lvl, 0), 9) + 1 if is_outline else 0
+                else:
+                    levels[current] = 0
+        else:
+            current = None
+    if not seen and b"paraPr" in data:
+        return None
+    return {k: v for k, v in levels.items() if v}
+
+
 def outline_levels(pkg: Package) -> dict[str, int]:
     """``paraPr`` id -> outline level (1-based) for ``<hh:heading type="OUTLINE">``.
 
-    Missing ``Contents/header.xml`` (seen in some tool-written files) yields {}.
+    The first ``hh:heading`` of a ``paraPr`` counts (in a ``switch`` the ``case`` comes before
+    the ``default``, and the case is what Hangul 2016+ uses). Missing ``Contents/header.xml``
+    (seen in some tool-written files) yields {}.
     """
     name = "Contents/header.xml"
     if not pkg.has(name):
         return {}
-    root = pkg.xml(name)
+    data = pkg.read(name)
+    fast = _outline_from_tokens(data)
+    if fast is not None:
+        return fast
+    root = parse_xml(data, pkg.file, name)
     levels: dict[str, int] = {}
-    for el in root.iter():
-        if local(el.tag) != "paraPr":
-            continue
+    for el in root.iter("{*}paraPr"):
         pid = el.get("id")
         if pid is None:
             continue
-        # the heading may sit in a switch/case (newer level) with a default fallback: the
-        # first one in document order is the case, which is what Hangul 2016+ uses
-        for child in el.iter():
-            if local(child.tag) == "heading":
-                if child.get("type") == "OUTLINE":
-                    try:
-                        lvl = int(child.get("level", "0"))
-                    except ValueError:
-                        lvl = 0
-                    levels[pid] = min(max(lvl, 0), 9) + 1
-                break
+        for child in el.iter("{*}heading"):
+            if child.get("type") == "OUTLINE":
+                try:
+                    lvl = int(child.get("level", "0"))
+                except ValueError:
+                    lvl = 0
+                levels[pid] = min(max(lvl, 0), 9) + 1
+            break
     return levels

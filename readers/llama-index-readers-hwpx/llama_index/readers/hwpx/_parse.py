@@ -133,21 +133,28 @@ class SectionWalker:
         return value
 
     def _t(self, t: etree._Element, out: list[Any]) -> None:
-        if t.text:
-            out.append(t.text)
-        for c in t:
-            s = _SPECIAL_CHARS.get(_ln(c.tag))
-            if s is not None:
-                out.append(s)
-            if c.tail:
-                out.append(c.tail)
+        text = t.text
+        if text:
+            out.append(text)
+        if len(t):
+            for c in t:
+                s = _SPECIAL_CHARS.get(_LOCAL.get(c.tag) or _ln(c.tag))  # type: ignore[call-overload]
+                if s is not None:
+                    out.append(s)
+                tail = c.tail
+                if tail:
+                    out.append(tail)
 
     def _inline(self, el: etree._Element, out: list[Any]) -> None:
         """Text pieces (str) and object events (tuples) of ``el``'s subtree, in order."""
+        local = _LOCAL
         for child in el:
-            name = _ln(child.tag)
+            tag = child.tag
+            name = local.get(tag) or _ln(tag)  # type: ignore[call-overload]
             if name == "t":
                 self._t(child, out)
+            elif name == "run":
+                self._inline(child, out)
             elif name == "tbl":
                 out.append(("tbl", child))
             elif name == "footNote" or name == "endNote":
@@ -287,8 +294,10 @@ class SectionWalker:
     ) -> list[str]:
         """Own lines of a cell (or a text box inside a cell); nested tables are collected."""
         lines: list[str] = []
+        local = _LOCAL
         for p in container:
-            name = _ln(p.tag)
+            tag = p.tag
+            name = local.get(tag) or _ln(tag)  # type: ignore[call-overload]
             if name == "subList":
                 lines.extend(self._lines(p, nested, deferred, depth))
                 continue
@@ -296,6 +305,11 @@ class SectionWalker:
                 continue
             events: list[Any] = []
             self._inline(p, events)
+            if all(ev.__class__ is str for ev in events):
+                line = "".join(events).strip()
+                if line:
+                    lines.append(line)
+                continue
             buf: list[str] = []
             extra: list[str] = []
             for ev in events:
@@ -347,33 +361,52 @@ class SectionWalker:
         cells: list[HWPXCell] = []
         after: list[Block] = []
         row_no = -1
+        local = _LOCAL
         for tr in tbl:
-            if _ln(tr.tag) != "tr":
+            tag = tr.tag
+            if (local.get(tag) or _ln(tag)) != "tr":  # type: ignore[call-overload]
                 continue
             row_no += 1
             col_no = 0
             for tc in tr:
-                if _ln(tc.tag) != "tc":
+                tag = tc.tag
+                if (local.get(tag) or _ln(tag)) != "tc":  # type: ignore[call-overload]
                     continue
                 r, c, rs, cs = row_no, col_no, 1, 1
                 nested: list[etree._Element] = []
                 deferred: list[Block] = []
                 lines: list[str] = []
                 for part in tc:
-                    name = _ln(part.tag)
+                    tag = part.tag
+                    name = local.get(tag) or _ln(tag)  # type: ignore[call-overload]
                     if name == "cellAddr":
-                        r = self._int(part, "rowAddr", row_no)
-                        c = self._int(part, "colAddr", col_no)
+                        try:
+                            r = int(part.get("rowAddr", row_no))
+                            c = int(part.get("colAddr", col_no))
+                        except ValueError:  # the slow path names the bad attribute
+                            r = self._int(part, "rowAddr", row_no)
+                            c = self._int(part, "colAddr", col_no)
+                        if r < 0 or c < 0:
+                            self._int(part, "rowAddr", 0)
+                            self._int(part, "colAddr", 0)
                     elif name == "cellSpan":
-                        rs = max(self._int(part, "rowSpan", 1), 1)
-                        cs = max(self._int(part, "colSpan", 1), 1)
+                        try:
+                            rs = int(part.get("rowSpan", 1))
+                            cs = int(part.get("colSpan", 1))
+                        except ValueError:
+                            rs = self._int(part, "rowSpan", 1)
+                            cs = self._int(part, "colSpan", 1)
+                        rs = rs if rs > 1 else 1
+                        cs = cs if cs > 1 else 1
                     elif name == "subList":
                         lines = self._lines(part, nested, deferred, depth + 1)
                 col_no = c + cs
                 cell = HWPXCell(r, c, rs, cs, "\n".join(lines))
                 cells.append(cell)
-                n_rows = max(n_rows, r + rs)
-                n_cols = max(n_cols, c + cs)
+                if r + rs > n_rows:
+                    n_rows = r + rs
+                if c + cs > n_cols:
+                    n_cols = c + cs
                 if n_rows * n_cols > limits.max_table_cells:
                     raise HWPXFormatError(
                         self.st.file,
@@ -381,10 +414,12 @@ class SectionWalker:
                         f"{limits.max_table_cells} (line {tbl.sourceline})",
                         part=self.part,
                     )
-                link = HWPXTableParent(index, cell)
-                for inner in nested:
-                    self._table(inner, after, location, depth + 1, link)
-                after.extend(deferred)
+                if nested:
+                    link = HWPXTableParent(index, cell)
+                    for inner in nested:
+                        self._table(inner, after, location, depth + 1, link)
+                if deferred:
+                    after.extend(deferred)
         self.st.tables[index] = HWPXTable(
             n_rows=n_rows,
             n_cols=n_cols,

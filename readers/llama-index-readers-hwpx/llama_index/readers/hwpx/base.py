@@ -160,7 +160,7 @@ class HWPXReader(BasePydanticReader):
             )
             raw_sections: list[list[Block]] = []
             for i, part in enumerate(order):
-                root = pkg.xml(part)
+                root = pkg.xml(part, strip_layout=True)
                 try:
                     raw_sections.append(SectionWalker(state, i, part).walk(root))
                 except RecursionError as exc:

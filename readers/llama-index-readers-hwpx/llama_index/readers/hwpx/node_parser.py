@@ -260,7 +260,7 @@ class HWPXNodeParser(NodeParser):
                     excluded_llm_metadata_keys=excluded_llm,
                     metadata_template=node.metadata_template,
                     metadata_separator=node.metadata_separator,
-                    text_template=node.text_template,
+                    text_template=getattr(node, "text_template", TextNode().text_template),
                 )
                 child.relationships[NodeRelationship.SOURCE] = node.as_related_node_info()
                 out.append(child)

@@ -1,0 +1,123 @@
+"""``llama-car eval``: run named retrieval systems on a benchmark and write the paper's tables."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any
+
+EXAMPLE = """\
+examples:
+  llama-car eval ../shared/eval/lhcs_construction --systems bm25,dense,hybrid,car --out out/lhcs
+  llama-car eval ../shared/eval/legal_prec2statute --systems bm25,dense,hybrid,car \\
+      --max-queries 300 --out out/legal
+  llama-car eval docs/ --qa questions.jsonl --systems bm25,dense,reframe:first:dense --out out/x
+
+systems: bm25 dense hybrid dense+hyp bm25+exp car car-hyde car-auto, each optionally
+  prefixed 'reframe:<first|all|most_frequent>:', suffixed '@<alpha>' (fusion) or '+rerank'.
+outputs: DIR/results.json DIR/runs/<system>.trec DIR/report.md DIR/*.png DIR/per_query.json
+"""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``eval`` on the ``llama-car`` subparsers."""
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate retrieval systems (MRR, Recall, nDCG by overlap stratum, paired tests)",
+        description="Run named retrieval systems over a BEIR folder (or an HWPX folder plus a "
+        "QA file) and write results.json, TREC runs, a markdown report and figures.",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("data", metavar="DATA", help="BEIR folder, or HWPX folder with --qa")
+    p.add_argument("--qa", metavar="FILE", default=None,
+                   help="QA JSONL for an HWPX folder (question + gold section or cell)")
+    p.add_argument("--systems", default="bm25,dense,hybrid,car",
+                   help="comma-separated system names (default: %(default)s)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--embed", default="use", choices=("use", "openai"),
+                   help="dense embedding (default: %(default)s, offline)")
+    p.add_argument("--llm", default="none", choices=("none", "anthropic"),
+                   help="LLM for the criterion hypothesis and car-hyde (default: %(default)s)")
+    p.add_argument("--hypothesizer", default="auto", choices=("auto", "corpus", "llm"),
+                   help="CAR hypothesizer; auto = llm when --llm is set, else corpus")
+    p.add_argument("--rerank", default="none", choices=("none", "cohere"),
+                   help="reranker for '+rerank' systems (default: %(default)s)")
+    p.add_argument("--alpha", type=float, default=0.5,
+                   help="dense weight of fusion systems (default: %(default)s)")
+    p.add_argument("--rrf-k", type=int, default=60, help="RRF constant (default: %(default)s)")
+    p.add_argument("--depth", type=int, default=100,
+                   help="documents per query in every run (default: %(default)s, min 100)")
+    p.add_argument("--max-queries", type=int, default=None, metavar="N",
+                   help="evaluate the first N queries (file order)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="embedding cache (default: $LLAMA_CAR_CACHE or "
+                   "~/.cache/llama-index-car/embeddings)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    return p
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The ``llama-car eval`` command line that reproduces ``args`` (for the report)."""
+    parts = ["llama-car", "eval", str(args.data)]
+    if args.qa:
+        parts += ["--qa", str(args.qa)]
+    parts += ["--systems", str(args.systems), "--out", str(args.out), "--embed", args.embed,
+              "--llm", args.llm]
+    defaults = {"hypothesizer": "auto", "rerank": "none", "alpha": 0.5, "rrf_k": 60,
+                "depth": 100, "max_queries": None, "seed": 0}
+    for key, default in defaults.items():
+        value = getattr(args, key)
+        if value != default:
+            parts += [f"--{key.replace('_', '-')}", str(value)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``llama-car eval``; returns the exit code."""
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.evaluation.report import write_outputs
+    from llama_index_car.evaluation.runner import EvalConfig, load_eval_data, run_evaluation
+    from llama_index_car.evaluation.systems import parse_system
+    from llama_index_car.providers import resolve_embed_model, resolve_llm, resolve_reranker
+
+    systems = [s.strip() for s in str(args.systems).split(",") if s.strip()]
+    specs = [parse_system(s) for s in systems]  # fail fast on a typo
+    if args.depth < 100:
+        raise ConfigurationError(f"--depth {args.depth}: TREC runs are written at depth >= 100")
+    if not 0.0 <= args.alpha <= 1.0:
+        raise ConfigurationError(f"--alpha {args.alpha} must be in [0, 1]")
+    if args.max_queries is not None and args.max_queries < 1:
+        raise ConfigurationError(f"--max-queries {args.max_queries} must be >= 1")
+    show = not args.no_progress
+    llm = resolve_llm(args.llm)
+    if args.hypothesizer == "llm" and llm is None:
+        raise ConfigurationError("--hypothesizer llm needs --llm anthropic")
+    if any(s.base == "car-hyde" for s in specs) and llm is None:
+        raise ConfigurationError("car-hyde needs an LLM; pass --llm anthropic or drop car-hyde")
+    reranker = None
+    if any(s.rerank for s in specs):
+        if args.rerank == "none":
+            raise ConfigurationError("'+rerank' systems need --rerank cohere")
+        reranker = resolve_reranker(args.rerank, top_n=50)
+    embed_model = resolve_embed_model(args.embed)
+    data = load_eval_data(args.data, args.qa, show_progress=show).head(args.max_queries)
+    config = EvalConfig(
+        systems=tuple(systems), alpha=args.alpha, rrf_k=args.rrf_k, depth=args.depth,
+        hypothesizer=args.hypothesizer, seed=args.seed, show_progress=show,
+    )
+    outcome = run_evaluation(
+        data, config, embed_model, llm=llm, reranker=reranker, cache_dir=args.cache_dir
+    )
+    command = _command(args)
+    written = write_outputs(outcome, args.out, command=command)
+    res = outcome.results["systems"]
+    print(f"{'system':<24} {'n':>5} {'MRR':>7} {'MRR@10':>7} {'R@10':>7} {'R@50':>7} {'nDCG@10':>8}")
+    for name, strata in res.items():
+        a = strata["all"]
+        print(f"{name:<24} {a['n']:>5} {a['mrr']:>7.3f} {a['mrr@10']:>7.3f} "
+              f"{a['recall@10']:>7.3f} {a['recall@50']:>7.3f} {a['ndcg@10']:>8.3f}")
+    print(f"wrote {len(written)} files to {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,326 @@
+"""``llama-car index`` and ``llama-car query`` end to end, checked against independent oracles.
+
+One small index (three demo documents plus three broken files) is built once per module with
+the real offline stack (HWPX reader, USE embedding, Kiwi BM25, corpus hypothesizer). Oracles:
+the demo spec for node counts and cell text, ``rank_bm25`` for the BM25 ranking, numpy cosine
+over the persisted vectors for the dense ranking, and the weighted-RRF formula for the hybrid.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from llama_index_car.cli import build_parser, main
+from llama_index_car.demo.loader import DEMO_CORPUS_DIR
+from llama_index_car.demo.spec import DOCUMENTS
+
+GOOD = ("dg2012_tunnel.hwpx", "dg2019_drainage.hwpx", "dg2022_safety.hwpx")
+BAD = ("broken.hwpx", "plain_text.hwpx", "empty_zip.hwpx")
+
+
+def _write_bad_files(folder: Path) -> None:
+    (folder / "broken.hwpx").write_bytes(b"PK\x03\x04 this is not a complete zip archive")
+    (folder / "plain_text.hwpx").write_text("한글 문서가 아닙니다", encoding="utf-8")
+    with zipfile.ZipFile(folder / "empty_zip.hwpx", "w") as zf:
+        zf.writestr("readme.txt", "no OWPML parts here")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    src = tmp_path_factory.mktemp("src")
+    for name in GOOD:
+        shutil.copy(DEMO_CORPUS_DIR / name, src / name)
+    _write_bad_files(src)
+    out = tmp_path_factory.mktemp("idx") / "index"
+    return {"src": src, "out": out}
+
+
+@pytest.fixture(scope="module")
+def index_run(built: dict[str, Any]) -> dict[str, Any]:
+    import contextlib
+    import io
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        rc = main(["index", str(built["src"]), "--persist", str(built["out"]), "--no-progress"])
+    return {"rc": rc, "stdout": stdout.getvalue(), "stderr": stderr.getvalue(), **built}
+
+
+def _query(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(["query", *argv])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def _query_json(capsys: pytest.CaptureFixture[str], out: Path, question: str, *extra: str) -> Any:
+    rc, stdout, stderr = _query(capsys, str(out), question, "--json", *extra)
+    assert rc == 0, stderr
+    return json.loads(stdout)
+
+
+# ----------------------------------------------------------------------------- index
+def test_index_skips_bad_files_and_summarises(index_run: dict[str, Any]) -> None:
+    assert index_run["rc"] == 0, index_run["stderr"]
+    for name in BAD:  # every bad file is named on stderr, none is fatal
+        assert f"{name}:" in index_run["stderr"]
+    expected_nodes = sum(len(d.sections) for d in DOCUMENTS if d.file_name in GOOD)
+    assert f"6 files → 3 documents → {expected_nodes} nodes" in index_run["stdout"]
+    assert "3 failed" in index_run["stdout"]
+
+
+def test_index_manifest_and_layout(index_run: dict[str, Any]) -> None:
+    out: Path = index_run["out"]
+    manifest = json.loads((out / "car_index.json").read_text(encoding="utf-8"))
+    assert manifest["format_version"] == 1
+    assert manifest["embed"]["provider"] == "use"
+    assert manifest["embed"]["dimensions"] == 512
+    assert sorted(Path(f["path"]).name for f in manifest["failures"]) == sorted(BAD)
+    assert manifest["documents"] == 3
+    for sub in ("vector", "bm25", "hypothesizer"):
+        assert (out / sub).is_dir(), sub
+    assert not list(out.rglob("*.pkl")) and not list(out.rglob("*.pickle"))
+
+
+def test_index_refuses_non_empty_folder(
+    index_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["index", str(index_run["src"]), "--persist", str(index_run["out"])])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "--overwrite" in err and len(err.strip().splitlines()) == 1
+
+
+def test_index_all_bad_files_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "bad"
+    src.mkdir()
+    _write_bad_files(src)
+    rc = main(["index", str(src), "--persist", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "no text could be indexed from 3 file(s)" in err
+    assert not (tmp_path / "out" / "car_index.json").exists()
+
+
+def test_index_missing_source_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["index", str(tmp_path / "nowhere"), "--persist", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "does not exist" in err
+
+
+# ----------------------------------------------------------------------------- query
+def _embed_texts(out: Path) -> tuple[list[str], dict[str, str]]:
+    store = json.loads((out / "vector" / "docstore.json").read_text(encoding="utf-8"))
+    from llama_index.core.schema import MetadataMode, TextNode
+
+    texts: dict[str, str] = {}
+    for node_id, entry in store["docstore/data"].items():
+        node = TextNode.from_dict(entry["__data__"])
+        texts[node_id] = node.get_content(MetadataMode.EMBED)
+    return sorted(texts), texts
+
+
+def test_query_bm25_matches_rank_bm25(index_run: dict[str, Any], capsys: Any) -> None:
+    """Differential: rank_bm25.BM25Okapi (k1=1.5, b=0.75, epsilon=0.25) on Kiwi tokens."""
+    from rank_bm25 import BM25Okapi
+
+    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+    out = index_run["out"]
+    ids, texts = _embed_texts(out)
+    tok = KiwiTokenizer()
+    oracle = BM25Okapi([tok.tokenize(texts[i]) for i in ids], k1=1.5, b=0.75, epsilon=0.25)
+    question = "측구 깊이 설치기준"
+    scores = oracle.get_scores(tok.tokenize(question))
+    expected = sorted(
+        ((float(s), i) for s, i in zip(scores, ids, strict=True) if s > 0),
+        key=lambda t: (-t[0], t[1]),
+    )[:3]
+    got = _query_json(capsys, out, question, "--retriever", "bm25", "--top-k", "3")["hits"]
+    assert [h["node_id"] for h in got] == [i for _, i in expected]
+    np.testing.assert_allclose([h["score"] for h in got], [s for s, _ in expected], rtol=1e-6)
+    assert [h["channels"]["lexical"]["rank"] for h in got] == [1, 2, 3]
+    assert got[0]["section_title"] == "노측 배수시설 확충방안"
+
+
+def test_query_dense_matches_numpy_cosine(index_run: dict[str, Any], capsys: Any) -> None:
+    from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
+
+    out = index_run["out"]
+    store = json.loads((out / "vector" / "default__vector_store.json").read_text("utf-8"))
+    ids = sorted(store["embedding_dict"])
+    matrix = np.asarray([store["embedding_dict"][i] for i in ids])
+    question = "터널 안에서 차가 고장 나면 어디에 세워?"
+    q = np.asarray(UniversalSentenceEncoderEmbedding().get_query_embedding(question))
+    cos = matrix @ q / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(q))
+    expected = [ids[i] for i in np.argsort(-cos, kind="stable")[:4]]
+    got = _query_json(capsys, out, question, "--retriever", "dense", "--top-k", "4")["hits"]
+    assert [h["node_id"] for h in got] == expected
+    np.testing.assert_allclose([h["score"] for h in got], np.sort(cos)[::-1][:4], atol=1e-5)
+
+
+def test_query_hybrid_scores_follow_weighted_rrf(index_run: dict[str, Any], capsys: Any) -> None:
+    """score = 0.5/(60 + rank_dense) + 0.5/(60 + rank_bm25); channel ranks = single runs."""
+    out = index_run["out"]
+    question = "중앙분리대 방호울타리 등급"
+    hybrid = _query_json(capsys, out, question, "--retriever", "hybrid", "--top-k", "5")["hits"]
+    dense = _query_json(capsys, out, question, "--retriever", "dense", "--top-k", "50")["hits"]
+    bm25 = _query_json(capsys, out, question, "--retriever", "bm25", "--top-k", "50")["hits"]
+    dense_rank = {h["node_id"]: h["rank"] for h in dense}
+    bm25_rank = {h["node_id"]: h["rank"] for h in bm25}
+    for h in hybrid:
+        rd, rl = dense_rank.get(h["node_id"]), bm25_rank.get(h["node_id"])
+        assert h["channels"]["dense"]["rank"] == rd
+        assert h["channels"]["lexical"]["rank"] == rl
+        expected = (0.5 / (60 + rd) if rd else 0.0) + (0.5 / (60 + rl) if rl else 0.0)
+        assert h["score"] == pytest.approx(expected, rel=1e-9)
+    assert [h["score"] for h in hybrid] == sorted((h["score"] for h in hybrid), reverse=True)
+
+
+def test_query_car_prints_hypothesis_and_channel_ranks(
+    index_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, stdout, stderr = _query(
+        capsys, str(index_run["out"]), "비 올 때 고속도로 옆 도랑은 얼마나 깊어야 해?"
+    )
+    assert rc == 0, stderr
+    hyp_line = next(line for line in stdout.splitlines() if line.startswith("criterion hypothesis"))
+    assert "(none)" not in hyp_line
+    assert "ranks: dense #" in stdout
+    payload = _query_json(capsys, index_run["out"], "교량 점검통로 폭", "--retriever", "car")
+    first = payload["hits"][0]
+    assert first["hypothesis"] and first["criteria"]
+    assert set(first["channels"]) == {"dense", "lexical"}
+
+
+def test_query_table_hit_shows_cells_with_coordinates(
+    index_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cell text and (row, col) come from the HWPX table: oracle = the spec's table rows."""
+    spec_rows = next(
+        s.tables[0].rows
+        for d in DOCUMENTS
+        for s in d.sections
+        if s.title == "터널 비상주차대 설치 계획"
+    )
+    out = str(index_run["out"])
+    rc, stdout, _ = _query(
+        capsys, out, "비상주차대 설치 간격", "--retriever", "bm25", "--top-k", "1"
+    )
+    assert rc == 0
+    assert f"(1,1) {spec_rows[1][1]}" in stdout  # '750m 이내'
+    hit = _query_json(
+        capsys, index_run["out"], "비상주차대 설치 간격", "--retriever", "bm25", "--top-k", "1"
+    )["hits"][0]
+    for cell in hit["cells"]:
+        assert cell["text"] == spec_rows[cell["row"]][cell["col"]]
+    merged = next(c for c in hit["cells"] if (c["row"], c["col"]) == (2, 0))
+    assert (merged["row_span"], merged["col_span"]) == (2, 1)  # '규격' spans two rows
+
+
+def test_query_explain_adds_path_and_text(
+    index_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, stdout, _ = _query(
+        capsys, str(index_run["out"]), "역주행 검지기", "--retriever", "hybrid", "--explain"
+    )
+    assert rc == 0
+    assert "path: 도로설계실무지침 2022 제6편 안전시설 > 역주행 방지시설 설치 확충방안" in stdout
+    assert "text: ## " in stdout
+
+
+def test_query_with_reranker_applies_it(
+    index_run: dict[str, Any], capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--rerank hands the pool to the provider's postprocessor and keeps its order."""
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+
+    import llama_index_car.providers as providers
+
+    class Reverse(BaseNodePostprocessor):
+        def _postprocess_nodes(self, nodes: Any, query_bundle: Any = None) -> Any:
+            return list(reversed(nodes))
+
+    def fake_resolve(name: str | None, top_n: int) -> Reverse | None:
+        return Reverse() if name == "cohere" else None
+
+    monkeypatch.setattr(providers, "resolve_reranker", fake_resolve)
+    out = index_run["out"]
+    plain = _query_json(capsys, out, "터널", "--retriever", "bm25", "--top-k", "50")["hits"]
+    got = _query_json(
+        capsys, out, "터널", "--retriever", "bm25", "--top-k", "2", "--rerank", "cohere"
+    )["hits"]
+    assert len(plain) >= 3
+    assert [h["node_id"] for h in got] == [h["node_id"] for h in plain[::-1][:2]]
+    # the channel rank stays the retriever's own rank, not the position after reranking
+    assert [h["channels"]["lexical"]["rank"] for h in got] == [len(plain), len(plain) - 1]
+
+
+def test_query_with_llm_uses_its_hypothesis(
+    index_run: dict[str, Any], capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llama_index.core.llms import CompletionResponse, MockLLM
+
+    import llama_index_car.providers as providers
+
+    class Canned(MockLLM):
+        def complete(self, prompt: str, formatted: bool = False, **kw: Any) -> CompletionResponse:
+            return CompletionResponse(text="가설: 측구 설치기준\n기준어: 측구, 설치기준")
+
+    monkeypatch.setattr(
+        providers, "resolve_llm", lambda name: Canned() if name == "anthropic" else None
+    )
+    payload = _query_json(capsys, index_run["out"], "길옆 도랑 깊이", "--llm", "anthropic")
+    assert payload["hits"][0]["hypothesis"] == "측구 설치기준"
+    assert payload["hits"][0]["criteria"] == ["측구", "설치기준"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "variable"),
+    [
+        (("--llm", "anthropic"), "ANTHROPIC_API_KEY"),
+        (("--rerank", "cohere"), "COHERE_API_KEY"),
+        (("--embed", "openai"), "OPENAI_API_KEY"),
+    ],
+)
+def test_query_missing_key_is_one_line_exit_2(
+    index_run: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flags: tuple[str, str],
+    variable: str,
+) -> None:
+    for var in ("ANTHROPIC_API_KEY", "COHERE_API_KEY", "CO_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    rc, stdout, stderr = _query(capsys, str(index_run["out"]), "질문", *flags)
+    assert rc == 2
+    assert variable in stderr
+    assert len(stderr.strip().splitlines()) == 1
+    assert stdout == ""
+
+
+def test_query_not_an_index_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, stderr = _query(capsys, str(tmp_path), "질문")
+    assert rc == 2
+    assert "llama-car index" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+def test_query_rejects_bad_top_k(index_run: dict[str, Any], capsys: Any) -> None:
+    rc, _, stderr = _query(capsys, str(index_run["out"]), "질문", "--top-k", "0")
+    assert rc == 2 and "--top-k" in stderr
+
+
+# ----------------------------------------------------------------------------- help
+@pytest.mark.parametrize("command", ["index", "query", "demo"])
+def test_help_has_an_example(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([command, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "example" in out and f"llama-car {command}" in out

@@ -1,0 +1,60 @@
+"""HWPX folder + QA file: gold sections and cell coordinates resolve to nodes; eval runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from llama_index.core.embeddings import MockEmbedding
+
+from llama_index_car._errors import EvaluationDataError
+from llama_index_car.evaluation.runner import EvalConfig, load_hwpx_eval, run_evaluation
+
+pytestmark = pytest.mark.corpus
+
+
+def _qa(tmp_path: Path, rows: list[dict]) -> Path:
+    p = tmp_path / "qa.jsonl"
+    p.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+    return p
+
+
+def test_gold_section_and_cell_resolve(shared_dir: Path, tmp_path: Path) -> None:
+    folder = shared_dir / "corpus" / "hwpx"
+    qa = _qa(tmp_path, [
+        {"id": "sec", "question": "이수 과목과 교육 시간은?",
+         "gold": [{"file": "edu_completion_cert.hwpx",
+                   "section_title": "● 이수 과목 및 교육 이수 시간"}]},
+        {"id": "cell", "question": "과목명", "file": "edu_completion_cert.hwpx",
+         "table": 1, "row": 0, "col": 0},
+    ])
+    data = load_hwpx_eval(folder, qa)
+    assert set(data.queries) == {"sec", "cell"}
+    sec_nodes = {n.node_id: n for n in data.nodes}
+    for qid in ("sec", "cell"):
+        golds = list(data.qrels[qid])
+        assert golds and all(g.startswith("edu_completion_cert-") for g in golds)
+    assert all(
+        sec_nodes[g].metadata["section_title"] == "● 이수 과목 및 교육 이수 시간"
+        for g in data.qrels["sec"]
+    )
+    out = run_evaluation(
+        data, EvalConfig(systems=("bm25", "dense"), show_progress=False),
+        MockEmbedding(embed_dim=8), cache_dir=tmp_path / "cache",
+    )
+    assert out.results["systems"]["bm25"]["all"]["n"] == 2
+    assert out.results["dataset"]["source"] == "hwpx"
+
+
+def test_unresolvable_gold_names_the_line(shared_dir: Path, tmp_path: Path) -> None:
+    folder = shared_dir / "corpus" / "hwpx"
+    qa = _qa(tmp_path, [
+        {"question": "q", "gold": {"file": "edu_completion_cert.hwpx", "section_title": "없음"}},
+    ])
+    with pytest.raises(EvaluationDataError, match=r"qa\.jsonl:1: gold .* matches no node"):
+        load_hwpx_eval(folder, qa)
+    qa = _qa(tmp_path, [{"question": "q", "gold": {"file": "missing.hwpx", "table": 0,
+                                                   "row": 0, "col": 0}}])
+    with pytest.raises(EvaluationDataError, match="missing.hwpx"):
+        load_hwpx_eval(folder, qa)
