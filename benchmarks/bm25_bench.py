@@ -33,6 +33,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,10 @@ def latencies(fn: Callable[[list[str]], Any], queries: list[list[str]]) -> tuple
     return statistics.median(ts), p95
 
 
+def _bm25s_top10(engine: Any, q: list[str]) -> Any:
+    return engine.retrieve([q], k=10, show_progress=False)
+
+
 def max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b) / np.maximum(1.0, np.abs(b)))) if a.size else 0.0
 
@@ -125,8 +130,19 @@ def bench_size(
     t = time.perf_counter()
     ours.top_k_batch(queries, 10)
     qps = len(queries) / (time.perf_counter() - t)
-    rows.append(dict(engine="ours BM25Okapi", n=n, build=secs, peak=peak, kept=kept,
-                     p50=p50, p95=p95, qps=qps, diff=None))
+    rows.append(
+        dict(
+            engine="ours BM25Okapi",
+            n=n,
+            build=secs,
+            peak=peak,
+            kept=kept,
+            p50=p50,
+            p95=p95,
+            qps=qps,
+            diff=None,
+        )
+    )
     import bm25s
 
     backends = ["numpy"] + (["numba"] if numba else [])
@@ -139,12 +155,24 @@ def bench_size(
             return r
 
         b25, secs, peak, kept = measure_build(build_bm25s)
-        p50, p95 = latencies(lambda q: b25.retrieve([q], k=10, show_progress=False), queries)
+        p50, p95 = latencies(partial(_bm25s_top10, b25), queries)
         t = time.perf_counter()
         b25.retrieve(queries, k=10, show_progress=False)
         qps = len(queries) / (time.perf_counter() - t)
-        rows.append(dict(engine=f"bm25s robertson ({backend})", n=n, build=secs, peak=peak,
-                         kept=kept, p50=p50, p95=p95, qps=qps, diff=None, obj=b25))
+        rows.append(
+            dict(
+                engine=f"bm25s robertson ({backend})",
+                n=n,
+                build=secs,
+                peak=peak,
+                kept=kept,
+                p50=p50,
+                p95=p95,
+                qps=qps,
+                diff=None,
+                obj=b25,
+            )
+        )
     if with_rank:
         import rank_bm25
 
@@ -164,8 +192,19 @@ def bench_size(
                 max_rel_diff(np.asarray(r["obj"].get_scores(q), dtype=np.float64), rb.get_scores(q))
                 for q in sub
             )
-        rows.append(dict(engine="rank_bm25 BM25Okapi", n=n, build=secs, peak=peak, kept=kept,
-                         p50=p50, p95=p95, qps=1000 / p50, diff=0.0))
+        rows.append(
+            dict(
+                engine="rank_bm25 BM25Okapi",
+                n=n,
+                build=secs,
+                peak=peak,
+                kept=kept,
+                p50=p50,
+                p95=p95,
+                qps=1000 / p50,
+                diff=0.0,
+            )
+        )
     for r in rows:
         r.pop("obj", None)
     return rows
@@ -279,9 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:
             numba = False
     for n in args.sizes:
-        rows.extend(
-            bench_size(n, chunks, queries, args.rank_queries, n <= args.rank_max, numba)
-        )
+        rows.extend(bench_size(n, chunks, queries, args.rank_queries, n <= args.rank_max, numba))
     out.append("")
     out.append(
         f"BM25 engines on the same Kiwi token lists ({len(sent_tokens)} real sentences "

@@ -110,7 +110,9 @@ def stats(ms: Sequence[float]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--eval-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "eval")
+    parser.add_argument(
+        "--eval-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "eval"
+    )
     parser.add_argument("--dataset", default="lhcs_construction")
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--llm-queries", type=int, default=5)
@@ -199,17 +201,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         delay = args.llm_delay
 
         class SleepyLLM(MockLLM):
-            def complete(self, prompt: str, formatted: bool = False, **kw: Any) -> CompletionResponse:
+            def complete(
+                self, prompt: str, formatted: bool = False, **kw: Any
+            ) -> CompletionResponse:
                 time.sleep(delay)
-                return CompletionResponse(text="가설: 시공 기준 허용 범위\n기준어: 시공기준, 허용범위")
+                return CompletionResponse(
+                    text="가설: 시공 기준 허용 범위\n기준어: 시공기준, 허용범위"
+                )
 
             async def acomplete(
                 self, prompt: str, formatted: bool = False, **kw: Any
             ) -> CompletionResponse:
                 await asyncio.sleep(delay)
-                return CompletionResponse(text="가설: 시공 기준 허용 범위\n기준어: 시공기준, 허용범위")
+                return CompletionResponse(
+                    text="가설: 시공 기준 허용 범위\n기준어: 시공기준, 허용범위"
+                )
 
-        real = LLMCriterionHypothesizer(llm=SleepyLLM(), timeout=delay + 5)
+        real = LLMCriterionHypothesizer(llm=SleepyLLM(max_tokens=None), timeout=delay + 5)
         car_real = CriterionAwareRetriever(dense, lexical, hypothesizer=real)
         llm_rows["CAR + LLMCriterionHypothesizer(MockLLM sleeping), first call"] = timed(
             car_real.retrieve, llm_qs

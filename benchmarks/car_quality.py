@@ -146,7 +146,9 @@ def run_dataset(
     log(f"[{ds.name}] doc embeddings ready ({time.perf_counter() - t0:.0f} s)")
 
     tokenizer = KiwiTokenizer()
-    lexical = KiwiBM25Retriever.from_defaults(nodes=nodes, tokenizer=tokenizer, similarity_top_k=DEPTH)
+    lexical = KiwiBM25Retriever.from_defaults(
+        nodes=nodes, tokenizer=tokenizer, similarity_top_k=DEPTH
+    )
     log(f"[{ds.name}] BM25 ready ({time.perf_counter() - t0:.0f} s)")
 
     corpus_hash = hashlib.sha256("\x00".join(n.text for n in nodes).encode()).hexdigest()[:16]
@@ -158,7 +160,9 @@ def run_dataset(
             nodes, tokenizer=tokenizer, embed_model=use, embeddings=doc_matrix
         )
         hyp.persist(hyp_dir)
-    log(f"[{ds.name}] hypothesizer ready: {len(hyp.terms)} terms ({time.perf_counter() - t0:.0f} s)")
+    log(
+        f"[{ds.name}] hypothesizer ready: {len(hyp.terms)} terms ({time.perf_counter() - t0:.0f} s)"
+    )
 
     hyp_ms: list[float] = []
     table: dict[str, CriterionHypothesis] = {}
@@ -188,8 +192,13 @@ def run_dataset(
     router = LexicalOverlapRouter(tokenizer=tokenizer)
     memo_auto = MemoHypothesizer(table)
     car_auto = CriterionAwareRetriever(
-        dense, lexical, hypothesizer=memo_auto, similarity_top_k=DEPTH, route="auto",
-        router=router, speculative_hybrid=False,
+        dense,
+        lexical,
+        hypothesizer=memo_auto,
+        similarity_top_k=DEPTH,
+        route="auto",
+        router=router,
+        speculative_hybrid=False,
     )
 
     runs: dict[str, dict[str, list[str]]] = {s: {} for s in SYSTEMS}
@@ -255,10 +264,14 @@ def run_dataset(
     agree3 = mean([float(stratum(signals[q]) == strata[q]) for q in qids])
 
     low = [q for q in qids if strata[q] == "low"]
-    paired = {
+    paired: dict[str, float] = {
         "n": len(low),
-        "car_better_mrr": sum(per_query["car"][q]["mrr"] > per_query["hybrid"][q]["mrr"] for q in low),
-        "car_worse_mrr": sum(per_query["car"][q]["mrr"] < per_query["hybrid"][q]["mrr"] for q in low),
+        "car_better_mrr": sum(
+            per_query["car"][q]["mrr"] > per_query["hybrid"][q]["mrr"] for q in low
+        ),
+        "car_worse_mrr": sum(
+            per_query["car"][q]["mrr"] < per_query["hybrid"][q]["mrr"] for q in low
+        ),
     }
     if len(low) >= 10:
         from scipy.stats import wilcoxon
@@ -345,7 +358,11 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append(
         f"Low stratum, CAR vs hybrid per query (MRR): better {p['car_better_mrr']}, worse "
         f"{p['car_worse_mrr']} of {p['n']}"
-        + (f"; Wilcoxon two-sided p={p['wilcoxon_p_two_sided']:.3g}" if "wilcoxon_p_two_sided" in p else "")
+        + (
+            f"; Wilcoxon two-sided p={p['wilcoxon_p_two_sided']:.3g}"
+            if "wilcoxon_p_two_sided" in p
+            else ""
+        )
         + f". Offline hypothesizer: median {hm['median']:.1f} ms, p95 {hm['p95']:.1f} ms per query."
     )
     lines.append("")
@@ -356,7 +373,9 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--eval-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "eval")
+    parser.add_argument(
+        "--eval-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "eval"
+    )
     parser.add_argument("--datasets", nargs="*", default=None, help="folder names (default: all)")
     parser.add_argument("--max-queries", type=int, default=300)
     parser.add_argument("--seed", type=int, default=13)

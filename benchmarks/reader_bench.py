@@ -13,9 +13,9 @@ Both readers do the same job per file: the document text with tables, and every 
 Throughput is measured in-process: each file is processed ``--repeat`` times per reader
 (interleaved) and the fastest time per file is kept; MB/s = total input bytes / sum of
 fastest times, tables/s likewise. Peak memory is measured per reader in a fresh subprocess:
-peak RSS (``VmHWM``) over all files, and on the largest file alone its growth over the RSS
-after imports and one warm-up run (lxml allocates outside Python, so tracemalloc would
-undercount).
+peak RSS (``VmHWM``) over all files, and for the largest file alone the peak's growth over
+the RSS after imports and a warm-up run on the smallest file (lxml allocates outside Python,
+so tracemalloc would undercount).
 
 Usage::
 
@@ -84,10 +84,13 @@ def _status_mb(field: str) -> float:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def memory_child(name: str, files: list[str]) -> None:
-    """Run in a subprocess: print JSON with baseline and peak RSS in MB."""
+def memory_child(name: str, warm: str, files: list[str]) -> None:
+    """Run in a subprocess: print JSON with baseline and peak RSS in MB.
+
+    ``warm`` (the smallest corpus file) is read first so imports and caches are in the
+    baseline; the growth is then what reading ``files`` costs."""
     fn = READERS[name]
-    fn(Path(files[0]))  # import everything and warm up
+    fn(Path(warm))
     base = _status_mb("VmRSS")
     for f in files:
         fn(Path(f))
@@ -95,9 +98,9 @@ def memory_child(name: str, files: list[str]) -> None:
     print(json.dumps({"baseline_mb": base, "peak_mb": peak}))
 
 
-def measure_memory(name: str, files: list[Path]) -> dict[str, float]:
+def measure_memory(name: str, warm: Path, files: list[Path]) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, __file__, "--memory-child", name, *map(str, files)],
+        [sys.executable, __file__, "--memory-child", name, str(warm), *map(str, files)],
         check=True,
         capture_output=True,
         text=True,
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.memory_child:
-        memory_child(args.memory_child[0], args.memory_child[1:])
+        memory_child(args.memory_child[0], args.memory_child[1], args.memory_child[2:])
         return 0
     files = sorted(args.corpus.glob("*.hwpx"))
     if not files:
@@ -135,12 +138,13 @@ def main(argv: list[str] | None = None) -> int:
                 tables[name][f] = n_tables
     total_mb = sum(sizes.values()) / 2**20
     largest = max(files, key=lambda f: sizes[f])
+    smallest = min(files, key=lambda f: sizes[f])
     rows = []
     for name in READERS:
         secs = sum(best[name].values())
         n_tab = sum(tables[name].values())
-        mem_all = measure_memory(name, files)
-        mem_big = measure_memory(name, [largest])
+        mem_all = measure_memory(name, smallest, files)
+        mem_big = measure_memory(name, smallest, [largest])
         rows.append((name, secs, n_tab, mem_all, mem_big))
     ref_secs = rows[1][1]
     print(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.ingestion import IngestionPipeline
+from llama_index.core.schema import TransformComponent
 from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
 
 from llama_index_car import CriterialReframer, UniversalSentenceEncoderEmbedding
@@ -23,15 +24,15 @@ documents = [doc for path in demo_corpus_files() for doc in reader.load_data(pat
 embed = UniversalSentenceEncoderEmbedding()
 
 
-def dense_ranks(transformations: list) -> list[int | None]:
+def dense_ranks(transformations: list[TransformComponent]) -> list[int | None]:
     nodes = IngestionPipeline(transformations=transformations).run(documents=documents)
-    retriever = VectorStoreIndex(nodes, embed_model=embed).as_retriever(
-        similarity_top_k=len(nodes)
-    )
+    retriever = VectorStoreIndex(nodes, embed_model=embed).as_retriever(similarity_top_k=len(nodes))
     ranks = []
     for q in load_demo_questions():
-        titles = [h.node.metadata.get("original_section_title") or h.node.metadata["section_title"]
-                  for h in retriever.retrieve(q.question)]
+        titles = [
+            h.node.metadata.get("original_section_title") or h.node.metadata["section_title"]
+            for h in retriever.retrieve(q.question)
+        ]
         ranks.append(titles.index(q.gold_section) + 1 if q.gold_section in titles else None)
     return ranks
 
@@ -45,4 +46,4 @@ for n in changed[:3]:
     print(f"{n.metadata['original_section_title']}  →  {n.metadata['section_title']}")
 reframed = dense_ranks([HWPXNodeParser(), CriterialReframer(mode="first")])
 print(f"{len(changed)} of {len(reframed_nodes)} sections reframed")
-print("dense rank of the gold section, plain → reframed:", list(zip(plain, reframed)))
+print("dense rank of the gold section, plain → reframed:", list(zip(plain, reframed, strict=True)))

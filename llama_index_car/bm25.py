@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import chain
 
 import numpy as np
 import scipy.sparse as sp
@@ -94,16 +95,19 @@ def top_k_from_scores(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
     k = max(0, min(int(k), n))
     if k == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-    if k < n:
-        part = np.argpartition(-scores, k - 1)[:k]
-        kth = scores[part].min()
-        greater = np.flatnonzero(scores > kth)
-        equal = np.flatnonzero(scores == kth)[: k - greater.size]
-        cand = np.concatenate([greater, equal])
+    pos = np.flatnonzero(scores > 0)
+    if pos.size >= k:  # common case: rank only the matching documents
+        pool, pool_scores = pos, scores[pos]
+    else:  # fewer than k positive scores: zeros and negatives take part too
+        pool, pool_scores = np.arange(n), scores
+    if k < pool.size:
+        part = np.argpartition(pool_scores, pool.size - k)[pool.size - k :]
+        kth = pool_scores[part].min()
+        cand = np.flatnonzero(pool_scores >= kth)  # the top k plus every tie at the boundary
     else:
-        cand = np.arange(n)
-    order = np.lexsort((cand, -scores[cand]))
-    idx = cand[order].astype(np.int64)
+        cand = np.arange(pool.size)
+    order = np.lexsort((cand, -pool_scores[cand]))[:k]
+    idx = pool[cand[order]].astype(np.int64)
     return idx, scores[idx]
 
 
@@ -138,19 +142,19 @@ class BM25Okapi:
         epsilon: float = 0.25,
     ) -> None:
         self._set_params(k1, b, epsilon)
-        vocab: dict[str, int] = {}
-        lengths: list[int] = []
-        cols: list[int] = []
-        for i, doc in enumerate(tokenized_corpus):
+        docs = tokenized_corpus if isinstance(tokenized_corpus, list) else list(tokenized_corpus)
+        lengths = np.empty(len(docs), dtype=np.int64)
+        for i, doc in enumerate(docs):
             _check_tokens(doc, f"document {i}")
-            ids = [vocab.setdefault(t, len(vocab)) for t in doc]
-            cols.extend(ids)
-            lengths.append(len(ids))
-        n = len(lengths)
+            lengths[i] = len(doc)
+        flat = list(chain.from_iterable(docs))
+        vocab = {t: i for i, t in enumerate(dict.fromkeys(flat))}
+        cols = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
+        del flat
+        n = len(docs)
         rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
         counts = sp.csr_matrix(
-            (np.ones(len(cols), dtype=np.float64), (rows, np.asarray(cols, dtype=np.int64))),
-            shape=(n, len(vocab)),
+            (np.ones(cols.size, dtype=np.float64), (rows, cols)), shape=(n, len(vocab))
         )
         counts.sum_duplicates()
         self._finish(counts, list(vocab))

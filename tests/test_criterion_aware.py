@@ -360,7 +360,7 @@ def test_from_defaults_with_index_and_llm() -> None:
             return CompletionResponse(text="가설: 포장 설계기준\n기준어: 설계기준, 포장")
 
     index = VectorStoreIndex(nodes=corpus_nodes(), embed_model=MockEmbedding(embed_dim=8))
-    car = CriterionAwareRetriever.from_defaults(index=index, llm=Canned(), alpha=0.3)
+    car = CriterionAwareRetriever.from_defaults(index=index, llm=Canned(max_tokens=None), alpha=0.3)
     assert isinstance(car.hypothesizer, LLMCriterionHypothesizer)
     assert car.speculative_hybrid is True and car.weights == [0.3, 0.7]
     out = car.retrieve("길이 갈라진 곳 손보기")

@@ -80,3 +80,17 @@ def test_damaged_index_raises_typed_error(tmp_path: Path) -> None:
 
 def test_empty_input(tmp_path: Path) -> None:
     assert EmbeddingCache(tmp_path, CountingEmbedding()).embed([]).shape[0] == 0
+
+
+def test_two_writers_share_one_cache(tmp_path: Path) -> None:
+    a = EmbeddingCache(tmp_path, CountingEmbedding())
+    b = EmbeddingCache(tmp_path, CountingEmbedding())  # loaded before a writes
+    a.embed(["from-a"])
+    b.embed(["from-b"])  # must not drop a's entry from the index on disk
+    m = CountingEmbedding()
+    c = EmbeddingCache(tmp_path, m)
+    c.embed(["from-a", "from-b"])
+    assert m.text_calls == 0 and len(c) == 2
+    b.embed(["from-a"])  # b adopted the merged index when it saved: a hit
+    assert b.misses == 1
+    assert len(EmbeddingCache(tmp_path, CountingEmbedding())) == 2

@@ -53,7 +53,10 @@ def test_surface_morphemes_keep_stems_and_content_tags() -> None:
 @pytest.mark.corpus
 @pytest.mark.parametrize(
     ("name", "counts"),
-    [("lhcs_construction", (74, 139, 129)), ("autorag_ko", (0, 3, 56))],
+    [
+        pytest.param("lhcs_construction", (74, 139, 129), marks=pytest.mark.slow),
+        ("autorag_ko", (0, 3, 56)),
+    ],
 )
 def test_reproduces_shared_readme_strata(eval_dir, name: str, counts: tuple[int, int, int]) -> None:
     from llama_index_car.evaluation.io import load_beir

@@ -106,6 +106,29 @@ def test_inputs_untouched() -> None:
     assert lists == [["a", "b"], ("b", "c")] and weights == [0.2, 0.8]
 
 
+def test_matches_llama_index_rrf_with_shifted_k() -> None:
+    """LlamaIndex's QueryFusionRetriever RRF: 1 / (60 + rank0) with 0-based ranks, i.e. our
+    1-based formula with rrf_k = 59 (and equal weights)."""
+    from llama_index.core.retrievers import QueryFusionRetriever
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    lists = [["d3", "d1", "d7", "d2"], ["d1", "d4", "d3"], ["d5", "d3", "d6", "d1", "d2"]]
+    results = {
+        (f"q{j}", j): [
+            NodeWithScore(node=TextNode(id_=d, text=f"text of {d}"), score=float(10 - i))
+            for i, d in enumerate(lst)
+        ]
+        for j, lst in enumerate(lists)
+    }
+    fused = QueryFusionRetriever._reciprocal_rerank_fusion(None, results)  # type: ignore[arg-type]
+    theirs = {n.node.node_id: n.score for n in fused}
+    ours = dict(weighted_rrf(lists, rrf_k=59))
+    assert set(theirs) == set(ours)
+    for doc, score in ours.items():
+        assert score == pytest.approx(theirs[doc], rel=1e-12)
+
+
+@pytest.mark.slow
 def test_matches_ranx_rrf_for_equal_weights() -> None:
     """ranx.fusion.rrf: k=60, 1-based ranks over each run sorted by score; comb_sum of the
     per-run reciprocal ranks. Mapping: our list order == ranx run order by descending score."""

@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.retriever == "car":
         hyp = next((r["hypothesis"] for r in records if r["hypothesis"]), None)
-        crit = next((r["criteria"] for r in records if r["criteria"]), [])
+        crit: list[str] = next((r["criteria"] for r in records if r["criteria"]), [])
         print(
             f"criterion hypothesis: {hyp or '(none)'}"
             + (f"   terms: {' '.join(crit)}" if crit else "")

@@ -12,8 +12,9 @@ The model spec is the embedding's class name, ``model_name`` and (when present)
 are keyed ``q:`` and text embeddings ``t:``, except for models known to embed both the same way
 (:data:`SYMMETRIC_MODELS`), whose queries share the ``t:`` entries. Vectors are stored and
 returned as float32, on the first run as on later ones, so results do not depend on whether the
-cache was warm. Nothing is pickled. New vectors go to a fresh shard and the index is replaced
-atomically, so an interrupted run loses at most its unsaved batch.
+cache was warm. Nothing is pickled. New vectors go to a fresh shard and the index is merged
+with the one on disk under an exclusive file lock and replaced atomically, so processes can
+share a cache and an interrupted run loses at most its unsaved batch.
 
 >>> from llama_index.core.embeddings import MockEmbedding
 >>> import tempfile
@@ -27,13 +28,14 @@ atomically, so an interrupted run loses at most its unsaved batch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import re
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,6 +62,22 @@ SYMMETRIC_MODELS: frozenset[str] = frozenset(
 )
 
 Kind = Literal["text", "query"]
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (``fcntl.flock``; a no-op where unavailable)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def default_cache_dir() -> Path:
@@ -137,18 +155,46 @@ class EmbeddingCache:
         self._entries = {k: (int(v[0]), int(v[1])) for k, v in data.get("entries", {}).items()}
         self._dim = data.get("dim")
 
-    def _save(self) -> None:
+    def _save(self, new_shard: str, new_keys: list[str]) -> None:
+        """Merge this process's new shard into ``index.json`` under an exclusive file lock.
+
+        Another process may have added shards since we loaded: its entries are kept (the index
+        on disk is re-read and extended, never overwritten with a stale copy).
+        """
         self.path.mkdir(parents=True, exist_ok=True)
-        data = {
-            "format_version": FORMAT_VERSION,
-            "model": self.spec,
-            "dim": self._dim,
-            "shards": self._shards,
-            "entries": {k: list(v) for k, v in self._entries.items()},
-        }
-        tmp = self.path / f"index.json.{uuid.uuid4().hex}.tmp"
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        tmp.replace(self.path / "index.json")
+        with _locked(self.path / ".lock"):
+            on_disk: dict[str, Any] = {}
+            index = self.path / "index.json"
+            if index.is_file():
+                try:
+                    on_disk = json.loads(index.read_text(encoding="utf-8"))
+                except (OSError, json.JSONDecodeError):
+                    on_disk = {}
+            shards = list(on_disk.get("shards", []))
+            entries = {k: (int(v[0]), int(v[1])) for k, v in on_disk.get("entries", {}).items()}
+            for name in self._shards:  # shards we know that the disk index lacks
+                if name not in shards:
+                    shards.append(name)
+            position = {name: i for i, name in enumerate(shards)}
+            for key, (shard, row) in self._entries.items():
+                entries.setdefault(key, (position[self._shards[shard]], row))
+            for row, key in enumerate(new_keys):
+                entries[key] = (position[new_shard], row)
+            data = {
+                "format_version": FORMAT_VERSION,
+                "model": self.spec,
+                "dim": self._dim,
+                "shards": shards,
+                "entries": {k: list(v) for k, v in entries.items()},
+            }
+            tmp = self.path / f"index.json.{uuid.uuid4().hex}.tmp"
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            tmp.replace(index)
+            # adopt the merged view (shard numbering may have changed)
+            arrays = {self._shards[i]: a for i, a in self._arrays.items()}
+            self._shards = shards
+            self._entries = entries
+            self._arrays = {position[n]: a for n, a in arrays.items() if n in position}
 
     def _shard(self, i: int) -> np.ndarray:
         if i not in self._arrays:
@@ -170,7 +216,7 @@ class EmbeddingCache:
         self._arrays[shard] = vectors
         for row, key in enumerate(keys):
             self._entries[key] = (shard, row)
-        self._save()
+        self._save(name, keys)
 
     # -- public --------------------------------------------------------------------------
     def __len__(self) -> int:

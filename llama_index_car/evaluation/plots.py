@@ -54,7 +54,8 @@ def plot_mrr_by_stratum(
         return None
     names = list(systems)
     strata = [s for s in STRATUM_ORDER if any(s in systems[n] for n in names)]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(strata) * max(1, len(names)) / 2), 4))
+    width_in = min(12.0, max(6.0, 1.0 + 0.3 * len(strata) * max(1, len(names))))
+    fig, ax = plt.subplots(figsize=(width_in, 4.5))
     width = 0.8 / max(1, len(names))
     for i, name in enumerate(names):
         xs, ys = [], []

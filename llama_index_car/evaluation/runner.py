@@ -357,8 +357,8 @@ def _stratum_metrics(
     pq: Mapping[str, Mapping[str, float]], qids: Sequence[str], seed: int, n_resamples: int
 ) -> dict[str, Any]:
     cell: dict[str, Any] = {"n": len(qids)}
-    for metric, values in pq.items():
-        cell[metric] = mean([values[q] for q in qids])
+    for metric, values in pq.items():  # an empty stratum has no mean: null in results.json
+        cell[metric] = mean([values[q] for q in qids]) if qids else None
     mrr_values = [pq["mrr"][q] for q in qids] if "mrr" in pq else []
     lo, hi = bootstrap_ci(mrr_values, seed=seed, n_resamples=n_resamples)
     cell["mrr_ci95"] = [lo, hi] if qids else [None, None]

@@ -219,7 +219,8 @@ class NumpyDenseRetriever(BaseRetriever):
 class MemoHypothesizer(BaseCriterionHypothesizer):
     """Call the wrapped hypothesizer once per distinct query (failures are remembered too).
 
-    Thread-safe. Repeated answers carry ``cached=True``.
+    Thread-safe. Repeated answers carry ``cached=True``. Any exception of the wrapped
+    hypothesizer is re-raised as ``HypothesisError`` (what CAR and the channels catch).
     """
 
     def __init__(self, inner: BaseCriterionHypothesizer) -> None:
@@ -237,6 +238,8 @@ class MemoHypothesizer(BaseCriterionHypothesizer):
                 value: CriterionHypothesis | HypothesisError = self.inner.hypothesize(query)
             except HypothesisError as exc:
                 value = exc
+            except Exception as exc:  # noqa: BLE001 - any failure is a failed hypothesis
+                value = HypothesisError(f"{type(exc).__name__}: {exc}")
             with self._lock:
                 self.calls += 1
                 self._memo.setdefault(query, value)

@@ -21,8 +21,8 @@ milliseconds) every term is scored by
 
 where ``μ`` is the corpus mean embedding, ``Q`` the query's content morphemes, ``z`` a
 z-score over the terms and ``w = embedding_weight`` (default 0.6). The ``n_terms`` best terms
-(default 3; a term contained in an already chosen one is skipped) become the hypothesis,
-phrased in corpus vocabulary: ``text = " ".join(terms)``, ``criteria = terms``.
+(default 1: on lhcs_construction every extra offline term lowered MRR; a term contained in an
+already chosen one is skipped) become the hypothesis, phrased in corpus vocabulary: ``text = " ".join(terms)``, ``criteria = terms``.
 
 Persist with :meth:`persist` (``corpus_hypothesizer.json`` + ``centroids.npy`` +
 ``cooccurrence.npz``; no pickle) and reload with :meth:`from_persist_dir`.
@@ -168,7 +168,7 @@ class CorpusCriterionHypothesizer(BaseCriterionHypothesizer):
         term_df: document frequency of each term.
         embed_model: the embedding used for the query (same as for the centroids!).
         tokenizer: gives ``content_morphemes`` of the query.
-        n_terms: terms in a hypothesis (default 3).
+        n_terms: terms in a hypothesis (default 1).
         embedding_weight: ``w`` in the score, in [0, 1] (default 0.6).
     """
 
@@ -185,7 +185,7 @@ class CorpusCriterionHypothesizer(BaseCriterionHypothesizer):
         term_df: Sequence[int],
         embed_model: BaseEmbedding | None = None,
         tokenizer: MorphemeAnalyzer | None = None,
-        n_terms: int = 3,
+        n_terms: int = 1,
         embedding_weight: float = 0.6,
         heads: Sequence[str] = DEFAULT_CRITERION_HEADS,
         n_nodes: int = 0,
@@ -234,7 +234,7 @@ class CorpusCriterionHypothesizer(BaseCriterionHypothesizer):
         min_df: int = 2,
         max_df_ratio: float = 0.5,
         max_terms: int = 20000,
-        n_terms: int = 3,
+        n_terms: int = 1,
         embedding_weight: float = 0.6,
         show_progress: bool = False,
     ) -> CorpusCriterionHypothesizer:

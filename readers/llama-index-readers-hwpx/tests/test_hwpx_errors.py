@@ -225,3 +225,29 @@ def test_single_bad_file_raises(tmp_path: Path, reader: HWPXReader) -> None:
     path.write_bytes(b"PK\x03\x04garbage")
     with pytest.raises(HWPXFormatError):
         reader.load_data(path)
+
+
+def test_images_are_never_decompressed_so_cannot_trip_limits(reader: HWPXReader) -> None:
+    good = zipfile.ZipFile(io.BytesIO(_simple().to_bytes()))
+    parts = {n.replace("/", "__"): good.read(n) for n in good.namelist() if n != "mimetype"}
+    parts["BinData__image1.bmp"] = b"\x00" * (4 << 20)  # ratio ~1000, 4 MiB
+    data = _package(**parts)
+    assert [d.text for d in reader.load_bytes(data, "img.hwpx")] == ["본문"]
+    small = HWPXReader(max_part_bytes=1 << 20, max_total_bytes=2 << 20)
+    assert [d.text for d in small.load_bytes(data, "img.hwpx")] == ["본문"]
+
+
+def test_zip_level_encryption_flag(reader: HWPXReader) -> None:
+    data = bytearray(_simple().to_bytes())
+    name = b"Contents/section0.xml"
+    for sig in (b"PK\x01\x02", b"PK\x03\x04"):  # central directory and local header
+        start = 0
+        while (i := data.find(sig, start)) >= 0:
+            name_at = i + (46 if sig == b"PK\x01\x02" else 30)
+            if data[name_at : name_at + len(name)] == name:
+                flag_at = i + (8 if sig == b"PK\x01\x02" else 6)
+                data[flag_at] |= 0x1
+            start = i + 4
+    with pytest.raises(HWPXEncryptedError, match="encrypted") as exc:
+        reader.load_bytes(bytes(data), "zipcrypt.hwpx")
+    assert exc.value.part == "Contents/section0.xml"

@@ -294,3 +294,31 @@ def test_fsspec_filesystem_is_used(reader: HWPXReader, tmp_path: Path) -> None:
     docs = reader.load_data("/docs/m.hwpx", fs=fs)
     assert [d.text for d in docs] == ["메모리 파일"]
     assert [d.text for d in reader.load_data("/docs", fs=fs)] == ["메모리 파일"]
+
+
+def test_builder_output_is_accepted_by_python_hwpx(tmp_path: Path) -> None:
+    """An independent HWPX library validates and opens what HWPXBuilder writes."""
+    hwpx = pytest.importorskip("hwpx")
+    from hwpx.tools.exporter import export_text
+
+    b = HWPXBuilder(title="검증")
+    s = b.add_section()
+    s.heading("총칙", level=1).paragraph("본문 문장", footnotes=["각주 내용"])
+    s.table([["구분", "기준"], ["옥내", "2.5 m"]], spans={(0, 0): (1, 2)}, caption="표 1",
+            nested={(1, 1): [["안쪽"]]})
+    s.text_box(["상자 글"])
+    b.add_section().paragraph("둘째 구역")
+    path = tmp_path / "built.hwpx"
+    b.save(path)
+    report = hwpx.validate_package(str(path))
+    assert not [i for i in report.issues if i.level == "error"]
+    safety = hwpx.validate_editor_open_safety(str(path))
+    assert safety.reopen_ok and not safety.blocking_package_errors
+    assert not safety.validate_document.issues
+    text = export_text(hwpx.HwpxDocument.open(str(path)))
+    for needle in ("총칙", "본문 문장", "구분", "2.5 m", "안쪽", "상자 글", "둘째 구역"):
+        assert needle in text
+    (outer, inner) = HWPXReader().load_tables(path)
+    assert [(c.row, c.col, c.row_span, c.col_span) for c in outer.cells] == [
+        (0, 0, 1, 2), (1, 0, 1, 1), (1, 1, 1, 1)]
+    assert inner.parent is not None and inner.parent.cell.text == "2.5 m"

@@ -1,6 +1,6 @@
 """Heading detection: outline levels AND the typed-glyph conventions real documents use.
 
-Each body paragraph (and each 1x1 top-level table, a "boxed title") gets a *kind*:
+Each body paragraph (and each boxed title table) gets a *kind*:
 
 =============  =========================================  ===========================
 kind           pattern (after leading spaces)              example
@@ -24,9 +24,11 @@ nested table), e.g. a 1x1 box; when its text starts with a glyph, the glyph's ki
 
 Glyph kinds only count when the text is at most ``max_chars`` long and does not read as a
 sentence (ends with ``.``, ``다`` or ``。``). Levels are assigned per file: outline kinds first
-(by their outline number), then the other kinds in order of first appearance, get levels
-1, 2, 3, ... (markdown ``#`` depth, capped at 6). So a notice using "1." then "①" gets
-``#`` for "1." and ``##`` for "①", while a report opening with "Ⅰ." then "□" gets ``#`` / ``##``.
+(by their outline number), then the numbered and boxed kinds (chapter, clause, roman, box,
+circled, arabic, hangul) in order of first appearance, then the bullet kinds (square, circle,
+dash) in order of first appearance; they get levels 1, 2, 3, ... (markdown ``#`` depth,
+capped at 6). So a notice using "1." then "①" gets ``#`` for "1." and ``##`` for "①", and a
+stray "- 부제 -" line before "Ⅰ." never outranks it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ KIND_ORDER: tuple[str, ...] = tuple(f"outline{i}" for i in range(1, 11)) + (
     "dash",
 )
 _RANK = {k: i for i, k in enumerate(KIND_ORDER)}
+_BULLETS = frozenset({"square", "circle", "dash"})
 
 _GLYPHS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("chapter", re.compile(r"^제\s*\d{1,3}\s*장(?:\s|$)")),
@@ -71,6 +74,13 @@ _GLYPHS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("dash", re.compile(r"^[-–―]\s*[^\s\d-]")),
 )
 _SENTENCE_END = (".", "다", "。", "!", "?")
+
+
+def _group(kind: str) -> int:
+    """Outline kinds (by number) rank first, then numbered/boxed kinds, then bullet glyphs."""
+    if kind.startswith("outline"):
+        return _RANK[kind]
+    return 100 if kind in _BULLETS else 50
 
 
 def glyph_kind(text: str, max_chars: int) -> str | None:
@@ -129,9 +139,7 @@ def classify(
     for i, k in enumerate(kinds):
         if k is not None and k not in first_seen:
             first_seen[k] = i
-    present = sorted(
-        first_seen, key=lambda k: (_RANK[k] if k.startswith("outline") else 99, first_seen[k])
-    )
+    present = sorted(first_seen, key=lambda k: (_group(k), first_seen[k]))
     level_of = {k: min(i + 1, 6) for i, k in enumerate(present)}
     out: list[Block] = []
     stack: list[tuple[int, str]] = []

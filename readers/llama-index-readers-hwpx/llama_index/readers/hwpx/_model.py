@@ -1,4 +1,13 @@
-"""Table model: cells placed by ``hp:cellAddr`` / ``hp:cellSpan``, and their renderings."""
+"""Table model: cells placed by ``hp:cellAddr`` / ``hp:cellSpan``, and their renderings.
+
+Example::
+
+    >>> outer = HWPXTable(1, 2, [HWPXCell(0, 0, text="구분"), HWPXCell(0, 1, text="기준")])
+    >>> inner = HWPXTable(1, 1, [HWPXCell(0, 0, text="2.5 m")], depth=1, index=1,
+    ...                   parent=HWPXTableParent(0, outer.cells[1]))
+    >>> inner.parent.table_index, inner.parent.cell.col, outer.to_grid()
+    (0, 1, [['구분', '기준']])
+"""
 
 from __future__ import annotations
 

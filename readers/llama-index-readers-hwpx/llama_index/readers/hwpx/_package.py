@@ -129,6 +129,25 @@ class Package:
         """Decompress one part, enforcing the per-part, total and ratio limits while reading."""
         info = self.entries[name]
         cap = self.limits.max_part_bytes
+        # declared sizes first (cheap), then the real sizes while decompressing
+        if info.flag_bits & 0x1:
+            raise HWPXEncryptedError(
+                self.file, "zip entry is encrypted; save an unprotected copy in Hangul", part=name
+            )
+        if info.file_size > cap:
+            raise HWPXFormatError(
+                self.file,
+                f"part declares {info.file_size} bytes, above max_part_bytes={cap}",
+                part=name,
+            )
+        declared_ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > _RATIO_MIN_BYTES and declared_ratio > self.limits.max_compression_ratio:
+            raise HWPXFormatError(
+                self.file,
+                f"compression ratio {declared_ratio:.0f} exceeds max_compression_ratio="
+                f"{self.limits.max_compression_ratio:g} (zip bomb?)",
+                part=name,
+            )
         chunks: list[bytes] = []
         size = 0
         try:
@@ -181,7 +200,12 @@ class Package:
 
 
 def open_package(data: bytes, file: str, limits: Limits) -> Package:
-    """Validate the container and index its entries (names with ``\\`` normalised to ``/``)."""
+    """Validate the container and index its entries (names with ``\\`` normalised to ``/``).
+
+    Size, ratio and encryption limits are enforced per part when it is read
+    (:meth:`Package.read`), so embedded images (``BinData/``), which are never decompressed,
+    cannot cause a false alarm.
+    """
     if len(data) > limits.max_file_bytes:
         raise HWPXFormatError(
             file, f"file is {len(data)} bytes, above max_file_bytes={limits.max_file_bytes}"
@@ -205,40 +229,11 @@ def open_package(data: bytes, file: str, limits: Limits) -> Package:
             "could not be read",
         ) from exc
     pkg = Package(file=file, zf=zf, limits=limits)
-    declared_total = 0
     for info in infos:
         name = info.filename.replace("\\", "/").lstrip("/")
-        if info.filename != name and "\\" in info.filename:
-            if "backslash entry names" not in pkg.warnings:
-                pkg.warnings.append("backslash entry names")
-        if info.flag_bits & 0x1:
-            raise HWPXEncryptedError(
-                file,
-                f"zip entry {name!r} is encrypted; save an unprotected copy in Hangul",
-            )
-        if info.file_size > limits.max_part_bytes:
-            raise HWPXFormatError(
-                file,
-                f"part declares {info.file_size} bytes, above max_part_bytes="
-                f"{limits.max_part_bytes}",
-                part=name,
-            )
-        declared_total += info.file_size
-        ratio = info.file_size / max(info.compress_size, 1)
-        if info.file_size > _RATIO_MIN_BYTES and ratio > limits.max_compression_ratio:
-            raise HWPXFormatError(
-                file,
-                f"compression ratio {ratio:.0f} exceeds max_compression_ratio="
-                f"{limits.max_compression_ratio:g} (zip bomb?)",
-                part=name,
-            )
+        if "\\" in info.filename and "backslash entry names" not in pkg.warnings:
+            pkg.warnings.append("backslash entry names")
         pkg.entries.setdefault(name, info)
-    if declared_total > limits.max_total_bytes:
-        raise HWPXFormatError(
-            file,
-            f"package declares {declared_total} uncompressed bytes, above max_total_bytes="
-            f"{limits.max_total_bytes}",
-        )
     return pkg
 
 

@@ -1,0 +1,149 @@
+"""Docstring examples run (``doctest``) and every public name is documented.
+
+``MODULES`` lists every module of both distributions explicitly; a test checks the list
+against the files on disk, so a new module cannot be left out silently (add it here). Each
+module's doctests must pass; examples that need data not available in a docstring are marked
+``# doctest: +SKIP`` at the source.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import inspect
+import io
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+READER_ROOT = REPO / "readers" / "llama-index-readers-hwpx"
+
+MODULES: tuple[str, ...] = (
+    "llama_index_car",
+    "llama_index_car._errors",
+    "llama_index_car.bm25",
+    "llama_index_car.cli",
+    "llama_index_car.cli.demo",
+    "llama_index_car.cli.eval",
+    "llama_index_car.cli.index",
+    "llama_index_car.cli.probe",
+    "llama_index_car.cli.query",
+    "llama_index_car.demo",
+    "llama_index_car.demo.loader",
+    "llama_index_car.demo.spec",
+    "llama_index_car.embeddings",
+    "llama_index_car.embeddings.use",
+    "llama_index_car.evaluation",
+    "llama_index_car.evaluation.cache",
+    "llama_index_car.evaluation.io",
+    "llama_index_car.evaluation.metrics",
+    "llama_index_car.evaluation.overlap",
+    "llama_index_car.evaluation.plots",
+    "llama_index_car.evaluation.probe",
+    "llama_index_car.evaluation.report",
+    "llama_index_car.evaluation.runner",
+    "llama_index_car.evaluation.stats",
+    "llama_index_car.evaluation.systems",
+    "llama_index_car.framing",
+    "llama_index_car.fusion",
+    "llama_index_car.hypothesizers",
+    "llama_index_car.hypothesizers.base",
+    "llama_index_car.hypothesizers.corpus",
+    "llama_index_car.hypothesizers.llm",
+    "llama_index_car.hypothesizers.prompts",
+    "llama_index_car.pipeline",
+    "llama_index_car.providers",
+    "llama_index_car.retrievers",
+    "llama_index_car.retrievers.criterion_aware",
+    "llama_index_car.retrievers.kiwi_bm25",
+    "llama_index_car.retrievers.routing",
+    "llama_index_car.retrievers.weighted_rrf",
+    "llama_index_car.tokenizers",
+    "llama_index_car.tokenizers.kiwi",
+    "llama_index_car.transformers",
+    "llama_index_car.transformers.reframing",
+    "llama_index.readers.hwpx",
+    "llama_index.readers.hwpx._errors",
+    "llama_index.readers.hwpx._headings",
+    "llama_index.readers.hwpx._model",
+    "llama_index.readers.hwpx._package",
+    "llama_index.readers.hwpx._parse",
+    "llama_index.readers.hwpx._render",
+    "llama_index.readers.hwpx.base",
+    "llama_index.readers.hwpx.node_parser",
+    "llama_index.readers.hwpx.writer",
+)
+
+#: packages whose ``__all__`` is the public surface checked for documented examples
+PUBLIC_PACKAGES: tuple[str, ...] = ("llama_index_car", "llama_index.readers.hwpx")
+
+FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules_on_disk() -> set[str]:
+    found = {
+        _module_name(p, REPO)
+        for p in (REPO / "llama_index_car").rglob("*.py")
+        if p.name != "__main__.py"  # running it would start the CLI
+    }
+    found |= {_module_name(p, READER_ROOT) for p in (READER_ROOT / "llama_index").rglob("*.py")}
+    return found
+
+
+def test_every_module_is_listed() -> None:
+    on_disk = _modules_on_disk()
+    missing, stale = sorted(on_disk - set(MODULES)), sorted(set(MODULES) - on_disk)
+    assert not missing, f"add to MODULES in tests/test_docstrings.py: {missing}"
+    assert not stale, f"remove from MODULES (no such file): {stale}"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_doctests_pass(name: str) -> None:
+    module = importlib.import_module(name)
+    is_package = Path(str(module.__file__)).name == "__init__.py"
+    if not is_package:  # re-export-only __init__ files may go without a module docstring
+        assert module.__doc__ and module.__doc__.strip(), f"{name} has no module docstring"
+    runner = doctest.DocTestRunner(optionflags=FLAGS)
+    report = io.StringIO()
+    for test in doctest.DocTestFinder(exclude_empty=True).find(module, name):
+        runner.run(test, out=report.write)
+    assert runner.failures == 0, report.getvalue()
+
+
+def _has_example(text: str) -> bool:
+    return ">>>" in text or "Example" in text or "::\n" in text
+
+
+def _public_objects() -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for package in PUBLIC_PACKAGES:
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                out.append((f"{package}.{name}", obj))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("qualname", "obj"), [pytest.param(q, o, id=q) for q, o in _public_objects()]
+)
+def test_public_name_is_documented_with_an_example(qualname: str, obj: object) -> None:
+    """A docstring on every public class/function; an example in it or in its module's.
+
+    Exceptions and warnings only need the docstring (their use is ``raise`` / ``except``).
+    """
+    doc = inspect.getdoc(obj) or ""
+    assert doc.strip(), f"{qualname} has no docstring"
+    if inspect.isclass(obj) and issubclass(obj, BaseException):
+        return
+    module_doc = inspect.getdoc(inspect.getmodule(obj)) or ""
+    assert _has_example(doc) or _has_example(module_doc), f"{qualname}: no example"
