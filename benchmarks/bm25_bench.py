@@ -290,6 +290,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-numba", action="store_true", help="skip bm25s' numba backend")
     p.add_argument("--seed", type=int, default=13)
+    p.add_argument(
+        "--parts",
+        nargs="*",
+        default=["tokenize", "cache", "engines"],
+        choices=["tokenize", "cache", "engines"],
+        help="which measurements to run",
+    )
     args = p.parse_args(argv)
 
     rng = random.Random(args.seed)
@@ -299,9 +306,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng.shuffle(sample)
     out: list[str] = []
 
-    out.append(bench_tokenization(sample[: args.tok_passages], args.repeats))
-    out.append("")
-    out.append(bench_cache(sample[: args.cache_nodes]))
+    if "tokenize" in args.parts:
+        out.append(bench_tokenization(sample[: args.tok_passages], args.repeats))
+        out.append("")
+    if "cache" in args.parts:
+        out.append(bench_cache(sample[: args.cache_nodes]))
+    if "engines" not in args.parts:
+        print("\n".join(out))
+        return 0
 
     tok = KiwiTokenizer()
     sents = sentence_pool(passages, args.sentences, rng)

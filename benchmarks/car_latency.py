@@ -103,6 +103,20 @@ def timed(fn: Callable[[str], Any], queries: Sequence[str]) -> list[float]:
     return out
 
 
+def interleaved(
+    systems: dict[str, Callable[[str], Any]], queries: Sequence[str], rounds: int
+) -> dict[str, list[float]]:
+    """Time every system on every query, round-robin, ``rounds`` times (drift hits all alike)."""
+    out: dict[str, list[float]] = {name: [] for name in systems}
+    for _ in range(rounds):
+        for q in queries:
+            for name, fn in systems.items():
+                start = time.perf_counter()
+                fn(q)
+                out[name].append((time.perf_counter() - start) * 1000)
+    return out
+
+
 def stats(ms: Sequence[float]) -> str:
     p95 = float(np.percentile(ms, 95)) if len(ms) > 1 else ms[0]
     return f"{statistics.median(ms):.1f} | {p95:.1f}"
@@ -116,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dataset", default="lhcs_construction")
     parser.add_argument("--queries", type=int, default=40)
     parser.add_argument("--llm-queries", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--llm-delay", type=float, default=2.0)
     parser.add_argument("--cache-dir", type=Path, default=Path(".car_cache"))
     args = parser.parse_args(argv)
@@ -153,20 +168,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     queries = list(ds.queries.values())
     warm, qs = queries[:5], queries[5 : 5 + args.queries]
-    for fn in (lexical.retrieve, dense.retrieve, hybrid.retrieve, car.retrieve, car_auto.retrieve):
-        timed(fn, warm)
-    rows = {
-        "bm25 (KiwiBM25Retriever)": timed(lexical.retrieve, qs),
-        "dense (VectorIndexRetriever, USE)": timed(dense.retrieve, qs),
-        "hybrid (WeightedRRFRetriever)": timed(hybrid.retrieve, qs),
-        "offline hypothesizer alone": timed(hyp.hypothesize, qs),
-        "CAR offline (sync)": timed(car.retrieve, qs),
-        "CAR offline, speculative hybrid": timed(car_spec.retrieve, qs),
-        "CAR offline (async)": timed(lambda q: asyncio.run(car.aretrieve(q)), qs),
-        "CAR auto (offline)": timed(car_auto.retrieve, qs),
+    loop = asyncio.new_event_loop()
+    systems: dict[str, Callable[[str], Any]] = {
+        "bm25 (KiwiBM25Retriever)": lexical.retrieve,
+        "dense (VectorIndexRetriever, USE)": dense.retrieve,
+        "hybrid (WeightedRRFRetriever)": hybrid.retrieve,
+        "hybrid (async)": lambda q: loop.run_until_complete(hybrid.aretrieve(q)),
+        "offline hypothesizer alone": hyp.hypothesize,
+        "CAR offline (sync)": car.retrieve,
+        "CAR offline, speculative hybrid": car_spec.retrieve,
+        "CAR offline (async)": lambda q: loop.run_until_complete(car.aretrieve(q)),
+        "CAR auto (offline)": car_auto.retrieve,
     }
+    interleaved(systems, warm, 1)
+    rows = interleaved(systems, qs, args.rounds)
     hybrid_med = statistics.median(rows["hybrid (WeightedRRFRetriever)"])
-    print(f"### Latency on {args.dataset} ({len(nodes)} docs), {len(qs)} queries, ms\n")
+    print(
+        f"### Latency on {args.dataset} ({len(nodes)} docs), {len(qs)} queries × "
+        f"{args.rounds} rounds (interleaved), ms\n"
+    )
     print("| system | median | p95 | median − hybrid |")
     print("|---|---|---|---|")
     for name, ms in rows.items():

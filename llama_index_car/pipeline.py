@@ -29,6 +29,10 @@ Files that cannot be read are reported (``BuildSummary.failures`` and the ``on_e
 callback) and skipped; they never abort the build.
 
 >>> from llama_index_car.demo import demo_corpus_dir
+>>> [p.name for p in find_hwpx_files(demo_corpus_dir())][:2]
+['dg2012_tunnel.hwpx', 'dg2015_rest.hwpx']
+>>> BuildSummary("idx", files=2, documents=2, nodes=7, table_nodes=1).line()
+'2 files → 2 documents → 7 nodes (1 table); 0 failed; persisted to idx in 0.0 s'
 >>> import tempfile
 >>> with tempfile.TemporaryDirectory() as tmp:  # doctest: +SKIP
 ...     summary = build_index(demo_corpus_dir(), tmp)
@@ -43,7 +47,7 @@ import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
 
@@ -79,7 +83,6 @@ VECTOR_DIR = "vector"
 BM25_DIR = "bm25"
 HYPOTHESIZER_DIR = "hypothesizer"
 TABLES_NAME = "tables.json"
-RetrieverKind = Literal["car", "hybrid", "bm25", "dense"]
 RETRIEVER_KINDS: tuple[str, ...] = ("car", "hybrid", "bm25", "dense")
 
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_index_car._errors import ConfigurationError
-from llama_index_car.bm25 import BM25Okapi
+from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 
@@ -185,12 +185,42 @@ def test_top_k_ties_broken_by_index_and_k_clamped() -> None:
     assert bm.top_k(["a"], 0)[0].size == 0
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("k", [1, 3, 10, 57])
+def test_top_k_from_scores_large_arrays_with_ties(seed: int, k: int) -> None:
+    # n large enough for the sampled-threshold path (sqrt(n / k) >= 4), many exact ties
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1000, 6000))
+    kind = seed % 3
+    if kind == 0:  # mostly zeros, a few positive ties
+        scores = np.where(rng.random(n) < 0.01, rng.choice([1.0, 2.0], n), 0.0)
+    elif kind == 1:  # dense positives with heavy ties
+        scores = rng.choice([0.5, 1.0, 1.5, 2.0, 2.5], n)
+    else:  # positives, zeros and negatives
+        scores = rng.choice([-1.0, -0.5, 0.0, 0.25, 3.0], n, p=[0.3, 0.3, 0.38, 0.015, 0.005])
+    expected = sorted(range(n), key=lambda i: (-scores[i], i))[:k]
+    idx, sc = top_k_from_scores(scores, k)
+    assert idx.tolist() == expected
+    assert sc.tolist() == scores[expected].tolist()
+
+
+def test_top_k_on_a_larger_corpus_matches_brute_force() -> None:
+    rng = np.random.default_rng(11)
+    bm = BM25Okapi(random_corpus(rng, 2500, 300, 25))
+    for _ in range(20):
+        q = [f"t{j}" for j in rng.integers(0, 320, size=int(rng.integers(1, 6)))]
+        scores = bm.get_scores(q)
+        for k in (1, 10, 100):
+            expected = sorted(range(bm.corpus_size), key=lambda i: (-scores[i], i))[:k]
+            assert bm.top_k(q, k)[0].tolist() == expected
+
+
 def test_top_k_batch_equals_single() -> None:
     rng = np.random.default_rng(7)
     corpus = random_corpus(rng, 300, 80, 20)
     bm = BM25Okapi(corpus)
     queries = [[f"t{j}" for j in rng.integers(0, 90, size=4)] for _ in range(40)]
-    batch = bm.top_k_batch(queries, 10, chunk_size=7)
+    batch = bm.top_k_batch(queries, 10)
     for q, (bi, bs) in zip(queries, batch, strict=True):
         si, ss = bm.top_k(q, 10)
         assert bi.tolist() == si.tolist()

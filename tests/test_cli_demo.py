@@ -299,3 +299,14 @@ def test_demo_cold_start_under_60_seconds() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "summary: MRR dense" in proc.stdout and "elapsed:" in proc.stdout
     assert elapsed < 60, f"demo took {elapsed:.1f} s"
+
+
+def test_demo_with_anthropic_but_no_key_exits_2_before_indexing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    start = time.perf_counter()
+    rc = main(["demo", "--llm", "anthropic"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "ANTHROPIC_API_KEY" in err and len(err.strip().splitlines()) == 1
+    assert time.perf_counter() - start < 10  # refused up front, nothing was indexed

@@ -11,7 +11,6 @@ from llama_index.core.embeddings import MockEmbedding
 from llama_index_car._errors import EvaluationDataError
 from llama_index_car.evaluation.runner import EvalConfig, load_hwpx_eval, run_evaluation
 
-pytestmark = pytest.mark.corpus
 
 
 def _qa(tmp_path: Path, rows: list[dict]) -> Path:
@@ -20,6 +19,7 @@ def _qa(tmp_path: Path, rows: list[dict]) -> Path:
     return p
 
 
+@pytest.mark.corpus
 def test_gold_section_and_cell_resolve(shared_dir: Path, tmp_path: Path) -> None:
     folder = shared_dir / "corpus" / "hwpx"
     qa = _qa(tmp_path, [
@@ -47,6 +47,7 @@ def test_gold_section_and_cell_resolve(shared_dir: Path, tmp_path: Path) -> None
     assert out.results["dataset"]["source"] == "hwpx"
 
 
+@pytest.mark.corpus
 def test_unresolvable_gold_names_the_line(shared_dir: Path, tmp_path: Path) -> None:
     folder = shared_dir / "corpus" / "hwpx"
     qa = _qa(tmp_path, [
@@ -58,3 +59,15 @@ def test_unresolvable_gold_names_the_line(shared_dir: Path, tmp_path: Path) -> N
                                                    "row": 0, "col": 0}}])
     with pytest.raises(EvaluationDataError, match="missing.hwpx"):
         load_hwpx_eval(folder, qa)
+
+
+def test_bundled_demo_corpus_and_questions(tmp_path: Path) -> None:
+    """The package's demo HWPX corpus with its question file (gold_file/gold_section keys)."""
+    root = Path(__file__).resolve().parents[1] / "llama_index_car" / "data"
+    data = load_hwpx_eval(root / "demo_corpus", root / "demo_questions.jsonl")
+    assert len(data.queries) == 14 and all(data.qrels[q] for q in data.queries)
+    out = run_evaluation(
+        data, EvalConfig(systems=("bm25",), show_progress=False),
+        MockEmbedding(embed_dim=8), cache_dir=tmp_path / "cache",
+    )
+    assert out.results["systems"]["bm25"]["all"]["mrr"] > 0.5

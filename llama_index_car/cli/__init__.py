@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Example: llama-car demo",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module_name in SUBCOMMANDS.items():
+    for module_name in SUBCOMMANDS.values():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

@@ -69,9 +69,11 @@ def plot_mrr_by_stratum(
     labels = [f"{s}\n(n={int(first.get(s, {}).get('n', 0))})" for s in strata]
     ax.set_xticks(range(len(strata)), labels)
     ax.set_ylabel(metric.upper())
-    ax.set_ylim(0, 1)
+    rows = -(-len(names) // 5)  # legend rows above the bars
+    ax.set_ylim(0, 1.0 + 0.09 * rows + 0.03)
+    ax.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.set_title(title or f"{metric.upper()} by query–gold lexical overlap")
-    ax.legend(fontsize=8, ncol=min(4, max(1, len(names))))
+    ax.legend(fontsize=8, ncol=min(5, max(1, len(names))), loc="upper center", frameon=False)
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=120)

@@ -17,7 +17,8 @@ HWPX QA file (JSON lines), one question per line::
     {"id": "q2", "question": "...", "gold": [{"file": "a.hwpx", "table": 3, "row": 2, "col": 1}]}
 
 ``gold`` may also be written inline (``"file"`` + ``"section_title"`` or ``"table"``/``"row"``/
-``"col"`` at the top level). A section gold is relevant in every node of that file whose
+``"col"`` at the top level), or as ``"gold_file"`` + ``"gold_section"`` (the format of the
+bundled ``demo_questions.jsonl``); ``"qid"`` is accepted for ``"id"``. A section gold is relevant in every node of that file whose
 ``section_title`` equals it (whitespace-normalised) or whose ``heading_path`` contains it; a
 cell gold (0-based table index in document order, 0-based row/column of the HWPX cell grid) in
 every node whose ``cells`` cover that grid position. Node ids are ``<file stem>-<nnnn>``.
@@ -203,8 +204,10 @@ def load_hwpx_eval(
         question = row.get("question")
         if not isinstance(question, str) or not question.strip():
             raise EvaluationDataError(f"{where}: field 'question' must be a non-empty string")
-        qid = str(row.get("id", row.get("_id", f"q{lineno}")))
+        qid = str(row.get("id", row.get("_id", row.get("qid", f"q{lineno}"))))
         golds = row.get("gold")
+        if golds is None and "gold_file" in row:  # the demo-question spelling
+            golds = [{"file": row["gold_file"], "section_title": row.get("gold_section", "")}]
         if golds is None:
             golds = [row]
         if isinstance(golds, dict):

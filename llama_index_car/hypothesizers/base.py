@@ -50,6 +50,15 @@ class BaseCriterionHypothesizer(ABC):
     Subclasses implement :meth:`hypothesize`; :meth:`ahypothesize` defaults to running it in a
     worker thread so the event loop is never blocked. Subclasses with a native async path
     (an LLM client) override :meth:`ahypothesize`.
+
+    >>> class Fixed(BaseCriterionHypothesizer):
+    ...     def hypothesize(self, query: str) -> CriterionHypothesis:
+    ...         return CriterionHypothesis(text=query + " 설치기준", criteria=("설치기준",))
+    >>> Fixed().hypothesize("측구").text
+    '측구 설치기준'
+    >>> import asyncio
+    >>> asyncio.run(Fixed().ahypothesize("측구")).criteria
+    ('설치기준',)
     """
 
     name: str = "base"

@@ -168,3 +168,19 @@ def test_ingestion_pipeline_and_simple_directory_reader(tmp_path: Path) -> None:
         assert n.metadata["cells"] == [[0, 0, 0, 1, 1], [0, 0, 1, 1, 1], [0, 1, 0, 1, 1],
                                        [0, 1, 1, 1, 1]]
         assert "| 가 | 나 |" in n.get_content()
+
+
+def test_embedding_text_is_the_paper_form_and_llm_text_cites_the_source(write: Write) -> None:
+    def build(b: HWPXBuilder) -> None:
+        b.add_section().paragraph("1. 설치기준").paragraph("배관은 2.5 m 이하로 한다.").table(
+            [["구분", "기준"], ["옥내", "2.5 m"]]
+        )
+
+    docs = _doc(write, build)
+    (node,) = HWPXNodeParser().get_nodes_from_documents(docs)
+    assert node.get_content(metadata_mode=MetadataMode.EMBED) == node.get_content()
+    assert node.get_content().startswith("## 1. 설치기준\n\n배관은")
+    llm = node.get_content(metadata_mode=MetadataMode.LLM)
+    assert "file_name: doc.hwpx" in llm and "section_title: 1. 설치기준" in llm
+    assert "cells" not in llm and STRUCTURE_KEY not in llm and "table_index" not in llm
+    assert docs[0].get_content(metadata_mode=MetadataMode.EMBED) == docs[0].text

@@ -42,9 +42,19 @@ __all__ = ["HWPXReader", "HWPXFailure", "HWPXReadWarning", "ParsedHWPX", "STRUCT
 
 _MIB = 1 << 20
 _NOTE_MARK = re.compile(r"\[\^e?\d+\]")
-# Metadata hidden from embedding / LLM text (the structure is bulky; the rest is noise).
-EMBED_EXCLUDED = [STRUCTURE_KEY, "file_path", "section", "table_count", "heading_path"]
-LLM_EXCLUDED = [STRUCTURE_KEY, "table_count"]
+# Metadata hidden from embedding text: all of ours, so what gets embedded / BM25-indexed is
+# the text itself (the paper's "## {title}\n\n{body}" form once chunked). The LLM still sees
+# file name, title and heading path for citations; never the bulky structure.
+EMBED_EXCLUDED = [
+    STRUCTURE_KEY,
+    "file_name",
+    "file_path",
+    "section",
+    "heading_path",
+    "title",
+    "table_count",
+]
+LLM_EXCLUDED = [STRUCTURE_KEY, "file_path", "section", "table_count"]
 
 
 class HWPXReadWarning(UserWarning):

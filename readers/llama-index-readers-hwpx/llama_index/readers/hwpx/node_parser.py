@@ -15,8 +15,10 @@ counts) at paragraph and table boundaries:
 Node metadata: the Document's metadata minus ``hwpx_structure``, plus ``section_title``,
 ``heading_path`` (`` > ``-joined), ``section``, ``chunk_index`` and, for chunks holding table
 rows, ``table_index`` (first table) and ``cells`` (``[table, row, col, row_span, col_span]``
-of every cell in the chunk; excluded from embedding/LLM text). Defaults 1000 / 150 follow the
-paper.
+of every cell in the chunk). Embedding text is the node text alone (every metadata key the
+reader or parser adds is excluded, so BM25 / dense indexing sees exactly
+``"## {title}\n\n{body}"``); LLM text also shows file name, title, heading path and section
+title, never ``cells`` or the structure. Defaults 1000 / 150 follow the paper.
 
 Example::
 
@@ -43,7 +45,11 @@ from pydantic import Field, PrivateAttr
 
 __all__ = ["HWPXNodeParser", "row_groups"]
 
-NODE_EXCLUDED = [STRUCTURE_KEY, "cells", "table_index", "chunk_index", "section"]
+# added to the source Document's exclusions: embedding text is the node text alone (its
+# "## {title}" line already carries the section title); the LLM also sees section_title.
+NODE_EMBED_EXCLUDED = [STRUCTURE_KEY, "cells", "table_index", "chunk_index", "section",
+                       "section_title", "heading_path", "title", "file_name", "file_path"]
+NODE_LLM_EXCLUDED = [STRUCTURE_KEY, "cells", "table_index", "chunk_index", "section"]
 
 
 @dataclass
@@ -246,10 +252,10 @@ class HWPXNodeParser(NodeParser):
                     meta["table_index"] = table_ids[0]
                     meta["cells"] = cells
                 excluded_embed = list(
-                    dict.fromkeys(list(node.excluded_embed_metadata_keys) + NODE_EXCLUDED)
+                    dict.fromkeys(list(node.excluded_embed_metadata_keys) + NODE_EMBED_EXCLUDED)
                 )
                 excluded_llm = list(
-                    dict.fromkeys(list(node.excluded_llm_metadata_keys) + NODE_EXCLUDED)
+                    dict.fromkeys(list(node.excluded_llm_metadata_keys) + NODE_LLM_EXCLUDED)
                 )
                 text = prefix + "\n\n".join(u.text for u in chunk)
                 child = TextNode(
