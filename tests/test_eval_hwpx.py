@@ -12,7 +12,6 @@ from llama_index_car._errors import EvaluationDataError
 from llama_index_car.evaluation.runner import EvalConfig, load_hwpx_eval, run_evaluation
 
 
-
 def _qa(tmp_path: Path, rows: list[dict]) -> Path:
     p = tmp_path / "qa.jsonl"
     p.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")

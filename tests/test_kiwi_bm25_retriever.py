@@ -302,7 +302,9 @@ def test_tokenizer_mismatch_warns(
 
     monkeypatch.setattr(kiwipiepy, "__version__", "0.0.1")
     with pytest.warns(TokenizerMismatchWarning, match="kiwipiepy_version"):
-        KiwiBM25Retriever.from_persist_dir(d)
+        other_version = KiwiBM25Retriever.from_persist_dir(d)
+    assert other_version.token_cache == {}  # stored tokens are not reused across versions
+    assert all_scores(other_version, "배수시설") == all_scores(retriever, "배수시설")
 
 
 def test_same_tokenizer_loads_without_warning(tmp_path: Path, retriever: KiwiBM25Retriever) -> None:

@@ -453,6 +453,18 @@ class KiwiBM25Retriever(BaseRetriever):
                 f"{root / _CONFIG}: format_version {config.get('format_version')!r}, this "
                 f"version of llama-index-car reads {FORMAT_VERSION}; rebuild the index"
             )
+        required = (
+            "tokenizer",
+            "node_ids",
+            "text_hashes",
+            "k1",
+            "b",
+            "epsilon",
+            "similarity_top_k",
+        )
+        missing = [key for key in (*required, "filters") if key not in config]
+        if missing:
+            raise IndexPersistError(f"{root / _CONFIG} lacks {missing}; rebuild the index")
         saved_spec = config["tokenizer"]
         if tokenizer is None:
             tokenizer = KiwiTokenizer.from_dict(saved_spec)
@@ -492,7 +504,12 @@ class KiwiBM25Retriever(BaseRetriever):
         self._bm25 = BM25Okapi.from_counts(
             counts, terms, float(config["k1"]), float(config["b"]), float(config["epsilon"])
         )
-        if self._token_cache is not None and tokenizer.spec_hash == saved_spec.get("spec_hash"):
+        current = tokenizer.to_dict()
+        same_analysis = all(
+            saved_spec.get(key) == current[key]
+            for key in ("spec_hash", "kiwipiepy_version", "model_version", "model_type")
+        )
+        if self._token_cache is not None and same_analysis:
             counts_csr = counts.tocsr()
             for i, h in enumerate(self._text_hashes):
                 lo, hi = counts_csr.indptr[i], counts_csr.indptr[i + 1]
