@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "KiwiBM25Retriever": "llama_index_car.retrievers.kiwi_bm25",
     "WeightedRRFRetriever": "llama_index_car.retrievers.weighted_rrf",
     "CriterionAwareRetriever": "llama_index_car.retrievers.criterion_aware",
+    "LexicalOverlapRouter": "llama_index_car.retrievers.routing",
     # hypothesizers
     "CriterionHypothesis": "llama_index_car.hypothesizers.base",
     "BaseCriterionHypothesizer": "llama_index_car.hypothesizers.base",

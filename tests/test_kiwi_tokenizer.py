@@ -183,7 +183,8 @@ def test_pickle_does_not_carry_kiwi(tok: KiwiTokenizer) -> None:
 
 
 def test_content_morphemes_lemmas_and_tags(tok: KiwiTokenizer) -> None:
-    assert tok.content_morphemes("높은 기준을 따른다") == ["높다", "기준", "따르다"]
+    assert tok.content_morphemes("높은 기준을 따른다") == ["높", "기준", "따르"]
+    assert tok.content_morphemes("높은 기준을 따른다", lemmas=True) == ["높다", "기준", "따르다"]
     # plain Kiwi: no domain spans, no lower-casing, numbers and Latin split as Kiwi does
     assert tok.content_morphemes("CCTV 0.6m") == ["CCTV", "0.6", "m"]
     assert tok.content_morphemes("") == []

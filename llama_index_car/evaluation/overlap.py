@@ -24,6 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
 __all__ = [
     "OVERLAP_TAGS",
@@ -105,22 +110,23 @@ OVERLAP_TAGS: frozenset[str] = frozenset({"NNG", "NNP", "NR", "VV", "VA", "XR", 
 def surface_content_morphemes(text: str) -> list[str]:
     """Kiwi content morphemes of ``text`` as surface forms, in text order.
 
-    A morpheme counts when its tag, with any ``-R``/``-I`` suffix removed, is in
-    :data:`OVERLAP_TAGS`. Verbs and adjectives keep their surface stem (``따르``), not the
-    lemma (``따르다``): this is the definition that reproduces the overlap tables of the
-    ``../shared/eval`` READMEs exactly (with lemmas, one lhcs query moves from ``high`` to
-    ``mid``). Uses the shared Kiwi instance of :func:`~llama_index_car.tokenizers.kiwi.get_kiwi`.
+    The overlap definition: :meth:`KiwiTokenizer.content_morphemes
+    <llama_index_car.tokenizers.kiwi.KiwiTokenizer.content_morphemes>` with its defaults
+    (tags NNG NNP NR VV VA XR SL SN SH, sub-tags included, surface forms: ``따르`` rather than
+    the lemma ``따르다``), which reproduces the overlap tables of the ``../shared/eval``
+    READMEs exactly.
 
     >>> surface_content_morphemes("높은 기준을 따른다")
     ['높', '기준', '따르']
     """
-    if not text.strip():
-        return []
-    from llama_index_car.tokenizers.kiwi import get_kiwi
+    return _overlap_tokenizer().content_morphemes(text)
 
-    return [
-        t.form for t in get_kiwi().tokenize(text) if t.tag.split("-")[0] in OVERLAP_TAGS
-    ]
+
+@lru_cache(maxsize=1)
+def _overlap_tokenizer() -> KiwiTokenizer:
+    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+    return KiwiTokenizer()
 
 
 def _default_morphemes() -> Morphemes:

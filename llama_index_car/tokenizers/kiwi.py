@@ -376,20 +376,24 @@ class KiwiTokenizer(BaseModel):
     def _plain(self, text: str) -> list[Token]:
         return list(self.kiwi().tokenize(text)) if text.strip() else []
 
-    def content_morphemes(self, text: str) -> list[str]:
+    def content_morphemes(self, text: str, *, lemmas: bool = False) -> list[str]:
         """Content morphemes in text order (repeats kept), for lexical-overlap measures.
 
         Plain Kiwi analysis (no domain regexes, no lower-casing) keeping tags
-        :data:`CONTENT_TAGS` = NNG NNP NR VV VA XR SL SN SH. VV/VA are given as Kiwi's lemma,
-        i.e. the stem plus ``다`` with irregular stems restored (``따르다``, ``높다``); all
-        other tags as the surface form. This is the definition used in ``../shared/eval``.
+        :data:`CONTENT_TAGS` = NNG NNP NR VV VA XR SL SN SH (sub-tags such as ``VV-R``
+        included). Every morpheme is given as its surface form (``따르``, ``높``): this is the
+        definition that reproduces the overlap tables of the ``../shared/eval`` READMEs
+        exactly, and the one :mod:`llama_index_car.evaluation.overlap` uses. With
+        ``lemmas=True`` VV/VA are given as Kiwi's lemma instead (``따르다``, ``높다``).
 
         >>> KiwiTokenizer().content_morphemes("높은 기준을 따른다")
+        ['높', '기준', '따르']
+        >>> KiwiTokenizer().content_morphemes("높은 기준을 따른다", lemmas=True)
         ['높다', '기준', '따르다']
         """
         tags = frozenset(CONTENT_TAGS)
         return [
-            t.lemma if t.tag in _LEMMA_TAGS else t.form
+            t.lemma if lemmas and t.tag in _LEMMA_TAGS else t.form
             for t in self._plain(text)
             if t.tag in tags or t.tag.split("-")[0] in tags
         ]
