@@ -1,10 +1,16 @@
-"""Shared fixtures: the ``../shared`` data (corpus, eval sets) when it exists."""
+"""Shared fixtures: the ``../shared`` data (corpus, eval sets) when it exists, and ``fake``
+(the local fake of the provider HTTP APIs, ``tests/fakes/provider_server.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.fakes.provider_server import FakeProviderServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
@@ -25,3 +31,13 @@ def shared_dir() -> Path:
 @pytest.fixture(scope="session")
 def eval_dir(shared_dir: Path) -> Path:
     return shared_dir / "eval"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProviderServer]:
+    """A running fake of the Anthropic/OpenAI/Cohere HTTP APIs with every SDK pointed at it
+    through the environment; stopped after the test."""
+    from tests.fakes.provider_server import serving
+
+    with serving(monkeypatch) as server:
+        yield server

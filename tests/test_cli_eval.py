@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from llama_index_car.cli import main
+from tests.fakes.embeddings import VecEmbedding
 
 
-class CharBigramEmbedding(BaseEmbedding):
+class CharBigramEmbedding(VecEmbedding):
     """Hashed character-bigram counts (64-d): a fast deterministic stand-in for USE."""
 
     model_name: str = "char-bigram-64"
@@ -29,14 +29,6 @@ class CharBigramEmbedding(BaseEmbedding):
             v[hashlib.md5((a + b).encode()).digest()[0] % 64] += 1.0
         return v
 
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._vec(text)
 
 DOCS = [
     ("d01", "배수시설 설치기준", "도로 배수시설의 설치기준은 강우강도와 배수면적을 고려하여 정한다."),

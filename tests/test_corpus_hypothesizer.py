@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_car._errors import ConfigurationError, HypothesisError, IndexPersistError
@@ -16,35 +15,20 @@ from llama_index_car.hypothesizers.corpus import (
     _analyse_all,
 )
 from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+from tests.fakes.corpus import CRITERION_TEXTS
+from tests.fakes.embeddings import VecEmbedding
 
 KEYWORDS = ("배수", "포장", "교량", "조명")
 
 
-class KeywordEmbedding(BaseEmbedding):
+class KeywordEmbedding(VecEmbedding):
     """Vector = counts of four keywords (+ a constant); predictable and offline."""
 
     def _vec(self, text: str) -> list[float]:
         return [float(text.count(k)) for k in KEYWORDS] + [1.0]
 
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
 
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._vec(text)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
-
-
-TEXTS = [
-    "배수시설의 설치기준은 배수 구배를 따른다. 배수관의 설치간격은 20m 이하로 한다.",
-    "배수 측구의 설치기준과 배수 유량 산정방법을 정한다.",
-    "포장 두께의 설계기준은 포장층 구성에 따른다. 포장 다짐방법을 규정한다.",
-    "포장 보수의 설계기준과 포장 균열 허용치를 정한다.",
-    "교량 난간의 설치높이는 1.1m 이상으로 하며 교량 점검방법을 따른다.",
-    "교량 받침의 설치높이와 교량 신축이음 설치간격을 정한다.",
-    "조명 시설의 조도기준을 따른다. 터널 조명의 조도기준은 별표와 같다.",
-]
+TEXTS = CRITERION_TEXTS
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +80,7 @@ def test_cooccurrence_and_idf(hyp: CorpusCriterionHypothesizer, tokenizer: KiwiT
     morph_sets = [set(tokenizer.content_morphemes(t)) for t in TEXTS]
     term_docs = [i for i, t in enumerate(TEXTS) if "설계기준" in tokenizer.noun_compounds(t)]
     t = hyp.terms.index("설계기준")
-    for m in ("포장", "따르다", "균열"):
+    for m in ("포장", "따르", "균열"):
         j = hyp.morphemes.index(m)
         expected = sum(m in morph_sets[i] for i in term_docs) / len(term_docs)
         assert hyp.cooccurrence[t, j] == pytest.approx(expected)

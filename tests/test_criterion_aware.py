@@ -16,6 +16,7 @@ from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, Criter
 from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 from llama_index_car.retrievers.routing import LexicalOverlapRouter
 from llama_index_car.retrievers.weighted_rrf import EXPLAIN_KEY
+from tests.fakes.corpus import CRITERION_TEXTS
 
 NODES = {i: TextNode(id_=i, text=f"본문 {i}") for i in "abcdefgh"}
 HYP = CriterionHypothesis(text="배수시설 설치기준", criteria=("설치기준", "배수시설"), source="stub")
@@ -310,14 +311,7 @@ def test_async_does_not_block_event_loop() -> None:
 
 
 # ----------------------------------------------------------------------------- from_defaults
-CORPUS = [
-    "배수시설의 설치기준은 배수 구배를 따른다. 배수관의 설치간격은 20m 이하로 한다.",
-    "배수 측구의 설치기준과 배수 유량 산정방법을 정한다.",
-    "포장 두께의 설계기준은 포장층 구성에 따른다. 포장 다짐방법을 규정한다.",
-    "포장 보수의 설계기준과 포장 균열 허용치를 정한다.",
-    "교량 난간의 설치높이는 1.1m 이상으로 하며 교량 점검방법을 따른다.",
-    "교량 받침의 설치높이와 교량 신축이음 설치간격을 정한다.",
-]
+CORPUS = CRITERION_TEXTS[:6]
 
 
 def corpus_nodes() -> list[TextNode]:

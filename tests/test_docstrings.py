@@ -22,6 +22,7 @@ READER_ROOT = REPO / "readers" / "llama-index-readers-hwpx"
 MODULES: tuple[str, ...] = (
     "llama_index_car",
     "llama_index_car._errors",
+    "llama_index_car._jsonl",
     "llama_index_car.bm25",
     "llama_index_car.cli",
     "llama_index_car.cli.demo",

@@ -26,17 +26,7 @@ from llama_index_car.embeddings import UniversalSentenceEncoderEmbedding
 from llama_index_car.providers import resolve_reranker
 from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 from llama_index_car.transformers import CriterialReframer
-from tests.fakes.provider_server import (
-    FakeProviderServer,
-    serving,
-)
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProviderServer]:
-    with serving(monkeypatch) as server:
-        yield server
-
+from tests.fakes.provider_server import FakeProviderServer
 
 PLAN_TITLE = "교량 고정식 점검시설 확충방안"
 

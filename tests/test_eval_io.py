@@ -59,6 +59,17 @@ def test_load_beir_errors_name_file_and_line(tmp_path: Path) -> None:
         load_beir(tmp_path / "nope")
 
 
+def test_load_beir_line_numbers_count_blank_lines(tmp_path: Path) -> None:
+    root = _beir(tmp_path)
+    (root / "corpus.jsonl").write_text('{"_id": "d1", "text": "a"}\n\n{"text": "b"}\n')
+    with pytest.raises(EvaluationDataError, match=r"corpus\.jsonl:3: missing '_id'"):
+        load_beir(root)
+    (root / "corpus.jsonl").write_text('{"_id": "d1", "text": "a"}\n{"_id": "d2", "text": "x"}\n')
+    (root / "queries.jsonl").write_text('\n{"_id": "q1", "text": 7}\n')
+    with pytest.raises(EvaluationDataError, match=r"queries\.jsonl:2: field 'text'"):
+        load_beir(root)
+
+
 def test_trec_run_round_trip_keeps_order_and_exact_scores(tmp_path: Path) -> None:
     run = {"q1": {"b": 0.1 + 0.2, "a": 1 / 3, "c": -2.5}, "q2": {"x": 1.0}}
     p = tmp_path / "runs" / "r.trec"

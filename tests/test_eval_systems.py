@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_car._errors import ConfigurationError, HypothesisError
@@ -18,24 +17,16 @@ from llama_index_car.evaluation.systems import (
     parse_system,
 )
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+from tests.fakes.embeddings import VecEmbedding
 
 
-class AxisEmbedding(BaseEmbedding):
+class AxisEmbedding(VecEmbedding):
     """Maps a text to fixed 3-d vectors by keyword (deterministic, no model)."""
 
     model_name: str = "axis"
 
     def _vec(self, text: str) -> list[float]:
         return [float(text.count("a")), float(text.count("b")), float(text.count("c")) + 0.01]
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._vec(text)
 
 
 def test_parse_system_grammar() -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from scipy import stats as sps
 
 from llama_index_car._errors import ConfigurationError
@@ -23,6 +22,7 @@ from llama_index_car.evaluation.probe import (
     sample_cases,
 )
 from llama_index_car.framing import make_probe_variants, probe_query
+from tests.fakes.embeddings import VecEmbedding
 
 SECTIONS = [
     ProbeSection("s1", "교량 점검시설 확충방안", "점검시설의 설치기준은 다음과 같다. 통로 폭은 60 cm."),
@@ -34,7 +34,7 @@ SECTIONS = [
 ]
 
 
-class LetterEmbedding(BaseEmbedding):
+class LetterEmbedding(VecEmbedding):
     """Counts of a few Hangul syllables and digits: deterministic, position-free."""
 
     model_name: str = "letters"
@@ -42,15 +42,6 @@ class LetterEmbedding(BaseEmbedding):
     def _vec(self, text: str) -> list[float]:
         keys = "기준설치방안개선계획검토교량배수터널환기0123456789"
         return [float(text.count(k)) + 0.1 for k in keys]
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._vec(query)
-
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return self._vec(text)
 
 
 def test_eligibility_follows_the_paper_rule() -> None:

@@ -8,7 +8,6 @@ import base64
 import json
 import struct
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,15 +21,7 @@ from tests.fakes.provider_server import (
     Reply,
     fake_vector,
     overlap_score,
-    serving,
 )
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProviderServer]:
-    with serving(monkeypatch) as server:
-        yield server
-
 
 QUERY = "온도에 따라 늘었다 줄었다 하는 이음부는 어떻게 설치하나요?"
 

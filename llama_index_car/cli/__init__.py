@@ -24,6 +24,15 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+def add_cache_and_progress_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--cache-dir DIR`` (embedding cache) and ``--no-progress``, shared by the
+    subcommands that embed a corpus (``eval``, ``probe``)."""
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="embedding cache (default: $LLAMA_CAR_CACHE or "
+                   "~/.cache/llama-index-car/embeddings)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``llama-car`` argument parser with every available subcommand."""
     parser = argparse.ArgumentParser(

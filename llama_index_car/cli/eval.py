@@ -7,6 +7,8 @@ import shlex
 import sys
 from typing import Any
 
+from llama_index_car.cli import add_cache_and_progress_options
+
 EXAMPLE = """\
 examples:
   llama-car eval ../shared/eval/lhcs_construction --systems bm25,dense,hybrid,car --out out/lhcs
@@ -52,10 +54,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-queries", type=int, default=None, metavar="N",
                    help="evaluate the first N queries (file order)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
-    p.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="embedding cache (default: $LLAMA_CAR_CACHE or "
-                   "~/.cache/llama-index-car/embeddings)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_cache_and_progress_options(p)
     return p
 
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from llama_index_car.cli import add_cache_and_progress_options
+
 EXAMPLE = """\
 examples:
   llama-car probe ../shared/corpus/hwpx --embed use --out out/probe-hwpx
@@ -41,10 +43,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="criterion head nouns, comma-separated (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0,
                    help="sampling and bootstrap seed (default: %(default)s)")
-    p.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="embedding cache (default: $LLAMA_CAR_CACHE or "
-                   "~/.cache/llama-index-car/embeddings)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_cache_and_progress_options(p)
     return p
 
 

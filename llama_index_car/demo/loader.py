@@ -12,11 +12,11 @@ by ``scripts/make_demo_corpus.py`` and ship inside the wheel.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from llama_index_car._errors import EvaluationDataError
+from llama_index_car._jsonl import iter_jsonl
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 DEMO_CORPUS_DIR = DATA_DIR / "demo_corpus"
@@ -64,8 +64,8 @@ def load_demo_questions(path: str | Path | None = None) -> list[DemoQuestion]:
     optionally ``criterion`` and ``style``. Blank lines are ignored.
 
     Raises:
-        EvaluationDataError: the file is missing, a line is not JSON or lacks a field
-            (the message names the file and line).
+        EvaluationDataError: the file is missing, a line is not a JSON object or lacks a
+            field (the message names the file and line).
     """
     p = Path(path) if path is not None else DEMO_QUESTIONS_PATH
     if not p.is_file():
@@ -73,22 +73,16 @@ def load_demo_questions(path: str | Path | None = None) -> list[DemoQuestion]:
             f"question file {p} not found; regenerate with: python scripts/make_demo_corpus.py"
         )
     out: list[DemoQuestion] = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise EvaluationDataError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from exc
+    for lineno, row in iter_jsonl(p):
         missing = [k for k in _REQUIRED if not isinstance(row.get(k), str) or not row.get(k)]
         if missing:
             raise EvaluationDataError(f"{p}:{lineno}: missing field(s) {', '.join(missing)}")
         out.append(
             DemoQuestion(
-                qid=row["qid"],
-                question=row["question"],
-                gold_file=row["gold_file"],
-                gold_section=row["gold_section"],
+                qid=str(row["qid"]),
+                question=str(row["question"]),
+                gold_file=str(row["gold_file"]),
+                gold_section=str(row["gold_section"]),
                 criterion=str(row.get("criterion", "")),
                 style=str(row.get("style", "formal")),
             )

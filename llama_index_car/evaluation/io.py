@@ -28,7 +28,6 @@ True
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llama_index_car._errors import EvaluationDataError
+from llama_index_car._jsonl import iter_jsonl, nonblank_lines
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
@@ -96,22 +96,22 @@ class BeirDataset:
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, object]]:
     """Read a JSON-lines file; blank lines are skipped; each line must be a JSON object."""
+    return [obj for _, obj in iter_jsonl(_existing_file(path))]
+
+
+def _existing_file(path: str | os.PathLike[str]) -> Path:
     p = Path(path)
     if not p.is_file():
         raise EvaluationDataError(f"{p}: file not found")
-    rows: list[dict[str, object]] = []
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EvaluationDataError(f"{p}:{lineno}: invalid JSON ({exc.msg})") from exc
-            if not isinstance(obj, dict):
-                raise EvaluationDataError(f"{p}:{lineno}: expected a JSON object per line")
-            rows.append(obj)
-    return rows
+    return p
+
+
+def _add_relevance(qrels: Qrels, qid: str, doc_id: str, rel: str, where: str) -> None:
+    """``qrels[qid][doc_id] = int(rel)``, or :class:`EvaluationDataError` naming ``where``."""
+    try:
+        qrels.setdefault(qid, {})[doc_id] = int(rel)
+    except ValueError as exc:
+        raise EvaluationDataError(f"{where}: relevance {rel!r} is not an integer") from exc
 
 
 def _require_str(obj: Mapping[str, object], key: str, where: str, *, optional: bool = False) -> str:
@@ -123,34 +123,32 @@ def _require_str(obj: Mapping[str, object], key: str, where: str, *, optional: b
     return value
 
 
+def _require_id(obj: Mapping[str, object], where: str) -> str:
+    """The ``_id`` field (a string or an integer) as a string."""
+    value = obj.get("_id")
+    if not isinstance(value, str | int):
+        raise EvaluationDataError(f"{where}: missing '_id'")
+    return str(value)
+
+
 def read_qrels_tsv(path: str | os.PathLike[str]) -> Qrels:
     """Read BEIR ``qrels.tsv`` (header ``query-id corpus-id score``; tab-separated).
 
     Relevance must be an integer; rows with relevance 0 are kept (judged non-relevant).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise EvaluationDataError(f"{p}: file not found")
+    p = _existing_file(path)
     qrels: Qrels = {}
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            parts = line.rstrip("\n").split("\t")
-            if lineno == 1 and parts[0].strip().lower() in {"query-id", "query_id", "qid"}:
-                continue
-            if len(parts) != 3:
-                raise EvaluationDataError(
-                    f"{p}:{lineno}: expected 3 tab-separated fields "
-                    f"(query-id, corpus-id, score), got {len(parts)}"
-                )
-            qid, doc_id, rel = (x.strip() for x in parts)
-            try:
-                qrels.setdefault(qid, {})[doc_id] = int(rel)
-            except ValueError as exc:
-                raise EvaluationDataError(
-                    f"{p}:{lineno}: relevance {rel!r} is not an integer"
-                ) from exc
+    for lineno, line in nonblank_lines(p):
+        parts = line.rstrip("\n").split("\t")
+        if lineno == 1 and parts[0].strip().lower() in {"query-id", "query_id", "qid"}:
+            continue
+        if len(parts) != 3:
+            raise EvaluationDataError(
+                f"{p}:{lineno}: expected 3 tab-separated fields "
+                f"(query-id, corpus-id, score), got {len(parts)}"
+            )
+        qid, doc_id, rel = (x.strip() for x in parts)
+        _add_relevance(qrels, qid, doc_id, rel, f"{p}:{lineno}")
     return qrels
 
 
@@ -177,26 +175,21 @@ def load_beir(folder: str | os.PathLike[str]) -> BeirDataset:
                 f"and qrels.tsv"
             )
     corpus: dict[str, dict[str, str]] = {}
-    for lineno, row in enumerate(read_jsonl(root / "corpus.jsonl"), start=1):
+    for lineno, row in iter_jsonl(root / "corpus.jsonl"):
         where = f"{root / 'corpus.jsonl'}:{lineno}"
-        doc_id = row.get("_id")
-        if not isinstance(doc_id, str | int):
-            raise EvaluationDataError(f"{where}: missing '_id'")
-        corpus[str(doc_id)] = {
+        corpus[_require_id(row, where)] = {
             "title": _require_str(row, "title", where, optional=True),
             "text": _require_str(row, "text", where),
         }
     queries: dict[str, str] = {}
     metadata: dict[str, dict[str, object]] = {}
-    for lineno, row in enumerate(read_jsonl(root / "queries.jsonl"), start=1):
+    for lineno, row in iter_jsonl(root / "queries.jsonl"):
         where = f"{root / 'queries.jsonl'}:{lineno}"
-        qid = row.get("_id")
-        if not isinstance(qid, str | int):
-            raise EvaluationDataError(f"{where}: missing '_id'")
-        queries[str(qid)] = _require_str(row, "text", where)
+        qid = _require_id(row, where)
+        queries[qid] = _require_str(row, "text", where)
         meta = row.get("metadata")
         if isinstance(meta, dict):
-            metadata[str(qid)] = meta
+            metadata[qid] = meta
     qrels = read_qrels_tsv(qrels_path)
     for qid, docs in qrels.items():
         for doc_id in docs:
@@ -304,31 +297,26 @@ def write_trec_run(
 
 def read_trec_run(path: str | os.PathLike[str]) -> Run:
     """Read a TREC run file (6 whitespace-separated columns) into ``{qid: {doc_id: score}}``."""
-    p = Path(path)
-    if not p.is_file():
-        raise EvaluationDataError(f"{p}: file not found")
+    p = _existing_file(path)
     run: Run = {}
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            parts = line.split()
-            if len(parts) != 6:
-                raise EvaluationDataError(
-                    f"{p}:{lineno}: expected 6 fields 'qid Q0 doc_id rank score tag', "
-                    f"got {len(parts)}"
-                )
-            qid, _, doc_id, _rank, score, _tag = parts
-            try:
-                value = float(score)
-            except ValueError as exc:
-                raise EvaluationDataError(f"{p}:{lineno}: score {score!r} is not a number") from exc
-            docs = run.setdefault(qid, {})
-            if doc_id in docs:
-                raise EvaluationDataError(
-                    f"{p}:{lineno}: document {doc_id!r} appears twice for query {qid!r}"
-                )
-            docs[doc_id] = value
+    for lineno, line in nonblank_lines(p):
+        parts = line.split()
+        if len(parts) != 6:
+            raise EvaluationDataError(
+                f"{p}:{lineno}: expected 6 fields 'qid Q0 doc_id rank score tag', "
+                f"got {len(parts)}"
+            )
+        qid, _, doc_id, _rank, score, _tag = parts
+        try:
+            value = float(score)
+        except ValueError as exc:
+            raise EvaluationDataError(f"{p}:{lineno}: score {score!r} is not a number") from exc
+        docs = run.setdefault(qid, {})
+        if doc_id in docs:
+            raise EvaluationDataError(
+                f"{p}:{lineno}: document {doc_id!r} appears twice for query {qid!r}"
+            )
+        docs[doc_id] = value
     return run
 
 
@@ -347,24 +335,14 @@ def write_trec_qrels(qrels: Mapping[str, Mapping[str, int]], path: str | os.Path
 
 def read_trec_qrels(path: str | os.PathLike[str]) -> Qrels:
     """Read TREC qrels (``qid iter doc_id relevance``) into ``{qid: {doc_id: relevance}}``."""
-    p = Path(path)
-    if not p.is_file():
-        raise EvaluationDataError(f"{p}: file not found")
+    p = _existing_file(path)
     qrels: Qrels = {}
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            parts = line.split()
-            if len(parts) != 4:
-                raise EvaluationDataError(
-                    f"{p}:{lineno}: expected 4 fields 'qid 0 doc_id relevance', got {len(parts)}"
-                )
-            qid, _, doc_id, rel = parts
-            try:
-                qrels.setdefault(qid, {})[doc_id] = int(rel)
-            except ValueError as exc:
-                raise EvaluationDataError(
-                    f"{p}:{lineno}: relevance {rel!r} is not an integer"
-                ) from exc
+    for lineno, line in nonblank_lines(p):
+        parts = line.split()
+        if len(parts) != 4:
+            raise EvaluationDataError(
+                f"{p}:{lineno}: expected 4 fields 'qid 0 doc_id relevance', got {len(parts)}"
+            )
+        qid, _, doc_id, rel = parts
+        _add_relevance(qrels, qid, doc_id, rel, f"{p}:{lineno}")
     return qrels

@@ -108,7 +108,7 @@ def _from_kiwi_tokens(tokens: Sequence[Any]) -> tuple[list[str], list[str]]:
         if t is not None:
             base = t.tag.split("-")[0]
             if base in _CONTENT_TAGS:
-                morphs.append(t.lemma if base in ("VV", "VA") else t.form)
+                morphs.append(t.form)
             if t.tag in _NOUN_TAGS and (not run or run[-1].end == t.start):
                 run.append(t)
                 continue

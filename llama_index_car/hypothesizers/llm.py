@@ -310,11 +310,9 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
 
     def hypothesize(self, query: str) -> CriterionHypothesis:
         """Hypothesis for ``query`` (cache, then the LLM with timeout and retries)."""
-        query = self._check_query(query)
-        key = self.cache_key(query)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return self._from_payload(hit, cached=True)
+        query, key, cached = self._lookup(query)
+        if cached is not None:
+            return cached
         delay: float | None = None
         for attempt in range(self.max_retries + 1):
             if delay:
@@ -329,11 +327,9 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
 
     async def ahypothesize(self, query: str) -> CriterionHypothesis:
         """Native async form: ``achat``/``acomplete`` under ``asyncio.wait_for``."""
-        query = self._check_query(query)
-        key = self.cache_key(query)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return self._from_payload(hit, cached=True)
+        query, key, cached = self._lookup(query)
+        if cached is not None:
+            return cached
         delay: float | None = None
         for attempt in range(self.max_retries + 1):
             if delay:
@@ -355,6 +351,14 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
         if not isinstance(query, str) or not query.strip():
             raise HypothesisError(f"cannot hypothesize for an empty query ({query!r})")
         return query.strip()
+
+    def _lookup(self, query: str) -> tuple[str, str, CriterionHypothesis | None]:
+        """``(stripped query, cache key, cached hypothesis or None)`` — the first step of
+        :meth:`hypothesize` and :meth:`ahypothesize`."""
+        query = self._check_query(query)
+        key = self.cache_key(query)
+        hit = self._cache.get(key)
+        return query, key, None if hit is None else self._from_payload(hit, cached=True)
 
     def _format(self, query: str) -> str:
         return self._prompt.format(query=query)

@@ -80,6 +80,18 @@ def _validated(hypothesis: Any) -> CriterionHypothesis:
     return hypothesis
 
 
+def _check_seconds(name: str, value: Any, *, positive: bool) -> float:
+    """``value`` as finite seconds, > 0 if ``positive`` else >= 0; else ConfigurationError."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{name}={value!r} is not a number of seconds") from exc
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        bound = "a positive number of seconds" if positive else ">= 0"
+        raise ConfigurationError(f"{name}={value!r} must be {bound}")
+    return seconds
+
+
 class CriterionAwareRetriever(BaseRetriever):
     """Criterion-aware retrieval: weighted RRF of hypothesis-expanded dense and lexical channels.
 
@@ -136,17 +148,9 @@ class CriterionAwareRetriever(BaseRetriever):
         if not isinstance(strict, bool):
             raise ConfigurationError(f"strict={strict!r} must be True or False")
         self.strict = strict
-        try:
-            timeout = float(hypothesis_timeout)
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"hypothesis_timeout={hypothesis_timeout!r} is not a number of seconds"
-            ) from exc
-        if not math.isfinite(timeout) or timeout <= 0:
-            raise ConfigurationError(
-                f"hypothesis_timeout={hypothesis_timeout!r} must be a positive number of seconds"
-            )
-        self.hypothesis_timeout = timeout
+        self.hypothesis_timeout = _check_seconds(
+            "hypothesis_timeout", hypothesis_timeout, positive=True
+        )
         if router is not None and not isinstance(router, LexicalOverlapRouter):
             raise ConfigurationError(
                 f"router is a {type(router).__name__}; pass a LexicalOverlapRouter"
@@ -169,15 +173,9 @@ class CriterionAwareRetriever(BaseRetriever):
 
             speculative_hybrid = not isinstance(hypothesizer, CorpusCriterionHypothesizer)
         self.speculative_hybrid = bool(speculative_hybrid)
-        try:
-            delay = float(speculation_delay)
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"speculation_delay={speculation_delay!r} is not a number of seconds"
-            ) from exc
-        if not math.isfinite(delay) or delay < 0:
-            raise ConfigurationError(f"speculation_delay={speculation_delay!r} must be >= 0")
-        self.speculation_delay = delay
+        self.speculation_delay = _check_seconds(
+            "speculation_delay", speculation_delay, positive=False
+        )
         self.weights = [self.alpha, 1.0 - self.alpha]
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
