@@ -206,13 +206,10 @@ def test_chat_model_uses_chat() -> None:
 def test_memory_cache_hit_and_key() -> None:
     hyp, llm = make([GOOD])
     first = hyp.hypothesize(QUERY)
-    start = time.perf_counter()
     again = hyp.hypothesize(QUERY)
-    elapsed = time.perf_counter() - start
     assert again.cached and not first.cached
     assert (again.text, again.criteria) == (first.text, first.criteria)
-    assert len(llm.prompts) == 1
-    assert elapsed < 0.005
+    assert len(llm.prompts) == 1  # served from memory, the LLM saw one prompt
     assert hyp.cache_info() == {"hits": 1, "misses": 1, "size": 1, "llm_calls": 1}
     # the key changes with the query, the model and the prompt
     other_model, _ = make([GOOD])
