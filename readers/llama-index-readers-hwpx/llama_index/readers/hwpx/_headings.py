@@ -123,14 +123,12 @@ def classify(
                 kind = glyph_kind(b["text"], max_chars)
         elif b["type"] == "table" and boxed_titles:
             t = tables[b["index"]]
-            filled = [c for c in t.cells if c.text.strip()]
-            if (
-                t.depth == 0
-                and t.location == "body"
-                and len(t.cells) <= 4
-                and len(filled) == 1
-                and t.index not in has_child
-            ):
+            filled = (
+                [c for c in t.cells if c.text.strip()]
+                if t.depth == 0 and t.location == "body" and len(t.cells) <= 4
+                else []
+            )
+            if len(filled) == 1 and t.index not in has_child:
                 text = " ".join(filled[0].text.split())
                 if len(text) <= max_chars and not text.endswith(_SENTENCE_END):
                     kind = (glyph_kind(text, max_chars) if glyph_headings else None) or "box"
@@ -144,25 +142,27 @@ def classify(
     out: list[Block] = []
     stack: list[tuple[int, str]] = []
     for b, kind in zip(blocks, kinds, strict=True):
-        nb = dict(b)
-        if kind is not None:
-            level = level_of[kind]
-            if b["type"] == "table":
-                cell = next(c for c in tables[b["index"]].cells if c.text.strip())
-                text = " ".join(cell.text.split())
-                nb["heading"] = {"kind": kind, "level": level, "text": text}
-            else:
-                text = " ".join(b["text"].split())
-                nb = {
-                    "type": "heading",
-                    "kind": kind,
-                    "level": level,
-                    "text": text,
-                    "section": b["section"],
-                }
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, text))
-            nb["path"] = [t for _, t in stack]
+        if kind is None:
+            out.append(b)  # unchanged blocks are shared, not copied (never mutated here)
+            continue
+        level = level_of[kind]
+        if b["type"] == "table":
+            nb = dict(b)
+            cell = next(c for c in tables[b["index"]].cells if c.text.strip())
+            text = " ".join(cell.text.split())
+            nb["heading"] = {"kind": kind, "level": level, "text": text}
+        else:
+            text = " ".join(b["text"].split())
+            nb = {
+                "type": "heading",
+                "kind": kind,
+                "level": level,
+                "text": text,
+                "section": b["section"],
+            }
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, text))
+        nb["path"] = [t for _, t in stack]
         out.append(nb)
     return out

@@ -49,7 +49,10 @@ class HWPXTable:
         n_rows, n_cols: ``rowCnt`` x ``colCnt`` (grown if a cell lies outside them).
         cells: direct cells in ``hp:tc`` order (each placed by its address, not by order).
         depth: 0 for a top-level table, 1 inside a cell of a top-level table, ...
-        parent: :class:`HWPXTableParent` ``(table_index, cell)`` of the containing table, or None.
+        parent: :class:`HWPXTableParent` ``(table_index, cell)`` of the cell the table sits in
+            (directly, or in a text box, caption, footnote/endnote or page header/footer
+            anchored in that cell), or None for a top-level table. ``parent`` is None exactly
+            when ``depth`` is 0; otherwise ``depth`` is the parent table's depth + 1.
         section: 0-based section position in spine order.
         caption: ``hp:caption`` text or None.
         index: position in :meth:`HWPXReader.load_tables` order (pre-order, spine order).
@@ -143,16 +146,23 @@ def render_table(
     """
     if n_cols <= 0:
         return ""
+    filled = [c for c in cells if c.text.strip()]
     covered: set[int] = set()
-    for c in cells:
-        if c.text.strip():
+    for c in filled:
+        if c.row_span == 1:
+            if c.row < n_rows:
+                covered.add(c.row)
+        else:
             covered.update(range(c.row, min(c.row + c.row_span, n_rows)))
-    wanted = sorted(r for r in set(range(n_rows) if rows is None else rows) if r in covered)
+    if rows is None:
+        wanted = sorted(r for r in covered if r >= 0)
+    else:
+        wanted = sorted(r for r in set(rows) if r in covered)
     if not wanted:
         return ""
     row_set = set(wanted)
     chosen = [c for c in cells if c.row in row_set]
-    if len(cells) >= 12 and 3 * sum(1 for c in cells if c.text.strip()) < len(cells):
+    if len(cells) >= 12 and 3 * len(filled) < len(cells):
         by_row_text: dict[int, list[HWPXCell]] = {}
         for c in chosen:
             if c.text.strip():
@@ -179,7 +189,9 @@ def render_table(
     for r in wanted:
         tds: list[str] = []
         for c in sorted(by_row.get(r, []), key=_col):
-            span = sum(1 for k in range(r, r + c.row_span) if k in row_set)
+            span = (
+                1 if c.row_span == 1 else sum(1 for k in range(r, r + c.row_span) if k in row_set)
+            )
             attrs = (f' rowspan="{span}"' if span > 1 else "") + (
                 f' colspan="{c.col_span}"' if c.col_span > 1 else ""
             )

@@ -29,6 +29,25 @@ from lxml import etree
 OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
 _LINESEG = re.compile(rb"<hp:linesegarray>(?:<hp:lineseg\s[^<>\n]*/>)*</hp:linesegarray>")
+# Cell markup exactly as Hangul writes it, slimmed before parsing (see :meth:`Package.xml`):
+# the start tags of a cell's ``hp:tc``, its ``hp:subList`` and its first ``hp:p`` lose their
+# attribute lists (none is read: a paragraph's ``paraPrIDRef`` only counts in the body, never in
+# a cell), and its trailing ``hp:cellSz`` + ``hp:cellMargin`` (empty, last in the ``hp:tc``) go.
+# Attribute values are restricted to plain ASCII word characters, so what is removed is always
+# well-formed, and the parse sees the same elements, text and tails.
+_CELL_START = re.compile(
+    rb'<hp:tc name="[\w.-]*" header="\d" hasMargin="\d" protect="\d" editable="\d" '
+    rb'dirty="\d" borderFillIDRef="\d+"><hp:subList id="[\w.-]*" textDirection="\w+" '
+    rb'lineWrap="\w+" vertAlign="\w+" linkListIDRef="\d+" linkListNextIDRef="\d+" '
+    rb'textWidth="\d+" textHeight="\d+" hasTextRef="\d" hasNumRef="\d">'
+    rb'<hp:p id="\d+" paraPrIDRef="\d+" styleIDRef="\d+" pageBreak="\d" columnBreak="\d" '
+    rb'merged="\d">'
+)
+_CELL_START_SLIM = b"<hp:tc><hp:subList><hp:p>"
+_CELL_LAYOUT = re.compile(
+    rb'<hp:cellSz width="\d+" height="\d+"/>'
+    rb'<hp:cellMargin left="\d+" right="\d+" top="\d+" bottom="\d+"/>(?=</hp:tc>)'
+)
 SECTION_RE = re.compile(r"^Contents/section(\d+)\.xml$", re.IGNORECASE)
 HWPX_MIMETYPE_PREFIX = "application/hwp"
 _CHUNK = 1 << 20
@@ -192,11 +211,29 @@ class Package:
     def xml(self, name: str, *, strip_layout: bool = False) -> etree._Element:
         """Parse a part. ``strip_layout`` drops Hangul's line-layout caches
         (``<hp:linesegarray>`` of self-closing ``<hp:lineseg .../>``, no newlines inside) before
-        parsing: they hold no text and are a large share of every section."""
+        parsing: they hold no text and are a large share of every section. It also slims
+        Hangul's cell markup (``_CELL_START``, ``_CELL_LAYOUT``) when that parses; the tree
+        walked is the same but for attributes nobody reads."""
         data = self.read(name)
-        if strip_layout:
-            data = _LINESEG.sub(b"", data)
-        return parse_xml(data, self.file, name)
+        if not strip_layout:
+            return parse_xml(data, self.file, name)
+        data = _LINESEG.sub(b"", data)
+        # Fast path: parse the part with its cell markup slimmed (a large share of libxml2's
+        # work in table-heavy sections is attribute parsing). If that parse fails, the part is
+        # parsed again as is, so errors report exactly the same message, line and column.
+        # Parts with CDATA sections (whose text could spell such markup) are never slimmed.
+        if b"<![CDATA[" in data:
+            return parse_xml(data, self.file, name)
+        slim = _CELL_LAYOUT.sub(b"", _CELL_START.sub(_CELL_START_SLIM, data))
+        if len(slim) == len(data):
+            return parse_xml(data, self.file, name)
+        try:
+            root = parse_xml(slim, self.file, name)
+        except HWPXFormatError:
+            return parse_xml(data, self.file, name)
+        if local(root.tag) == "tc":  # a cell as the part's root: its paragraphs are the body
+            return parse_xml(data, self.file, name)
+        return root
 
 
 def open_package(data: bytes, file: str, limits: Limits) -> Package:
@@ -318,7 +355,18 @@ def _outline_from_tokens(data: bytes) -> dict[str, int] | None:
     levels: dict[str, int] = {}
     current: str | None = None
     seen = False
-    for m in _HEADER_TOKENS.finditer(data):
+    # Only the span from the first ``<hh:paraPr`` to the last paraPr/heading start tag can
+    # change the result: tokens before it find no current paraPr, and after it only
+    # ``</hh:paraPr>`` can match. No token contains ``<`` after its first byte, so none
+    # crosses the cut; ``find``/``rfind`` are far cheaper than regex-scanning fonts and fills.
+    start = data.find(b"<hh:paraPr")
+    if start < 0:
+        start = len(data)
+    last = max(data.rfind(b"<hh:paraPr"), data.rfind(b"<hh:heading"))
+    end = data.find(b">", last) + 1 if last >= 0 else 0
+    if end <= 0:
+        end = len(data)
+    for m in _HEADER_TOKENS.finditer(data, start, max(start, end)):
         para_attrs, heading_attrs = m.group(1), m.group(2)
         if para_attrs is not None:
             seen = True

@@ -12,10 +12,15 @@ A paragraph's text keeps its runs, tabs (``\\t``), line breaks (``\\n``), specia
 follows the paragraph as ``[^N]: text`` (never spliced into the sentence). Text boxes
 (``hp:drawText``) and picture captions follow their anchoring paragraph. A table cell's text
 goes into the :class:`HWPXCell` only; a nested table's text only into the nested table.
+
+The table list is in document pre-order. A table anywhere inside a cell (also in a text box,
+footnote or page header/footer anchored there) has that cell as parent and depth + 1; page
+header/footer tables are always listed, their blocks kept only with ``include_headers_footers``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,46 +137,53 @@ class SectionWalker:
             )
         return value
 
-    def _t(self, t: etree._Element, out: list[Any]) -> None:
-        text = t.text
-        if text:
-            out.append(text)
-        if len(t):
-            for c in t:
-                s = _SPECIAL_CHARS.get(_LOCAL.get(c.tag) or _ln(c.tag))  # type: ignore[call-overload]
-                if s is not None:
-                    out.append(s)
-                tail = c.tail
-                if tail:
-                    out.append(tail)
+    def _inline(self, el: etree._Element, out: list[Any]) -> int:
+        """Text pieces (str) and object events (tuples) of ``el``'s subtree, in order.
 
-    def _inline(self, el: etree._Element, out: list[Any]) -> None:
-        """Text pieces (str) and object events (tuples) of ``el``'s subtree, in order."""
+        Returns the number of object events appended (0: ``out`` got text only)."""
         local = _LOCAL
+        special = _SPECIAL_CHARS
+        n_obj = 0
         for child in el:
             tag = child.tag
             name = local.get(tag) or _ln(tag)  # type: ignore[call-overload]
             if name == "t":
-                self._t(child, out)
+                text = child.text
+                if text:
+                    out.append(text)
+                if len(child):
+                    for c in child:
+                        ctag = c.tag
+                        s = special.get(local.get(ctag) or _ln(ctag))  # type: ignore[call-overload]
+                        if s is not None:
+                            out.append(s)
+                        tail = c.tail
+                        if tail:
+                            out.append(tail)
             elif name == "run":
-                self._inline(child, out)
+                n_obj += self._inline(child, out)
             elif name == "tbl":
                 out.append(("tbl", child))
+                n_obj += 1
             elif name == "footNote" or name == "endNote":
                 out.append(("note", name, child))
+                n_obj += 1
             elif name == "drawText" or name == "subList":
                 out.append(("box", child))
+                n_obj += 1
             elif name == "caption":
                 out.append(("cap", child))
+                n_obj += 1
             elif name == "header" or name == "footer" or name == "masterPage":
                 out.append(("hf", child))
+                n_obj += 1
             elif name in _SKIP:
                 continue
             elif name == "switch":
                 # alternative renderings: read one branch (the first case, else the default)
                 branch = _first_branch(child)
                 if branch is not None:
-                    self._inline(branch, out)
+                    n_obj += self._inline(branch, out)
             elif name == "autoNum":
                 if not self._in_note:
                     out.append(child.get("num", ""))
@@ -182,7 +194,8 @@ class SectionWalker:
                 if child.text:
                     out.append(child.text)
             elif len(child):
-                self._inline(child, out)
+                n_obj += self._inline(child, out)
+        return n_obj
 
     # ------------------------------------------------------------------ paragraphs
     def walk(self, root: etree._Element) -> list[Block]:
@@ -212,11 +225,19 @@ class SectionWalker:
         self.st.endnotes += 1
         return f"e{self.st.endnotes}"
 
-    def _note_block(self, label: str, note: etree._Element, depth: int) -> list[Block]:
+    def _note_block(
+        self,
+        label: str,
+        note: etree._Element,
+        depth: int,
+        parent: HWPXTableParent | None,
+    ) -> list[Block]:
+        """``[^label]: text`` and the blocks of the note's tables (which sit where the note is
+        anchored: ``depth``/``parent`` of its paragraph, the enclosing cell inside a table)."""
         sub: list[Block] = []
         self._in_note += 1
         try:
-            self._container(note, sub, "note", depth, None)
+            self._container(note, sub, "note", depth, parent)
         finally:
             self._in_note -= 1
         text = " ".join(b["text"] for b in sub if b["type"] == "paragraph")
@@ -238,8 +259,21 @@ class SectionWalker:
         parent: HWPXTableParent | None,
     ) -> None:
         events: list[Any] = []
-        self._inline(p, events)
+        n_obj = self._inline(p, events)
         outline = self.st.outline.get(p.get("paraPrIDRef", ""), 0) if location == "body" else 0
+        if not n_obj:
+            text = "".join(events).strip()
+            if text:
+                blocks.append(
+                    {
+                        "type": "paragraph",
+                        "text": text,
+                        "section": self.section,
+                        "location": location,
+                        "outline": outline,
+                    }
+                )
+            return
         buf: list[str] = []
         deferred: list[Block] = []
         first = True
@@ -271,7 +305,7 @@ class SectionWalker:
             elif kind == "note":
                 label = self._note_label(ev[1])
                 buf.append(f"[^{label}]")
-                deferred.extend(self._note_block(label, ev[2], depth))
+                deferred.extend(self._note_block(label, ev[2], depth, parent))
             elif kind == "box":
                 self._container(ev[1], deferred, "textbox", depth, parent)
             elif kind == "cap":
@@ -286,26 +320,27 @@ class SectionWalker:
 
     # ------------------------------------------------------------------ tables
     def _lines(
-        self,
-        container: etree._Element,
-        nested: list[etree._Element],
-        deferred: list[Block],
-        depth: int,
+        self, container: etree._Element, nested: list[tuple[str, etree._Element]]
     ) -> list[str]:
-        """Own lines of a cell (or a text box inside a cell); nested tables are collected."""
+        """Own lines of a cell (or a text box inside a cell).
+
+        Objects inside the cell that are not its text (nested tables, footnotes/endnotes, page
+        headers/footers) are collected in ``nested`` as ``(kind, element)`` in document order;
+        :meth:`_table` reads them once the cell exists, so their tables get the cell as parent
+        and come in document pre-order."""
         lines: list[str] = []
         local = _LOCAL
+        events: list[Any] = []  # reused for every paragraph (fewer allocations)
         for p in container:
             tag = p.tag
             name = local.get(tag) or _ln(tag)  # type: ignore[call-overload]
             if name == "subList":
-                lines.extend(self._lines(p, nested, deferred, depth))
+                lines.extend(self._lines(p, nested))
                 continue
             if name != "p":
                 continue
-            events: list[Any] = []
-            self._inline(p, events)
-            if all(ev.__class__ is str for ev in events):
+            events.clear()
+            if not self._inline(p, events):
                 line = "".join(events).strip()
                 if line:
                     lines.append(line)
@@ -315,13 +350,12 @@ class SectionWalker:
             for ev in events:
                 if isinstance(ev, str):
                     buf.append(ev)
-                elif ev[0] == "tbl":
-                    nested.append(ev[1])
+                elif ev[0] == "tbl" or ev[0] == "hf":
+                    nested.append((ev[0], ev[1]))
                 elif ev[0] == "note":
-                    label = self._note_label(ev[1])
-                    deferred.extend(self._note_block(label, ev[2], depth))
+                    nested.append((ev[1], ev[2]))  # footNote / endNote
                 elif ev[0] in ("box", "cap"):
-                    extra.extend(self._lines(ev[1], nested, deferred, depth))
+                    extra.extend(self._lines(ev[1], nested))
             line = "".join(buf).strip()
             if line:
                 lines.append(line)
@@ -362,24 +396,22 @@ class SectionWalker:
         after: list[Block] = []
         row_no = -1
         local = _LOCAL
-        for tr in tbl:
-            tag = tr.tag
-            if (local.get(tag) or _ln(tag)) != "tr":  # type: ignore[call-overload]
-                continue
+        max_cells = limits.max_table_cells
+        lines_of = self._lines
+        # per-cell collector, shared by the cells of this table and emptied after each cell
+        nested: list[tuple[str, etree._Element]] = []
+        for tr in tbl.iterchildren("{*}tr"):
             row_no += 1
             col_no = 0
-            for tc in tr:
-                tag = tc.tag
-                if (local.get(tag) or _ln(tag)) != "tc":  # type: ignore[call-overload]
-                    continue
+            for tc in tr.iterchildren("{*}tc"):
                 r, c, rs, cs = row_no, col_no, 1, 1
-                nested: list[etree._Element] = []
-                deferred: list[Block] = []
-                lines: list[str] = []
+                lines: Sequence[str] = ()
                 for part in tc:
                     tag = part.tag
                     name = local.get(tag) or _ln(tag)  # type: ignore[call-overload]
-                    if name == "cellAddr":
+                    if name == "subList":
+                        lines = lines_of(part, nested)
+                    elif name == "cellAddr":
                         try:
                             r = int(part.get("rowAddr", row_no))
                             c = int(part.get("colAddr", col_no))
@@ -398,8 +430,6 @@ class SectionWalker:
                             cs = self._int(part, "colSpan", 1)
                         rs = rs if rs > 1 else 1
                         cs = cs if cs > 1 else 1
-                    elif name == "subList":
-                        lines = self._lines(part, nested, deferred, depth + 1)
                 col_no = c + cs
                 cell = HWPXCell(r, c, rs, cs, "\n".join(lines))
                 cells.append(cell)
@@ -407,7 +437,7 @@ class SectionWalker:
                     n_rows = r + rs
                 if c + cs > n_cols:
                     n_cols = c + cs
-                if n_rows * n_cols > limits.max_table_cells:
+                if n_rows * n_cols > max_cells:
                     raise HWPXFormatError(
                         self.st.file,
                         f"table grid {n_rows}x{n_cols} exceeds max_table_cells="
@@ -415,11 +445,8 @@ class SectionWalker:
                         part=self.part,
                     )
                 if nested:
-                    link = HWPXTableParent(index, cell)
-                    for inner in nested:
-                        self._table(inner, after, location, depth + 1, link)
-                if deferred:
-                    after.extend(deferred)
+                    self._cell_objects(nested[:], after, location, depth + 1, index, cell)
+                    nested.clear()
         self.st.tables[index] = HWPXTable(
             n_rows=n_rows,
             n_cols=n_cols,
@@ -433,3 +460,29 @@ class SectionWalker:
         )
         blocks.append({"type": "table", "index": index, "section": self.section})
         blocks.extend(after)
+
+    def _cell_objects(
+        self,
+        objects: list[tuple[str, etree._Element]],
+        after: list[Block],
+        location: str,
+        depth: int,
+        index: int,
+        cell: HWPXCell,
+    ) -> None:
+        """Read what :meth:`_lines` collected in ``cell`` (of table ``index``), in document
+        order: its tables are ``depth`` deep with the cell as parent. Blocks go to ``after``:
+        nested tables first, then notes (and headers/footers if included)."""
+        link = HWPXTableParent(index, cell)
+        notes: list[Block] = []
+        for kind, el in objects:
+            if kind == "tbl":
+                self._table(el, after, location, depth, link)
+            elif kind == "hf":
+                sub: list[Block] = []
+                self._container(el, sub, "header_footer", depth, link)
+                if self.st.include_headers_footers:
+                    notes.extend(sub)
+            else:
+                notes.extend(self._note_block(self._note_label(kind), el, depth, link))
+        after.extend(notes)
