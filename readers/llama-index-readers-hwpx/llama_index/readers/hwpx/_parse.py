@@ -250,6 +250,16 @@ class SectionWalker:
         }
         return [head] + [b for b in sub if b["type"] != "paragraph"]
 
+    def _paragraph_block(self, text: str, location: str, outline: int) -> Block:
+        """A paragraph block of the current section."""
+        return {
+            "type": "paragraph",
+            "text": text,
+            "section": self.section,
+            "location": location,
+            "outline": outline,
+        }
+
     def _paragraph(
         self,
         p: etree._Element,
@@ -264,15 +274,7 @@ class SectionWalker:
         if not n_obj:
             text = "".join(events).strip()
             if text:
-                blocks.append(
-                    {
-                        "type": "paragraph",
-                        "text": text,
-                        "section": self.section,
-                        "location": location,
-                        "outline": outline,
-                    }
-                )
+                blocks.append(self._paragraph_block(text, location, outline))
             return
         buf: list[str] = []
         deferred: list[Block] = []
@@ -283,15 +285,7 @@ class SectionWalker:
             text = "".join(buf).strip()
             buf.clear()
             if text:
-                blocks.append(
-                    {
-                        "type": "paragraph",
-                        "text": text,
-                        "section": self.section,
-                        "location": location,
-                        "outline": outline if first else 0,
-                    }
-                )
+                blocks.append(self._paragraph_block(text, location, outline if first else 0))
                 first = False
 
         for ev in events:
