@@ -39,6 +39,15 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(plt: Any, fig: Any, path: str | os.PathLike[str]) -> Path:
+    """Lay out, write ``fig`` as PNG (120 dpi) to ``path``, close it and return the path."""
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def plot_mrr_by_stratum(
     systems: Mapping[str, Mapping[str, Mapping[str, float]]],
     path: str | os.PathLike[str],
@@ -74,11 +83,7 @@ def plot_mrr_by_stratum(
     ax.set_yticks([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.set_title(title or f"{metric.upper()} by query–gold lexical overlap")
     ax.legend(fontsize=8, ncol=min(5, max(1, len(names))), loc="upper center", frameon=False)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
 
 
 def plot_alpha_sweep(
@@ -100,11 +105,7 @@ def plot_alpha_sweep(
     ax.set_title(title or f"{metric.upper()} vs RRF weight α")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
 
 
 def plot_probe_conditions(
@@ -145,8 +146,4 @@ def plot_probe_conditions(
                 color="black", lw=0.8)
         ax.text((xa + xb) / 2, level + 0.07 * span, label, ha="center", fontsize=7)
         level += 0.25 * span
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
