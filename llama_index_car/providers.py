@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EMBED_MODELS",
     "LLMS",
+    "CLI_LLMS",
     "RERANKERS",
     "DEFAULT_ANTHROPIC_MODEL",
     "DEFAULT_OPENAI_EMBED_MODEL",
@@ -54,6 +55,8 @@ __all__ = [
 
 EMBED_MODELS: tuple[str, ...] = ("use", "openai")
 LLMS: tuple[str, ...] = ("none", "anthropic", "mock")
+#: the LLM choices offered by the ``llama-car`` subcommands (``mock`` is for tests)
+CLI_LLMS: tuple[str, ...] = tuple(name for name in LLMS if name != "mock")
 RERANKERS: tuple[str, ...] = ("none", "cohere")
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llama_index_car.providers import CLI_LLMS, EMBED_MODELS
+
 EPILOG = """examples:
   llama-car demo
   llama-car demo --explain              # also show CAR's criterion hypothesis per question
@@ -63,13 +65,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--hit-k", type=int, default=5, help="k for the Hit@k summary (default 5)")
     p.add_argument(
         "--embed",
-        choices=("use", "openai"),
+        choices=EMBED_MODELS,
         default=None,
         help="dense embedding: use = offline USE (default; or $CAR_EMBED_MODEL), openai",
     )
     p.add_argument(
         "--llm",
-        choices=("none", "anthropic"),
+        choices=CLI_LLMS,
         default=None,
         help="CAR hypothesis writer: none = offline corpus hypothesizer (default; or $CAR_LLM), "
         "anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from llama_index_car.cli import add_cache_and_progress_options
+from llama_index_car.providers import CLI_LLMS, EMBED_MODELS, RERANKERS
 
 EXAMPLE = """\
 examples:
@@ -38,13 +39,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--systems", default="bm25,dense,hybrid,car",
                    help="comma-separated system names (default: %(default)s)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--embed", default="use", choices=("use", "openai"),
+    p.add_argument("--embed", default="use", choices=EMBED_MODELS,
                    help="dense embedding (default: %(default)s, offline)")
-    p.add_argument("--llm", default="none", choices=("none", "anthropic"),
+    p.add_argument("--llm", default="none", choices=CLI_LLMS,
                    help="LLM for the criterion hypothesis and car-hyde (default: %(default)s)")
     p.add_argument("--hypothesizer", default="auto", choices=("auto", "corpus", "llm"),
                    help="CAR hypothesizer; auto = llm when --llm is set, else corpus")
-    p.add_argument("--rerank", default="none", choices=("none", "cohere"),
+    p.add_argument("--rerank", default="none", choices=RERANKERS,
                    help="reranker for '+rerank' systems (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=0.5,
                    help="dense weight of fusion systems (default: %(default)s)")

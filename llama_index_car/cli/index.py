@@ -15,6 +15,8 @@ import argparse
 import sys
 from typing import Any
 
+from llama_index_car.providers import EMBED_MODELS
+
 EPILOG = """example:
   llama-car index ./guidelines --persist ./car-index
   llama-car query ./car-index "측구 깊이 설치기준" --retriever car --explain
@@ -34,7 +36,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--persist", metavar="DIR", required=True, help="output index folder")
     p.add_argument(
         "--embed",
-        choices=("use", "openai"),
+        choices=EMBED_MODELS,
         default=None,
         help="dense embedding: use = offline multilingual USE (default; or $CAR_EMBED_MODEL), "
         "openai = text-embedding-3-large (needs OPENAI_API_KEY)",

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from llama_index_car.cli import add_cache_and_progress_options
+from llama_index_car.providers import EMBED_MODELS
 
 EXAMPLE = """\
 examples:
@@ -32,7 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("corpus", metavar="CORPUS", help="HWPX folder or JSONL of {title, body}")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--embed", default="use", choices=("use", "openai"),
+    p.add_argument("--embed", default="use", choices=EMBED_MODELS,
                    help="dense embedding (default: %(default)s, offline)")
     p.add_argument("--max-sections", type=int, default=None, metavar="N",
                    help="probe a seeded random sample of N eligible sections (paper: 80)")

@@ -18,6 +18,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from llama_index_car.providers import CLI_LLMS, EMBED_MODELS, RERANKERS
+
 EPILOG = """examples:
   llama-car query ./car-index "비 올 때 고속도로 옆 도랑은 얼마나 깊어야 해?"
   llama-car query ./car-index "교량 점검통로 구조기준" --retriever hybrid --top-k 3 --explain
@@ -52,20 +54,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the hits as JSON")
     p.add_argument(
         "--embed",
-        choices=("use", "openai"),
+        choices=EMBED_MODELS,
         default=None,
         help="query embedding (default: the provider recorded in the index)",
     )
     p.add_argument(
         "--llm",
-        choices=("none", "anthropic"),
+        choices=CLI_LLMS,
         default=None,
         help="hypothesis writer for car: none = offline corpus hypothesizer (default; "
         "or $CAR_LLM), anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",
     )
     p.add_argument(
         "--rerank",
-        choices=("none", "cohere"),
+        choices=RERANKERS,
         default=None,
         help="rerank the candidate pool: none (default; or $CAR_RERANKER), "
         "cohere = rerank-multilingual-v3.0 (needs COHERE_API_KEY)",
