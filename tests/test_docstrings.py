@@ -23,6 +23,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car",
     "llama_index_car._errors",
     "llama_index_car._jsonl",
+    "llama_index_car._persist",
     "llama_index_car.bm25",
     "llama_index_car.cli",
     "llama_index_car.cli.demo",

@@ -55,6 +55,15 @@ def _oracle_tables(path: Path) -> list[list[tuple[int, int, int, int]]]:
     return out
 
 
+_SPECIAL_CHARS = {
+    f"{HP}tab": " ",
+    f"{HP}lineBreak": " ",
+    f"{HP}nbSpace": " ",
+    f"{HP}fwSpace": " ",
+    f"{HP}hyphen": "-",
+}
+
+
 def _oracle_plain_cell_texts(path: Path) -> list[dict[tuple[int, int], str]]:
     """Text of cells holding only plain runs (no nested objects): all hp:t text of the cell,
     special-character elements as spaces, whitespace-normalised."""
@@ -67,7 +76,7 @@ def _oracle_plain_cell_texts(path: Path) -> list[dict[tuple[int, int], str]]:
                     ".//*[local-name()='tbl' or local-name()='drawText' or local-name()='footNote'"
                     " or local-name()='endNote' or local-name()='autoNum' or local-name()='caption'"
                     " or local-name()='checkBtn' or local-name()='radioBtn' or local-name()='equation'"
-                    " or local-name()='switch']"
+                    " or local-name()='switch' or local-name()='header' or local-name()='footer']"
                 )
                 if objects:
                     continue
@@ -76,8 +85,10 @@ def _oracle_plain_cell_texts(path: Path) -> list[dict[tuple[int, int], str]]:
                     for t in p.iter(f"{HP}t"):
                         pieces.append(t.text or "")
                         for child in t:
-                            # tab, lineBreak, nbSpace, fwSpace are visible space; hyphen is "-"
-                            pieces.append("-" if child.tag == f"{HP}hyphen" else " ")
+                            # tab, lineBreak, nbSpace, fwSpace are visible space; hyphen is "-";
+                            # markers (markpenBegin/End, titleMark, insert/delete marks) are
+                            # invisible and add nothing
+                            pieces.append(_SPECIAL_CHARS.get(child.tag, ""))
                             pieces.append(child.tail or "")
                     pieces.append(" ")  # paragraph boundary
                 addr = tc.find(f"{HP}cellAddr")
