@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     # transformers and embeddings
     "CriterialReframer": "llama_index_car.transformers.reframing",
     "UniversalSentenceEncoderEmbedding": "llama_index_car.embeddings.use",
+    "MultilingualE5Embedding": "llama_index_car.embeddings.e5",
     # errors
     "CarError": "llama_index_car._errors",
     "ConfigurationError": "llama_index_car._errors",

