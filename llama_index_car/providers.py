@@ -119,11 +119,17 @@ def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
 
 
 def resolve_llm(name: str | None = None, *, model: str | None = None,
-                timeout: float | None = 60.0, max_retries: int = 2) -> LLM | None:
+                timeout: float | None = 30.0, max_retries: int = 0) -> LLM | None:
     """The LLM for ``name``: ``none`` → ``None``, ``anthropic`` → Claude, ``mock`` → MockLLM.
 
     ``anthropic`` → ``Anthropic(model=model or "claude-sonnet-4-6", timeout=timeout,
     max_retries=max_retries)``, base URL from ``ANTHROPIC_BASE_URL``.
+
+    The SDK's own retries are **off** by default (``max_retries=0``): the hypothesizers
+    retry with one policy (``Retry-After`` obeyed, a per-query deadline), and SDK retries
+    would stack on theirs (3 × 3 = 9 requests per query before this default changed).
+    ``timeout`` (default 30 s) bounds one HTTP request; it also ends the worker thread of an
+    attempt the hypothesizer has given up on.
 
     Raises:
         ConfigurationError: unknown name. MissingCredentialsError: no ``ANTHROPIC_API_KEY``.

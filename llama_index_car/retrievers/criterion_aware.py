@@ -51,6 +51,7 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index_car._errors import ConfigurationError, HypothesisError
 from llama_index_car.fusion import DEFAULT_RRF_K
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.retrievers.routing import LexicalOverlapRouter, RouteDecision
 from llama_index_car.retrievers.weighted_rrf import (
     aretrieve_channels,
@@ -321,6 +322,7 @@ class CriterionAwareRetriever(BaseRetriever):
         return message
 
     # ------------------------------------------------------------------ sync
+    @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = query_bundle.query_str
         plain_lexical = QueryBundle(query_str=query)
@@ -411,6 +413,7 @@ class CriterionAwareRetriever(BaseRetriever):
             self.pool_top_k,
         )
 
+    @guarded_retrieve
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = query_bundle.query_str
         decision: RouteDecision | None = None

@@ -39,6 +39,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.fusion import DEFAULT_RRF_K, validate_weights, weighted_rrf
+from llama_index_car.query_guard import guarded_retrieve
 
 __all__ = [
     "EXPLAIN_KEY",
@@ -307,8 +308,10 @@ class WeightedRRFRetriever(BaseRetriever):
             results, self.channel_names, self.weights, self.rrf_k, self.similarity_top_k
         )
 
+    @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._fuse(retrieve_channels(self._jobs(query_bundle), self.pool_top_k))
 
+    @guarded_retrieve
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._fuse(await aretrieve_channels(self._jobs(query_bundle), self.pool_top_k))
