@@ -65,7 +65,12 @@ def _one_line(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``llama-car``; returns the process exit code (errors go to stderr, code 2)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code in (0, None):  # --help: argparse's own exit, unchanged
+            raise
+        return exc.code if isinstance(exc.code, int) else 2  # usage error, already printed
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 2

@@ -9,8 +9,8 @@ from typing import Any
 
 from llama_index_car.cli import add_cache_and_progress_options
 from llama_index_car.cli._args import (
+    existing_dir,
     existing_file,
-    existing_path,
     int_at_least,
     nonneg_int,
     output_dir,
@@ -42,7 +42,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("data", metavar="DATA", type=existing_path, help="BEIR folder, or HWPX folder with --qa")
+    p.add_argument("data", metavar="DATA", type=existing_dir, help="BEIR folder, or HWPX folder with --qa")
     p.add_argument("--qa", metavar="FILE", type=existing_file, default=None,
                    help="QA JSONL for an HWPX folder (question + gold section or cell)")
     p.add_argument("--systems", default="bm25,dense,hybrid,car",

@@ -41,8 +41,8 @@ def sanitize_text(text: str, max_chars: int | None = None, *, keep_newlines: boo
     """``text`` made safe to print, cache and embed.
 
     Removes terminal escape sequences whole (CSI/OSC/DCS, 7- and 8-bit forms), then every
-    control character (Unicode ``Cc``; ``\\n`` is kept with ``keep_newlines``, other
-    whitespace controls become spaces), format character (``Cf``: the bidi overrides and
+    control character (Unicode ``Cc``; tab is kept, ``\\n`` too with ``keep_newlines``,
+    other whitespace controls such as ``\\r`` become spaces), format character (``Cf``: the bidi overrides and
     isolates U+202A–U+202E / U+2066–U+2069, zero-width spaces and joiners, BOM, soft hyphen)
     and lone surrogate (``Cs``); U+2028/U+2029 become newlines. The result is cut to
     ``max_chars`` characters (no cut when ``None``).
@@ -57,8 +57,10 @@ def sanitize_text(text: str, max_chars: int | None = None, *, keep_newlines: boo
             out.append("\n" if keep_newlines else " ")
             continue
         category = unicodedata.category(ch)
-        if category == "Cc":
-            if ch in "\t\r\x0b\x0c\x1c\x1d\x1e\x1f\x85":
+        if ch == "\t":
+            out.append(ch)
+        elif category == "Cc":
+            if ch in "\r\x0b\x0c\x1c\x1d\x1e\x1f\x85":
                 out.append(" ")
         elif category not in ("Cf", "Cs"):
             out.append(ch)
@@ -138,6 +140,8 @@ class BaseCriterionHypothesizer(ABC):
     """
 
     name: str = "base"
+    #: whether this hypothesizer calls an LLM (``source`` of the instrumentation event)
+    uses_llm: bool = False
 
     @abstractmethod
     def hypothesize(self, query: str) -> CriterionHypothesis:

@@ -286,6 +286,7 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
     """Cache + timeout + retry around one prompted LLM call; subclasses parse the output."""
 
     name = "llm"
+    uses_llm = True
     prompt_key = "hypothesis_prompt"
     default_prompt: BasePromptTemplate = CRITERION_HYPOTHESIS_PROMPT
 

@@ -41,6 +41,7 @@ import concurrent.futures
 import contextvars
 import logging
 import math
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -51,6 +52,7 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index_car._errors import ConfigurationError, HypothesisError
 from llama_index_car.fusion import DEFAULT_RRF_K
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+from llama_index_car.hypothesizers.events import emit_hypothesis_event
 from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.retrievers.routing import LexicalOverlapRouter, RouteDecision
 from llama_index_car.retrievers.weighted_rrf import (
@@ -341,6 +343,7 @@ class CriterionAwareRetriever(BaseRetriever):
                     [dense_hits, lexical_hits], hypothesis=None, fallback=False,
                     routed="hybrid", decision=decision, error=None,
                 )
+        started = time.perf_counter()
         executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=3, thread_name_prefix="car"
         )
@@ -360,6 +363,9 @@ class CriterionAwareRetriever(BaseRetriever):
                 hypothesis = _validated(hyp_future.result(timeout=self.hypothesis_timeout))
             except Exception as exc:
                 error = self._failed(exc)
+                emit_hypothesis_event(
+                    query, self.hypothesizer, None, time.perf_counter() - started, error
+                )
                 hybrid = (
                     hybrid_future.result()
                     if hybrid_future is not None
@@ -369,6 +375,9 @@ class CriterionAwareRetriever(BaseRetriever):
                     hybrid, hypothesis=None, fallback=True, routed="hybrid",
                     decision=decision, error=error,
                 )
+            emit_hypothesis_event(
+                query, self.hypothesizer, hypothesis, time.perf_counter() - started
+            )
             if hybrid_future is not None:
                 hybrid_future.cancel()
         finally:
@@ -431,6 +440,7 @@ class CriterionAwareRetriever(BaseRetriever):
                     hybrid, hypothesis=None, fallback=False, routed="hybrid",
                     decision=decision, error=None,
                 )
+        started = time.perf_counter()
         hyp_task = asyncio.ensure_future(
             asyncio.wait_for(self.hypothesizer.ahypothesize(query), self.hypothesis_timeout)
         )
@@ -446,6 +456,9 @@ class CriterionAwareRetriever(BaseRetriever):
                 hypothesis = _validated(await hyp_task)
             except Exception as exc:
                 error = self._failed(exc)
+                emit_hypothesis_event(
+                    query, self.hypothesizer, None, time.perf_counter() - started, error
+                )
                 hybrid = (
                     await hybrid_task
                     if hybrid_task is not None
@@ -460,6 +473,7 @@ class CriterionAwareRetriever(BaseRetriever):
             for task in (hyp_task, hybrid_task):
                 if task is not None and not task.done():
                     task.cancel()
+        emit_hypothesis_event(query, self.hypothesizer, hypothesis, time.perf_counter() - started)
         dense_q, lexical_q = self._car_bundles(query, hypothesis)
         results = await aretrieve_channels(
             [(self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q)], self.pool_top_k
