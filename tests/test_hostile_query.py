@@ -365,3 +365,24 @@ def test_undecodable_question_bytes_on_a_real_command_line(tmp_path: Path) -> No
     assert proc.returncode == 2, err
     assert len(err.strip().splitlines()) == 1 and "not valid UTF-8" in err
     assert "byte 0xff" in err and "Traceback" not in err
+
+
+def test_json_output_escapes_what_a_terminal_would_act_on() -> None:
+    import json
+    import unicodedata
+
+    from llama_index_car.cli.query import json_for_terminal
+
+    payload = {"text": "표\u202e\x1b[2J\ud800\u2028끝", "n": [1, 2]}
+    out = json_for_terminal(payload)
+    assert json.loads(out) == payload  # the data is unchanged for a JSON reader
+    assert [c for c in out if c != "\n" and unicodedata.category(c) in ("Cc", "Cf", "Cs")] == []
+
+
+def test_documented_fused_score_ceiling(retrievers: dict[str, BaseRetriever]) -> None:
+    """The docstring's claim: no fused score exceeds sum(weights) / (rrf_k + 1)."""
+    hybrid = retrievers["hybrid"]
+    assert isinstance(hybrid, WeightedRRFRetriever)
+    ceiling = sum(hybrid.weights) / (hybrid.rrf_k + 1)
+    scores = [h.score or 0.0 for h in hybrid.retrieve(QUERY)]
+    assert scores and max(scores) <= ceiling + 1e-12 and ceiling < 0.3

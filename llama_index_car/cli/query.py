@@ -151,6 +151,21 @@ def section_title(meta: dict[str, Any]) -> str:
     return "(untitled)"
 
 
+def json_for_terminal(payload: Any) -> str:
+    """``payload`` as indented JSON, Korean kept readable, with every control, format (bidi,
+    zero-width) and surrogate character written as a ``\\uXXXX`` escape: the data is
+    unchanged for a JSON reader, but nothing reaches the terminal raw."""
+    import unicodedata
+
+    text = json.dumps(payload, ensure_ascii=False, indent=2)
+    return "".join(
+        f"\\u{ord(ch):04x}"
+        if ch != "\n" and unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")
+        else ch
+        for ch in text
+    )
+
+
 def shown(value: Any) -> str:
     """``value`` as one terminal-safe line: no escape sequences, control or bidi characters
     (index text and LLM output are untrusted), whitespace collapsed."""
@@ -258,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
             "persist_dir": str(args.persist_dir),
             "hits": records,
         }
-        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        print(json_for_terminal(payload))
         return 0
     print(f"query: {shown(args.question)}")
     embed = shown(manifest.get("embed", {}).get("model_name", "?"))

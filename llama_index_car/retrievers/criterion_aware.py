@@ -27,7 +27,18 @@ default 0.5); only then is the hypothesizer called, otherwise the hybrid result 
 (``car_explain["routed"] = "hybrid"``).
 
 Every result carries ``car_explain`` (hypothesis, criteria, per-channel ranks and scores,
-fallback, routed, router signal), excluded from embedding and LLM text.
+fallback, routed, router signal), excluded from embedding and LLM text. The hypothesis step
+dispatches a :class:`~llama_index_car.hypothesizers.events.CriterionHypothesisEvent` (query,
+hypothesis, source ``llm``/``offline``/``fallback``, latency) to LlamaIndex instrumentation.
+
+Score scale: like :class:`~llama_index_car.retrievers.weighted_rrf.WeightedRRFRetriever`,
+scores are weighted-RRF sums, at most ``1 / (rrf_k + 1) ≈ 0.0164`` (weights ``alpha`` and
+``1 - alpha`` sum to 1), so a ``SimilarityPostprocessor(similarity_cutoff=0.3)`` drops every
+hit; use ``similarity_cutoff = c / (rrf_k + 1)`` with ``c`` in [0, 1].
+
+Queries pass :mod:`llama_index_car.query_guard` first: empty → ``[]``, control/bidi
+characters and lone surrogates removed, longer than ``QueryLimits.max_chars`` (2000) →
+``QueryError``.
 
 >>> car = CriterionAwareRetriever.from_defaults(nodes=nodes)  # doctest: +SKIP
 >>> car.retrieve("온도에 따라 늘었다 줄었다 하는 이음부 기준")[0].node.metadata["car_explain"]["hypothesis"]  # doctest: +SKIP

@@ -226,6 +226,14 @@ class WeightedRRFRetriever(BaseRetriever):
     score(d) = Σ_i w_i / (rrf_k + rank_i(d)), ranks 1-based within each channel's top
     ``pool_top_k``; absent documents contribute 0; ties by ``node_id`` ascending.
 
+    Score scale: fused scores are RRF-sized, not similarities. The best possible score is
+    ``sum(weights) / (rrf_k + 1)`` — ``1/61 ≈ 0.0164`` for ``from_alpha`` (weights sum to 1)
+    with ``rrf_k=60`` — so ``SimilarityPostprocessor(similarity_cutoff=0.3)`` drops every
+    hit. Express a cutoff as a fraction ``c`` of the best score instead:
+    ``similarity_cutoff = c * sum(weights) / (rrf_k + 1)`` (``c = 0.5``: a hit must be worth
+    at least half of "first in every channel"). The channels' own scores are kept in
+    ``metadata["car_explain"]["channels"]``.
+
     Args:
         retrievers: the channels (any ``BaseRetriever``); at least one.
         weights: one non-negative weight per channel, not all zero (default: all 1.0).
