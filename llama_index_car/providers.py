@@ -119,17 +119,18 @@ def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
 
 
 def resolve_llm(name: str | None = None, *, model: str | None = None,
-                timeout: float | None = 30.0, max_retries: int = 0) -> LLM | None:
+                timeout: float | None = 60.0, max_retries: int = 2) -> LLM | None:
     """The LLM for ``name``: ``none`` → ``None``, ``anthropic`` → Claude, ``mock`` → MockLLM.
 
     ``anthropic`` → ``Anthropic(model=model or "claude-sonnet-4-6", timeout=timeout,
     max_retries=max_retries)``, base URL from ``ANTHROPIC_BASE_URL``.
 
-    The SDK's own retries are **off** by default (``max_retries=0``): the hypothesizers
-    retry with one policy (``Retry-After`` obeyed, a per-query deadline), and SDK retries
-    would stack on theirs (3 × 3 = 9 requests per query before this default changed).
-    ``timeout`` (default 30 s) bounds one HTTP request; it also ends the worker thread of an
-    attempt the hypothesizer has given up on.
+    These defaults suit answer generation. The hypothesizers
+    (:class:`~llama_index_car.hypothesizers.llm.LLMCriterionHypothesizer`) keep one retry
+    policy of their own (``Retry-After`` obeyed, a per-query deadline): they use a copy of the
+    LLM with the SDK's retries off, so retries never stack (3 × 3 = 9 requests per query
+    before); ``llama-car`` builds its hypothesis LLM with ``max_retries=0`` and
+    ``timeout=--llm-timeout``.
 
     Raises:
         ConfigurationError: unknown name. MissingCredentialsError: no ``ANTHROPIC_API_KEY``.

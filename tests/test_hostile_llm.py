@@ -73,13 +73,24 @@ def test_sdk_retries_do_not_stack_on_429(fake: FakeProviderServer) -> None:
     assert len(fake.requests_to(MESSAGES)) == 2
 
 
-def test_llm_with_sdk_retries_is_warned_about(
-    fake: FakeProviderServer, caplog: pytest.LogCaptureFixture
+def test_callers_llm_keeps_its_retries_but_the_hypothesizer_does_not_stack(
+    fake: FakeProviderServer,
 ) -> None:
-    llm = resolve_llm("anthropic", max_retries=2)
-    with caplog.at_level("WARNING"):
-        LLMCriterionHypothesizer(llm=llm)
-    assert "max_retries=0" in caplog.text
+    llm: Any = resolve_llm("anthropic", max_retries=2)
+    hyp = LLMCriterionHypothesizer(llm=llm, max_retries=1, backoff=0.01)
+    assert llm.max_retries == 2 and llm._client.max_retries == 2  # not modified
+    fake.set_default(MESSAGES, Reply.error(503))
+    with pytest.raises(HypothesisError):
+        hyp.hypothesize(QUERY)
+    assert len(fake.requests_to(MESSAGES)) == 2
+
+
+async def test_async_client_retries_are_off_too(fake: FakeProviderServer) -> None:
+    hyp = LLMCriterionHypothesizer(llm=resolve_llm("anthropic", max_retries=3), max_retries=0)
+    fake.set_default(MESSAGES, Reply.error(500))
+    with pytest.raises(HypothesisError):
+        await hyp.ahypothesize(QUERY)
+    assert len(fake.requests_to(MESSAGES)) == 1
 
 
 def test_retry_after_beyond_the_deadline_gives_up_at_once(fake: FakeProviderServer) -> None:

@@ -10,8 +10,8 @@ Both run any LlamaIndex ``LLM`` through one shared engine (:class:`_LLMHypothesi
   so a hung call never occupies a shared pool nor delays the exit of the process);
 * **deadline** — ``deadline`` seconds per query for everything (attempts, backoff sleeps,
   ``Retry-After`` waits); :meth:`hypothesize` returns or raises within it;
-* **retry** — the only retry policy on the LLM path (build the client with the SDK's retries
-  off: ``resolve_llm`` does, and a warning is logged for an LLM with ``max_retries > 0``): up
+* **retry** — the only retry policy on the LLM path (an LLM whose SDK retries is replaced by
+  a copy with ``max_retries=0``; the caller's object is not modified): up
   to ``max_retries`` retries after timeouts, connection errors, HTTP 408/409/425/429 and 5xx,
   sleeping the server's ``Retry-After`` when given, else ``min(max_backoff, backoff *
   2**attempt)``; a wait that would pass the deadline fails at once instead; other errors
@@ -272,6 +272,35 @@ def _model_id(llm: LLM) -> str:
     return f"{type(llm).__name__}:{model}"
 
 
+def _without_sdk_retries(llm: LLM, owner: str) -> LLM:
+    """``llm`` itself when its SDK does not retry, else a copy whose clients don't.
+
+    LlamaIndex LLMs over the Stainless SDKs (Anthropic, OpenAI …) carry a ``max_retries``
+    field and build their clients from it; the copy gets ``max_retries=0`` and its prebuilt
+    clients are replaced by ``client.with_options(max_retries=0)`` (the caller's LLM is not
+    modified). When that is not possible a warning says the retries will stack.
+    """
+    retries = getattr(llm, "max_retries", None)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries <= 0:
+        return llm
+    try:
+        clone = llm.model_copy(update={"max_retries": 0})
+        private = dict(getattr(clone, "__pydantic_private__", None) or {})
+        for name, client in private.items():
+            if name in ("_client", "_aclient", "_async_client") and client is not None:
+                if not hasattr(client, "with_options"):
+                    raise TypeError(f"{type(client).__name__} has no with_options()")
+                setattr(clone, name, client.with_options(max_retries=0))
+        return clone
+    except Exception as exc:  # noqa: BLE001 - any LLM class: fall back to a warning
+        logger.warning(
+            "%s retries %d time(s) inside its SDK and %s retries again (%s): build it with "
+            "max_retries=0 so one retry policy applies and the deadline holds",
+            type(llm).__name__, retries, owner, exc,
+        )
+        return llm
+
+
 def _default_llm(timeout: float | None, deadline: float | None) -> LLM:
     from llama_index_car.providers import resolve_llm
 
@@ -317,15 +346,11 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
             )
         if cache_size < 0:
             raise ConfigurationError(f"cache_size={cache_size!r} must be >= 0 (0 disables)")
-        self.llm: LLM = llm if llm is not None else _default_llm(timeout, deadline)
-        sdk_retries = getattr(self.llm, "max_retries", 0)
-        if isinstance(sdk_retries, int) and sdk_retries > 0:
-            logger.warning(
-                "%s retries %d time(s) inside its SDK and %s retries again: build it with "
-                "max_retries=0 (llama_index_car.providers.resolve_llm does) so one retry "
-                "policy applies and the deadline holds", type(self.llm).__name__,
-                sdk_retries, type(self).__name__,
-            )
+        self.llm: LLM = (
+            _without_sdk_retries(llm, type(self).__name__)
+            if llm is not None
+            else _default_llm(timeout, deadline)
+        )
         self.timeout = timeout
         self.deadline = deadline
         self.max_output_chars = max_output_chars
@@ -695,8 +720,9 @@ class LLMCriterionHypothesizer(_LLMHypothesizerBase):
 
     Args:
         llm: any LlamaIndex ``LLM``. ``None`` → ``Anthropic(model="claude-sonnet-4-6")``
-            (needs ``ANTHROPIC_API_KEY`` and the ``anthropic`` extra; built with the SDK's own
-            retries off so this class's retry policy applies).
+            (needs ``ANTHROPIC_API_KEY`` and the ``anthropic`` extra). An LLM whose SDK
+            retries (``max_retries > 0``) is used through a copy with those retries off, so
+            this class's retry policy is the only one.
         prompt: replaces the default template (one variable, ``{query}``).
         cache_dir: optional folder of JSON cache files (one per query).
         cache_size: in-memory LRU entries (0 disables the memory cache); default 1024.

@@ -27,6 +27,7 @@ import hashlib
 import json
 import struct
 import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -59,6 +60,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    received: float = field(default_factory=time.monotonic)  # time.monotonic() on arrival
 
     def header(self, name: str) -> str | None:
         """Case-insensitive header lookup."""
