@@ -386,3 +386,20 @@ def test_documented_fused_score_ceiling(retrievers: dict[str, BaseRetriever]) ->
     ceiling = sum(hybrid.weights) / (hybrid.rrf_k + 1)
     scores = [h.score or 0.0 for h in hybrid.retrieve(QUERY)]
     assert scores and max(scores) <= ceiling + 1e-12 and ceiling < 0.3
+
+
+def test_fallback_error_from_a_custom_hypothesizer_is_sanitised(nodes: list[TextNode]) -> None:
+    import unicodedata
+
+    from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer
+
+    class Hostile(BaseCriterionHypothesizer):
+        def hypothesize(self, query: str) -> Any:
+            raise RuntimeError("\x1b]0;pwned\x07\x1b[2J\u202edown")
+
+    car = CriterionAwareRetriever.from_defaults(
+        nodes=nodes, embed_model=CharEmbedding(), hypothesizer=Hostile(), pool_top_k=5
+    )
+    error = car.retrieve(QUERY)[0].node.metadata["car_explain"]["error"]
+    assert "down" in error
+    assert [c for c in error if unicodedata.category(c) in ("Cc", "Cf")] == []

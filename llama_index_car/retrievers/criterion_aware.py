@@ -62,7 +62,11 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError, HypothesisError
 from llama_index_car.fusion import DEFAULT_RRF_K
-from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+from llama_index_car.hypothesizers.base import (
+    BaseCriterionHypothesizer,
+    CriterionHypothesis,
+    sanitize_text,
+)
 from llama_index_car.hypothesizers.events import emit_hypothesis_event
 from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.retrievers.routing import LexicalOverlapRouter, RouteDecision
@@ -326,7 +330,7 @@ class CriterionAwareRetriever(BaseRetriever):
         if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)):
             message = f"hypothesizer timed out after {self.hypothesis_timeout:g} s"
         else:
-            message = f"hypothesizer failed: {type(exc).__name__}: {exc}"
+            message = f"hypothesizer failed: {type(exc).__name__}: {sanitize_text(str(exc), 500)}"
         if self.strict:
             if isinstance(exc, HypothesisError):
                 raise exc
