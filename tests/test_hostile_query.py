@@ -403,3 +403,45 @@ def test_fallback_error_from_a_custom_hypothesizer_is_sanitised(nodes: list[Text
     error = car.retrieve(QUERY)[0].node.metadata["car_explain"]["error"]
     assert "down" in error
     assert [c for c in error if unicodedata.category(c) in ("Cc", "Cf")] == []
+
+
+# ----------------------------------------------------------------------------- fuzz
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+ANY_TEXT = st.text(
+    alphabet=st.characters(codec=None, exclude_categories=()),  # surrogates included
+    max_size=300,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANY_TEXT)
+def test_fuzz_sanitize_leaves_nothing_a_terminal_acts_on(text: str) -> None:
+    import unicodedata
+
+    from llama_index_car.hypothesizers.base import sanitize_text
+
+    out = sanitize_text(text, keep_newlines=True)
+    assert [c for c in out if c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf", "Cs")] == []
+    assert sanitize_text(out, keep_newlines=True) == out  # idempotent
+    out.encode("utf-8")  # always encodable (no lone surrogates)
+    assert len(sanitize_text(text, 10)) <= 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(ANY_TEXT)
+def test_fuzz_guard_never_crashes_the_lexical_channel(text: str) -> None:
+    bm25 = _FUZZ_BM25.get("r")
+    if bm25 is None:
+        bm25 = _FUZZ_BM25["r"] = KiwiBM25Retriever.from_defaults(
+            nodes=[TextNode(id_=f"n{i}", text=t) for i, t in enumerate(CRITERION_TEXTS)],
+            similarity_top_k=3,
+        )
+    hits = bm25.retrieve(text)
+    assert len(hits) <= 3
+    if not clean_query(text).strip():
+        assert hits == []
+
+
+_FUZZ_BM25: dict[str, KiwiBM25Retriever] = {}
