@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.instrumentation import get_dispatcher
@@ -406,9 +408,6 @@ def test_fallback_error_from_a_custom_hypothesizer_is_sanitised(nodes: list[Text
 
 
 # ----------------------------------------------------------------------------- fuzz
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
 ANY_TEXT = st.text(
     alphabet=st.characters(codec=None, exclude_categories=()),  # surrogates included
     max_size=300,
@@ -429,6 +428,9 @@ def test_fuzz_sanitize_leaves_nothing_a_terminal_acts_on(text: str) -> None:
     assert len(sanitize_text(text, 10)) <= 10
 
 
+_FUZZ_BM25: dict[str, KiwiBM25Retriever] = {}
+
+
 @settings(max_examples=200, deadline=None)
 @given(ANY_TEXT)
 def test_fuzz_guard_never_crashes_the_lexical_channel(text: str) -> None:
@@ -443,5 +445,3 @@ def test_fuzz_guard_never_crashes_the_lexical_channel(text: str) -> None:
     if not clean_query(text).strip():
         assert hits == []
 
-
-_FUZZ_BM25: dict[str, KiwiBM25Retriever] = {}
