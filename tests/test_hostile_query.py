@@ -445,3 +445,17 @@ def test_fuzz_guard_never_crashes_the_lexical_channel(text: str) -> None:
     if not clean_query(text).strip():
         assert hits == []
 
+
+
+def test_cli_defaults_match_the_library() -> None:
+    """The CLI keeps stdlib-only copies of two defaults (instant ``--help``)."""
+    import argparse
+
+    from llama_index_car.cli import _args
+    from llama_index_car.cli import query as query_cli
+    from llama_index_car.hypothesizers.llm import DEFAULT_LLM_DEADLINE
+
+    assert query_cli.DEFAULT_LLM_DEADLINE == DEFAULT_LLM_DEADLINE
+    _args.query_text("가" * DEFAULT_MAX_QUERY_CHARS)
+    with pytest.raises(argparse.ArgumentTypeError):
+        _args.query_text("가" * (DEFAULT_MAX_QUERY_CHARS + 1))
