@@ -415,3 +415,44 @@ def test_every_hypothesis_is_sanitised_whoever_builds_it() -> None:
     assert unsafe_chars(h.text) == [] and len(h.text) == MAX_HYPOTHESIS_TEXT_CHARS
     assert len(h.criteria) == MAX_CRITERIA and h.criteria[0] == "기준0"
     assert CriterionHypothesis(text="\x1b[2J\u202e", criteria=("\x07",)).is_empty
+
+
+HUNG_HYPOTHESIZER_SCRIPT = """
+import time
+from llama_index.core.schema import TextNode
+from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer
+from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+from tests.fakes.embeddings import VecEmbedding
+
+class Emb(VecEmbedding):
+    def _vec(self, text):
+        return [float(len(text) % 7) + 1.0, float(text.count("기")) + 1.0]
+
+class Hung(BaseCriterionHypothesizer):
+    def hypothesize(self, query):
+        time.sleep(600)  # a user's hypothesizer stuck in some call with no timeout
+
+nodes = [TextNode(id_="a", text="배수시설 설치기준"), TextNode(id_="b", text="교량 난간 높이")]
+car = CriterionAwareRetriever.from_defaults(
+    nodes=nodes, embed_model=Emb(), hypothesizer=Hung(), hypothesis_timeout=1.0, pool_top_k=2
+)
+hits = car.retrieve("배수 기준")
+print("fallback", hits[0].node.metadata["car_explain"]["fallback"], flush=True)
+print("returned", time.monotonic(), flush=True)
+"""
+
+
+def test_process_exits_after_fallback_even_if_the_hypothesizer_never_returns() -> None:
+    """Before: the hypothesis ran in a ThreadPoolExecutor worker, which the interpreter joins
+    at exit, so the process waited for the stuck call (here 600 s) after CAR had answered."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", HUNG_HYPOTHESIZER_SCRIPT],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )
+    ended = time.monotonic()
+    assert proc.returncode == 0, proc.stderr
+    assert "fallback True" in proc.stdout
+    returned = float(proc.stdout.split("returned")[1].split()[0])
+    assert ended - returned < 5.0  # exit follows the answer; nothing joins the stuck thread
+    assert ended - start < 90

@@ -8,10 +8,14 @@ answer it (the paper's §5.8): ``hypothesize("온도에 따라 늘었다 줄었�
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import re
+import threading
 import unicodedata
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 __all__ = [
     "BaseCriterionHypothesizer",
@@ -20,7 +24,34 @@ __all__ = [
     "MAX_CRITERION_CHARS",
     "MAX_HYPOTHESIS_TEXT_CHARS",
     "sanitize_text",
+    "submit_daemon",
 ]
+
+T = TypeVar("T")
+
+
+def submit_daemon(fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+    """Run ``fn(*args)`` in a new **daemon** thread; return its ``Future``.
+
+    For calls that may hang (an LLM request): unlike a ``ThreadPoolExecutor`` worker, the
+    thread is never joined at interpreter exit and occupies no shared pool, so a caller that
+    stops waiting (``future.result(timeout=...)``) is really free — later calls do not queue
+    behind it and the process exits on time.
+    """
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    threading.Thread(target=work, name="car-hypothesis", daemon=True).start()
+    return future
 
 #: hard caps applied to every :class:`CriterionHypothesis` (whatever produced it)
 MAX_HYPOTHESIS_TEXT_CHARS = 4000

@@ -40,6 +40,7 @@ The LLM is called with ``chat``/``achat`` (one user message) when
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import email.utils
 import hashlib
@@ -66,6 +67,7 @@ from llama_index_car.hypothesizers.base import (
     BaseCriterionHypothesizer,
     CriterionHypothesis,
     sanitize_text,
+    submit_daemon,
 )
 from llama_index_car.hypothesizers.prompts import CRITERION_HYPOTHESIS_PROMPT, HYDE_PROMPT
 
@@ -242,24 +244,11 @@ def _run_in_daemon_thread(fn: Callable[[], str], timeout: float) -> str:
     daemon, it never delays interpreter exit, and being private, it never queues later calls
     behind a hung one (a shared pool would).
     """
-    done = threading.Event()
-    box: dict[str, Any] = {}
-    context = contextvars.copy_context()
-
-    def work() -> None:
-        try:
-            box["value"] = context.run(fn)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=work, name="car-hypothesis", daemon=True).start()
-    if not done.wait(timeout):
-        raise _AttemptTimeout(f"no answer within {timeout:.3g} s")
-    if "error" in box:
-        raise box["error"]
-    return str(box["value"])
+    future = submit_daemon(contextvars.copy_context().run, fn)
+    try:
+        return str(future.result(timeout=timeout))
+    except concurrent.futures.TimeoutError:
+        raise _AttemptTimeout(f"no answer within {timeout:.3g} s") from None
 
 
 def _model_id(llm: LLM) -> str:

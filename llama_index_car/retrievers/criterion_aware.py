@@ -66,6 +66,7 @@ from llama_index_car.hypothesizers.base import (
     BaseCriterionHypothesizer,
     CriterionHypothesis,
     sanitize_text,
+    submit_daemon,
 )
 from llama_index_car.hypothesizers.events import emit_hypothesis_event
 from llama_index_car.query_guard import guarded_retrieve
@@ -363,7 +364,8 @@ class CriterionAwareRetriever(BaseRetriever):
             max_workers=3, thread_name_prefix="car"
         )
         try:
-            hyp_future = executor.submit(
+            # a daemon thread, not the pool: a hung hypothesizer never holds the process
+            hyp_future = submit_daemon(
                 contextvars.copy_context().run, self.hypothesizer.hypothesize, query
             )
             hybrid_future = None
