@@ -16,6 +16,7 @@ Each test reproduces an attack first (the comment says what the code did before)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -436,18 +437,25 @@ nodes = [TextNode(id_="a", text="배수시설 설치기준"), TextNode(id_="b", 
 car = CriterionAwareRetriever.from_defaults(
     nodes=nodes, embed_model=Emb(), hypothesizer=Hung(), hypothesis_timeout=1.0, pool_top_k=2
 )
-hits = car.retrieve("배수 기준")
+import asyncio, sys
+if sys.argv[1:] == ["async"]:
+    hits = asyncio.run(car.aretrieve("배수 기준"))
+else:
+    hits = car.retrieve("배수 기준")
 print("fallback", hits[0].node.metadata["car_explain"]["fallback"], flush=True)
 print("returned", time.monotonic(), flush=True)
 """
 
 
-def test_process_exits_after_fallback_even_if_the_hypothesizer_never_returns() -> None:
-    """Before: the hypothesis ran in a ThreadPoolExecutor worker, which the interpreter joins
-    at exit, so the process waited for the stuck call (here 600 s) after CAR had answered."""
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_process_exits_after_fallback_even_if_the_hypothesizer_never_returns(mode: str) -> None:
+    """Before: the hypothesis ran in a ThreadPoolExecutor worker (sync) or the event loop's
+    default executor (async, ``asyncio.to_thread``), which the interpreter / ``asyncio.run``
+    joins at exit, so the process waited for the stuck call (here 600 s) after CAR had
+    answered."""
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-c", HUNG_HYPOTHESIZER_SCRIPT],
+        [sys.executable, "-c", HUNG_HYPOTHESIZER_SCRIPT, mode],
         capture_output=True, text=True, timeout=120, cwd=REPO,
     )
     ended = time.monotonic()
@@ -456,3 +464,28 @@ def test_process_exits_after_fallback_even_if_the_hypothesizer_never_returns() -
     returned = float(proc.stdout.split("returned")[1].split()[0])
     assert ended - returned < 5.0  # exit follows the answer; nothing joins the stuck thread
     assert ended - start < 90
+
+
+async def test_hung_sync_hypothesizers_do_not_fill_the_event_loops_pool() -> None:
+    """Before: ``ahypothesize`` defaulted to ``asyncio.to_thread``; on 2 cores the loop's
+    default executor has 6 workers, so 6 hung hypotheses blocked every later ``to_thread``
+    call of the loop (including the sync channels' retrievals)."""
+    from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer
+
+    release = threading.Event()
+
+    class Stuck(BaseCriterionHypothesizer):
+        def hypothesize(self, query: str) -> Any:
+            release.wait(60)
+            raise RuntimeError("released")
+
+    stuck = Stuck()
+    tasks = [asyncio.ensure_future(stuck.ahypothesize(str(i))) for i in range(40)]
+    await asyncio.sleep(0.2)
+    try:
+        start = time.monotonic()
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: 42), timeout=5) == 42
+        assert time.monotonic() - start < 5
+    finally:
+        release.set()
+        await asyncio.gather(*tasks, return_exceptions=True)

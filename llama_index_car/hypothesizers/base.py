@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import re
 import threading
 import unicodedata
@@ -179,5 +180,8 @@ class BaseCriterionHypothesizer(ABC):
         """Return the criterion hypothesis for ``query``."""
 
     async def ahypothesize(self, query: str) -> CriterionHypothesis:
-        """Async form of :meth:`hypothesize` (a worker thread by default)."""
-        return await asyncio.to_thread(self.hypothesize, query)
+        """Async form of :meth:`hypothesize`: by default a daemon worker thread
+        (:func:`submit_daemon`), not the event loop's default executor — a hypothesize() that
+        hangs then neither fills that shared pool nor delays ``asyncio.run``'s exit."""
+        future = submit_daemon(contextvars.copy_context().run, self.hypothesize, query)
+        return await asyncio.wrap_future(future)
