@@ -43,6 +43,8 @@ _EXPORTS: dict[str, str] = {
     "IndexPersistError": "llama_index_car._errors",
     "HypothesisError": "llama_index_car._errors",
     "EvaluationDataError": "llama_index_car._errors",
+    "QueryError": "llama_index_car._errors",
+    "QueryLimits": "llama_index_car.query_guard",
     "TokenizerMismatchWarning": "llama_index_car._errors",
 }
 

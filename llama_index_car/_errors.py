@@ -31,6 +31,10 @@ class HypothesisError(CarError, RuntimeError):
     """A criterion hypothesizer failed, timed out or returned unusable output."""
 
 
+class QueryError(CarError, ValueError):
+    """A query cannot be searched: not a string, or longer than the configured limit."""
+
+
 class EvaluationDataError(CarError, ValueError):
     """An evaluation input (BEIR folder, TREC file, QA file) is missing or malformed."""
 

@@ -125,6 +125,13 @@ def resolve_llm(name: str | None = None, *, model: str | None = None,
     ``anthropic`` → ``Anthropic(model=model or "claude-sonnet-4-6", timeout=timeout,
     max_retries=max_retries)``, base URL from ``ANTHROPIC_BASE_URL``.
 
+    These defaults suit answer generation. The hypothesizers
+    (:class:`~llama_index_car.hypothesizers.llm.LLMCriterionHypothesizer`) keep one retry
+    policy of their own (``Retry-After`` obeyed, a per-query deadline): they use a copy of the
+    LLM with the SDK's retries off, so retries never stack (3 × 3 = 9 requests per query
+    before); ``llama-car`` builds its hypothesis LLM with ``max_retries=0`` and
+    ``timeout=--llm-timeout``.
+
     Raises:
         ConfigurationError: unknown name. MissingCredentialsError: no ``ANTHROPIC_API_KEY``.
         MissingDependencyError: ``pip install 'llama-index-car[anthropic]'`` needed.

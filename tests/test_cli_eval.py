@@ -154,7 +154,7 @@ def test_second_run_reembeds_nothing(evaluated: dict[str, Path]) -> None:
     ("extra", "message"),
     [
         (["--systems", "bm25,bogus"], "unknown system 'bogus'"),
-        (["--depth", "50"], "depth >= 100"),
+        (["--depth", "50"], "--depth: '50' is not an integer >= 100"),
         (["--systems", "car-hyde"], "car-hyde needs an LLM"),
         (["--systems", "dense+rerank"], "need --rerank cohere"),
     ],
@@ -170,7 +170,7 @@ def test_errors_go_to_stderr_with_nonzero_exit(
 
 def test_missing_data_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["eval", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
-    assert "not a directory" in capsys.readouterr().err
+    assert "nope does not exist" in capsys.readouterr().err
 
 
 def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:

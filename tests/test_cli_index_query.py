@@ -276,7 +276,7 @@ def test_query_with_llm_uses_its_hypothesis(
     monkeypatch.setattr(
         providers,
         "resolve_llm",
-        lambda name: Canned(max_tokens=None) if name == "anthropic" else None,
+        lambda name, **kw: Canned(max_tokens=None) if name == "anthropic" else None,
     )
     payload = _query_json(capsys, index_run["out"], "길옆 도랑 깊이", "--llm", "anthropic")
     assert payload["hits"][0]["hypothesis"] == "측구 설치기준"

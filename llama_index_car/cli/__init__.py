@@ -1,7 +1,8 @@
 """``llama-car``: the command-line entry point.
 
 Subcommands live in sibling modules, each exposing ``add_parser(subparsers)`` and
-``run(args) -> int``. Modules import only the standard library at top level; heavy imports
+``run(args) -> int``, and optionally ``check_args(args)`` (cross-option checks raising
+``ConfigurationError``, run before ``run``). Usage errors are one line on stderr, exit 2. Modules import only the standard library at top level; heavy imports
 happen inside ``run`` so ``llama-car --help`` stays instant.
 """
 
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from llama_index_car._errors import CarError
+from llama_index_car.cli._args import OneLineParser
 
 #: subcommand name -> module implementing it
 SUBCOMMANDS: dict[str, str] = {
@@ -35,7 +37,7 @@ def add_cache_and_progress_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``llama-car`` argument parser with every available subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="llama-car",
         description="Criterion-aware retrieval for Korean technical standards (HWPX).",
         epilog="Example: llama-car demo",
@@ -52,18 +54,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(exc: BaseException) -> str:
+    """``exc`` as one printable line (whitespace collapsed; characters the terminal's
+    encoding cannot show, e.g. lone surrogates, as backslash escapes)."""
+    text = " ".join(str(exc).split())
+    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+    return text.encode(encoding, "backslashreplace").decode(encoding, "replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``llama-car``; returns the process exit code (errors go to stderr, code 2)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code in (0, None):  # --help: argparse's own exit, unchanged
+            raise
+        return exc.code if isinstance(exc.code, int) else 2  # usage error, already printed
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return 2
     module = importlib.import_module(SUBCOMMANDS[args.command])
+    check = getattr(module, "check_args", None)  # cross-option checks, before any work
     try:
+        if check is not None:
+            check(args)
         return int(module.run(args) or 0)
     except CarError as exc:
-        print(f"llama-car {args.command}: error: {exc}", file=sys.stderr)
+        print(f"llama-car {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llama_index_car.cli._args import existing_dir, existing_file, output_dir, positive_int
 from llama_index_car.providers import CLI_LLMS, EMBED_MODELS
 
 EPILOG = """examples:
@@ -47,22 +48,25 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--corpus",
         metavar="DIR",
+        type=existing_dir,
         default=None,
         help="HWPX folder (default: the bundled demo corpus)",
     )
     p.add_argument(
         "--questions",
         metavar="JSONL",
+        type=existing_file,
         default=None,
         help="question file (default: the bundled demo questions)",
     )
     p.add_argument(
         "--keep",
         metavar="DIR",
+        type=output_dir,
         default=None,
         help="build the index in DIR and keep it (default: a temporary folder)",
     )
-    p.add_argument("--hit-k", type=int, default=5, help="k for the Hit@k summary (default 5)")
+    p.add_argument("--hit-k", type=positive_int, default=5, help="k for the Hit@k summary (default 5)")
     p.add_argument(
         "--embed",
         choices=EMBED_MODELS,

@@ -8,6 +8,15 @@ import sys
 from typing import Any
 
 from llama_index_car.cli import add_cache_and_progress_options
+from llama_index_car.cli._args import (
+    existing_dir,
+    existing_file,
+    int_at_least,
+    nonneg_int,
+    output_dir,
+    positive_int,
+    unit_float,
+)
 from llama_index_car.providers import CLI_LLMS, EMBED_MODELS, RERANKERS
 
 EXAMPLE = """\
@@ -33,12 +42,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("data", metavar="DATA", help="BEIR folder, or HWPX folder with --qa")
-    p.add_argument("--qa", metavar="FILE", default=None,
+    p.add_argument("data", metavar="DATA", type=existing_dir, help="BEIR folder, or HWPX folder with --qa")
+    p.add_argument("--qa", metavar="FILE", type=existing_file, default=None,
                    help="QA JSONL for an HWPX folder (question + gold section or cell)")
     p.add_argument("--systems", default="bm25,dense,hybrid,car",
                    help="comma-separated system names (default: %(default)s)")
-    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--out", required=True, metavar="DIR", type=output_dir,
+                   help="output folder")
     p.add_argument("--embed", default="use", choices=EMBED_MODELS,
                    help="dense embedding (default: %(default)s, offline)")
     p.add_argument("--llm", default="none", choices=CLI_LLMS,
@@ -47,12 +57,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="CAR hypothesizer; auto = llm when --llm is set, else corpus")
     p.add_argument("--rerank", default="none", choices=RERANKERS,
                    help="reranker for '+rerank' systems (default: %(default)s)")
-    p.add_argument("--alpha", type=float, default=0.5,
+    p.add_argument("--alpha", type=unit_float, default=0.5,
                    help="dense weight of fusion systems (default: %(default)s)")
-    p.add_argument("--rrf-k", type=int, default=60, help="RRF constant (default: %(default)s)")
-    p.add_argument("--depth", type=int, default=100,
+    p.add_argument("--rrf-k", type=nonneg_int, default=60, help="RRF constant (default: %(default)s)")
+    p.add_argument("--depth", type=int_at_least(100), default=100,
                    help="documents per query in every run (default: %(default)s, min 100)")
-    p.add_argument("--max-queries", type=int, default=None, metavar="N",
+    p.add_argument("--max-queries", type=positive_int, default=None, metavar="N",
                    help="evaluate the first N queries (file order)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
     add_cache_and_progress_options(p)

@@ -15,6 +15,7 @@ import argparse
 import sys
 from typing import Any
 
+from llama_index_car.cli._args import existing_path, nonneg_int, output_dir, positive_int
 from llama_index_car.providers import EMBED_MODELS
 
 EPILOG = """example:
@@ -32,8 +33,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("source", metavar="HWPX_DIR", help="folder of .hwpx files (or one file)")
-    p.add_argument("--persist", metavar="DIR", required=True, help="output index folder")
+    p.add_argument(
+        "source", metavar="HWPX_DIR", type=existing_path,
+        help="folder of .hwpx files (or one file)",
+    )
+    p.add_argument(
+        "--persist", metavar="DIR", type=output_dir, required=True, help="output index folder"
+    )
     p.add_argument(
         "--embed",
         choices=EMBED_MODELS,
@@ -41,12 +47,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="dense embedding: use = offline multilingual USE (default; or $CAR_EMBED_MODEL), "
         "openai = text-embedding-3-large (needs OPENAI_API_KEY)",
     )
-    p.add_argument("--chunk-size", type=int, default=1000, help="tokens per chunk (1000)")
-    p.add_argument("--chunk-overlap", type=int, default=150, help="token overlap (150)")
+    p.add_argument(
+        "--chunk-size", type=positive_int, default=1000, help="tokens per chunk (1000)"
+    )
+    p.add_argument(
+        "--chunk-overlap", type=nonneg_int, default=150,
+        help="token overlap, < --chunk-size (150)",
+    )
     p.add_argument("--overwrite", action="store_true", help="write into a non-empty DIR")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.set_defaults(command="index")
     return p
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Cross-option checks, before anything is read: ``--chunk-overlap < --chunk-size``."""
+    from llama_index_car._errors import ConfigurationError
+
+    if args.chunk_overlap >= args.chunk_size:
+        raise ConfigurationError(
+            f"--chunk-overlap {args.chunk_overlap} must be smaller than --chunk-size "
+            f"{args.chunk_size}"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

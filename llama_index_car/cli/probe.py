@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from llama_index_car.cli import add_cache_and_progress_options
+from llama_index_car.cli._args import existing_path, int_at_least, output_dir
 from llama_index_car.providers import EMBED_MODELS
 
 EXAMPLE = """\
@@ -31,11 +32,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("corpus", metavar="CORPUS", help="HWPX folder or JSONL of {title, body}")
-    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("corpus", metavar="CORPUS", type=existing_path, help="HWPX folder or JSONL of {title, body}")
+    p.add_argument("--out", required=True, metavar="DIR", type=output_dir,
+                   help="output folder")
     p.add_argument("--embed", default="use", choices=EMBED_MODELS,
                    help="dense embedding (default: %(default)s, offline)")
-    p.add_argument("--max-sections", type=int, default=None, metavar="N",
+    p.add_argument("--max-sections", type=int_at_least(2), default=None, metavar="N",
                    help="probe a seeded random sample of N eligible sections (paper: 80)")
     p.add_argument("--frames", default="plan", metavar="LIST",
                    help="eligible title frames, comma-separated from plan,mixed,standard,neither "

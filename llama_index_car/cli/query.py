@@ -9,6 +9,12 @@ Providers: the query embedding must match the one the index was built with (``--
 ``--llm anthropic`` makes CAR write its hypothesis with Claude (``ANTHROPIC_API_KEY``);
 ``--rerank cohere`` reorders the pool with Cohere ``rerank-multilingual-v3.0``
 (``COHERE_API_KEY``). A missing key or extra exits with code 2 and one line saying what to set.
+
+Limits: ``--llm-timeout`` (default 30 s) is a hard deadline for the LLM hypothesis of a query
+— retries and ``Retry-After`` waits included; past it CAR answers with the plain hybrid and
+the process exits without waiting for the hung request. The question may hold at most
+``$CAR_MAX_QUERY_CHARS`` characters (default 2000). Everything printed is stripped of
+terminal escape sequences and control/bidi characters.
 """
 
 from __future__ import annotations
@@ -18,7 +24,19 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from llama_index_car.cli._args import (
+    existing_dir,
+    positive_int,
+    positive_seconds,
+    query_text,
+    unit_float,
+)
+from llama_index_car.hypothesizers.base import sanitize_text
 from llama_index_car.providers import CLI_LLMS, EMBED_MODELS, RERANKERS
+
+#: default of ``--llm-timeout`` (= ``hypothesizers.llm.DEFAULT_LLM_DEADLINE``, not imported
+#: here so ``--help`` stays instant)
+DEFAULT_LLM_DEADLINE = 30.0
 
 EPILOG = """examples:
   llama-car query ./car-index "비 올 때 고속도로 옆 도랑은 얼마나 깊어야 해?"
@@ -38,17 +56,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("persist_dir", metavar="DIR", help="index folder (from llama-car index)")
-    p.add_argument("question", metavar="QUESTION", help="the question, in quotes")
+    p.add_argument(
+        "persist_dir", metavar="DIR", type=existing_dir, help="index folder (from llama-car index)"
+    )
+    p.add_argument("question", metavar="QUESTION", type=query_text, help="the question, in quotes")
     p.add_argument(
         "--retriever",
         choices=("car", "hybrid", "bm25", "dense"),
         default="car",
         help="car = criterion-aware (default), hybrid = weighted RRF of dense and BM25",
     )
-    p.add_argument("--top-k", type=int, default=5, help="hits to show (default 5)")
+    p.add_argument("--top-k", type=positive_int, default=5, help="hits to show (default 5)")
     p.add_argument(
-        "--alpha", type=float, default=0.5, help="dense weight in the fusion, 0..1 (0.5)"
+        "--alpha", type=unit_float, default=0.5, help="dense weight in the fusion, 0..1 (0.5)"
     )
     p.add_argument("--explain", action="store_true", help="snippets, all cells, fusion details")
     p.add_argument("--json", action="store_true", help="print the hits as JSON")
@@ -64,6 +84,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="hypothesis writer for car: none = offline corpus hypothesizer (default; "
         "or $CAR_LLM), anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",
+    )
+    p.add_argument(
+        "--llm-timeout",
+        type=positive_seconds,
+        default=DEFAULT_LLM_DEADLINE,
+        metavar="SECONDS",
+        help="hard deadline for the LLM hypothesis of the query, retries included; then CAR "
+        "falls back to the plain hybrid (default %(default)g)",
     )
     p.add_argument(
         "--rerank",
@@ -123,24 +151,45 @@ def section_title(meta: dict[str, Any]) -> str:
     return "(untitled)"
 
 
+def json_for_terminal(payload: Any) -> str:
+    """``payload`` as indented JSON, Korean kept readable, with every control, format (bidi,
+    zero-width) and surrogate character written as a ``\\uXXXX`` escape: the data is
+    unchanged for a JSON reader, but nothing reaches the terminal raw."""
+    import unicodedata
+
+    text = json.dumps(payload, ensure_ascii=False, indent=2)
+    return "".join(
+        f"\\u{ord(ch):04x}"
+        if ch != "\n" and unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp")
+        else ch
+        for ch in text
+    )
+
+
+def shown(value: Any) -> str:
+    """``value`` as one terminal-safe line: no escape sequences, control or bidi characters
+    (index text and LLM output are untrusted), whitespace collapsed."""
+    return " ".join(sanitize_text(str(value)).split())
+
+
 def format_channels(channels: dict[str, Any]) -> str:
     """``dense #3 · bm25 #1`` (``—`` when a channel did not return the node)."""
     parts = []
     for name in sorted(channels):
         rank = (channels[name] or {}).get("rank")
-        parts.append(f"{name} #{rank}" if rank else f"{name} —")
+        parts.append(f"{shown(name)} #{rank}" if rank else f"{shown(name)} —")
     return " · ".join(parts)
 
 
 def format_cells(cells: Sequence[dict[str, Any]], limit: int | None) -> str:
     """``(r,c) text | (r,c) text …`` for the first ``limit`` non-empty cells."""
-    shown = [c for c in cells if str(c.get("text", "")).strip()]
+    kept = [c for c in cells if shown(c.get("text", ""))]
     more = 0
-    if limit is not None and len(shown) > limit:
-        more = len(shown) - limit
-        shown = shown[:limit]
+    if limit is not None and len(kept) > limit:
+        more = len(kept) - limit
+        kept = kept[:limit]
     body = " | ".join(
-        f"({c.get('row')},{c.get('col')}) {str(c.get('text')).strip()}" for c in shown
+        f"({shown(c.get('row'))},{shown(c.get('col'))}) {shown(c.get('text'))}" for c in kept
     )
     return body + (f" | … +{more} cells" if more else "")
 
@@ -149,17 +198,20 @@ def print_hits(records: Sequence[dict[str, Any]], *, explain: bool) -> None:
     """Human-readable listing of :func:`hit_record` dicts."""
     for r in records:
         score = "-" if r["score"] is None else f"{r['score']:.4f}"
-        print(f"{r['rank']:>2}. {r['section_title']}  [{r['file_name']}]  score {score}")
+        print(
+            f"{r['rank']:>2}. {shown(r['section_title'])}  [{shown(r['file_name'])}]  "
+            f"score {score}"
+        )
         if r["channels"]:
             print(f"      ranks: {format_channels(r['channels'])}")
         if r["cells"]:
-            label = f"table {r['table_index']}" if r["table_index"] is not None else "table"
+            label = f"table {shown(r['table_index'])}" if r["table_index"] is not None else "table"
             cells = format_cells(r["cells"], None if explain else COMPACT_CELLS)
             print(f"      {label} cells: {cells}")
         if explain:
             if r["heading_path"]:
-                print(f"      path: {r['heading_path']}")
-            snippet = " ".join(r["text"].split())[:SNIPPET_CHARS]
+                print(f"      path: {shown(r['heading_path'])}")
+            snippet = shown(r["text"])[:SNIPPET_CHARS]
             print(f"      text: {snippet}…")
             if r["fallback"]:
                 print("      (hypothesis failed; plain hybrid fusion was used)")
@@ -168,11 +220,8 @@ def print_hits(records: Sequence[dict[str, Any]], *, explain: bool) -> None:
 # ----------------------------------------------------------------------------- run
 def run(args: argparse.Namespace) -> int:
     """Load the folder, retrieve, optionally rerank, print."""
-    from llama_index_car._errors import ConfigurationError
     from llama_index_car.pipeline import load_index, read_manifest
 
-    if args.top_k < 1:
-        raise ConfigurationError(f"--top-k {args.top_k} is invalid; use an integer >= 1")
     manifest = read_manifest(args.persist_dir)
     embed_model = None
     if args.embed is not None:
@@ -181,13 +230,15 @@ def run(args: argparse.Namespace) -> int:
         embed_model = resolve_embed_model(args.embed)
     from llama_index_car.providers import resolve_llm, resolve_reranker
 
-    llm = resolve_llm(args.llm)  # None for "none" (also the default without CAR_LLM)
+    deadline = float(args.llm_timeout)
+    # None for "none" (also the default without CAR_LLM); the SDK's own retries are off
+    llm = resolve_llm(args.llm, timeout=deadline, max_retries=0)
     reranker = resolve_reranker(args.rerank, top_n=args.top_k)
     hypothesizer = None
     if llm is not None and args.retriever == "car":
         from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
 
-        hypothesizer = LLMCriterionHypothesizer(llm=llm)
+        hypothesizer = LLMCriterionHypothesizer(llm=llm, timeout=deadline, deadline=deadline)
 
     local = load_index(args.persist_dir, embed_model=embed_model)
     pool = max(50, args.top_k)
@@ -198,6 +249,11 @@ def run(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         hypothesizer=hypothesizer,
     )
+    if hypothesizer is not None:
+        from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+
+        if isinstance(retriever, CriterionAwareRetriever):  # wait exactly the deadline
+            retriever.hypothesis_timeout = deadline
     hits = retriever.retrieve(args.question)
     own_rank = {h.node.node_id: i for i, h in enumerate(hits, start=1)}
     if reranker is not None:
@@ -217,12 +273,12 @@ def run(args: argparse.Namespace) -> int:
             "persist_dir": str(args.persist_dir),
             "hits": records,
         }
-        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        print(json_for_terminal(payload))
         return 0
-    print(f"query: {args.question}")
-    embed = manifest.get("embed", {}).get("model_name", "?")
+    print(f"query: {shown(args.question)}")
+    embed = shown(manifest.get("embed", {}).get("model_name", "?"))
     print(
-        f"retriever: {args.retriever}   index: {args.persist_dir} "
+        f"retriever: {args.retriever}   index: {shown(args.persist_dir)} "
         f"({manifest.get('nodes', '?')} nodes, embedding {embed})"
         + (f"   rerank: {type(reranker).__name__}" if reranker is not None else "")
     )
@@ -230,8 +286,8 @@ def run(args: argparse.Namespace) -> int:
         hyp = next((r["hypothesis"] for r in records if r["hypothesis"]), None)
         crit: list[str] = next((r["criteria"] for r in records if r["criteria"]), [])
         print(
-            f"criterion hypothesis: {hyp or '(none)'}"
-            + (f"   terms: {' '.join(crit)}" if crit else "")
+            f"criterion hypothesis: {shown(hyp) if hyp else '(none)'}"
+            + (f"   terms: {' '.join(shown(c) for c in crit)}" if crit else "")
         )
     if not records:
         print("no hits")

@@ -8,13 +8,112 @@ answer it (the paper's §5.8): ``hypothesize("온도에 따라 늘었다 줄었�
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
+import re
+import threading
+import unicodedata
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+__all__ = [
+    "BaseCriterionHypothesizer",
+    "CriterionHypothesis",
+    "MAX_CRITERIA",
+    "MAX_CRITERION_CHARS",
+    "MAX_HYPOTHESIS_TEXT_CHARS",
+    "sanitize_text",
+    "submit_daemon",
+]
+
+T = TypeVar("T")
+
+
+def submit_daemon(fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+    """Run ``fn(*args)`` in a new **daemon** thread; return its ``Future``.
+
+    For calls that may hang (an LLM request): unlike a ``ThreadPoolExecutor`` worker, the
+    thread is never joined at interpreter exit and occupies no shared pool, so a caller that
+    stops waiting (``future.result(timeout=...)``) is really free — later calls do not queue
+    behind it and the process exits on time.
+    """
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    threading.Thread(target=work, name="car-hypothesis", daemon=True).start()
+    return future
+
+#: hard caps applied to every :class:`CriterionHypothesis` (whatever produced it)
+MAX_HYPOTHESIS_TEXT_CHARS = 4000
+MAX_CRITERIA = 32
+MAX_CRITERION_CHARS = 64
+
+# Terminal control sequences, removed whole (removing only ESC would leave "[31m" behind):
+# OSC / DCS / SOS / PM / APC strings up to BEL or ST, CSI sequences, two-character ESC
+# sequences, and their 8-bit C1 forms (U+009B CSI, U+009D OSC, U+0090 DCS …).
+_ESCAPE_SEQUENCES = re.compile(
+    r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[ -/]*[0-~]?"
+)
+
+
+def sanitize_text(text: str, max_chars: int | None = None, *, keep_newlines: bool = False) -> str:
+    """``text`` made safe to print, cache and embed.
+
+    Removes terminal escape sequences whole (CSI/OSC/DCS, 7- and 8-bit forms), then every
+    control character (Unicode ``Cc``; tab is kept, ``\\n`` too with ``keep_newlines``,
+    other whitespace controls such as ``\\r`` become spaces), format character (``Cf``: the bidi overrides and
+    isolates U+202A–U+202E / U+2066–U+2069, zero-width spaces and joiners, BOM, soft hyphen)
+    and lone surrogate (``Cs``); U+2028/U+2029 become newlines. The result is cut to
+    ``max_chars`` characters (no cut when ``None``).
+
+    >>> sanitize_text("\\x1b[31m배수\\x1b[0m \\u202e시설\\x07")
+    '배수 시설'
+    """
+    text = _ESCAPE_SEQUENCES.sub("", str(text))
+    out: list[str] = []
+    for ch in text:
+        if ch == "\n" or ch in "\u2028\u2029":
+            out.append("\n" if keep_newlines else " ")
+            continue
+        category = unicodedata.category(ch)
+        if ch == "\t":
+            out.append(ch)
+        elif category == "Cc":
+            if ch in "\r\x0b\x0c\x1c\x1d\x1e\x1f\x85":
+                out.append(" ")
+        elif category not in ("Cf", "Cs"):
+            out.append(ch)
+    clean = "".join(out)
+    return clean if max_chars is None else clean[:max_chars]
+
+
+def _one_line(text: str, max_chars: int) -> str:
+    return " ".join(sanitize_text(text).split())[:max_chars].strip()
 
 
 @dataclass(frozen=True)
 class CriterionHypothesis:
     """A hypothesis about the criterion a query seeks.
+
+    Every hypothesis is sanitised on construction, whatever produced it (an LLM, a cache
+    file, a user's hypothesizer): :func:`sanitize_text` on ``text`` and on each criterion,
+    whitespace collapsed to single spaces, ``text`` cut to :data:`MAX_HYPOTHESIS_TEXT_CHARS`
+    (4000), at most :data:`MAX_CRITERIA` (32) criteria of :data:`MAX_CRITERION_CHARS` (64)
+    characters, empty and repeated criteria dropped. A hypothesis that is empty afterwards
+    (``is_empty``) is refused by ``CriterionAwareRetriever`` (fallback) and never cached.
 
     Attributes:
         text: short hypothesis in the formal vocabulary of a standard; appended to the query
@@ -33,6 +132,17 @@ class CriterionHypothesis:
     source: str = ""
     cached: bool = False
     extra: dict[str, object] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        text = _one_line(self.text, MAX_HYPOTHESIS_TEXT_CHARS)
+        criteria: dict[str, None] = {}
+        for term in self.criteria:
+            clean = _one_line(term, MAX_CRITERION_CHARS)
+            if clean:
+                criteria.setdefault(clean, None)
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "criteria", tuple(criteria)[:MAX_CRITERIA])
+        object.__setattr__(self, "source", _one_line(self.source, 64))
 
     def expansion_terms(self) -> str:
         """The criterion terms joined by spaces (what the lexical channel appends)."""
@@ -62,11 +172,16 @@ class BaseCriterionHypothesizer(ABC):
     """
 
     name: str = "base"
+    #: whether this hypothesizer calls an LLM (``source`` of the instrumentation event)
+    uses_llm: bool = False
 
     @abstractmethod
     def hypothesize(self, query: str) -> CriterionHypothesis:
         """Return the criterion hypothesis for ``query``."""
 
     async def ahypothesize(self, query: str) -> CriterionHypothesis:
-        """Async form of :meth:`hypothesize` (a worker thread by default)."""
-        return await asyncio.to_thread(self.hypothesize, query)
+        """Async form of :meth:`hypothesize`: by default a daemon worker thread
+        (:func:`submit_daemon`), not the event loop's default executor — a hypothesize() that
+        hangs then neither fills that shared pool nor delays ``asyncio.run``'s exit."""
+        future = submit_daemon(contextvars.copy_context().run, self.hypothesize, query)
+        return await asyncio.wrap_future(future)

@@ -5,12 +5,21 @@ Both run any LlamaIndex ``LLM`` through one shared engine (:class:`_LLMHypothesi
 * **cache** — an in-memory LRU (``cache_size`` entries) plus, with ``cache_dir``, one JSON file
   per entry; the key is ``sha256(json([llm class:model, prompt template, query]))``, so a new
   model or an updated prompt never reuses stale hypotheses;
-* **timeout** — ``timeout`` seconds per attempt (``asyncio.wait_for`` on the async path, a
-  worker thread on the sync path);
-* **retry** — up to ``max_retries`` retries after timeouts, connection errors, HTTP 408/409/
-  425/429 and 5xx, sleeping ``min(max_backoff, backoff * 2**attempt)`` seconds (or the
-  server's ``retry-after`` when given and not longer than ``max_backoff``); other errors
+* **timeout** — ``timeout`` seconds per attempt (``asyncio.wait_for`` on the async path; on
+  the sync path the call runs in its own *daemon* thread that is abandoned when it overruns,
+  so a hung call never occupies a shared pool nor delays the exit of the process);
+* **deadline** — ``deadline`` seconds per query for everything (attempts, backoff sleeps,
+  ``Retry-After`` waits); :meth:`hypothesize` returns or raises within it;
+* **retry** — the only retry policy on the LLM path (an LLM whose SDK retries is replaced by
+  a copy with ``max_retries=0``; the caller's object is not modified): up
+  to ``max_retries`` retries after timeouts, connection errors, HTTP 408/409/425/429 and 5xx,
+  sleeping the server's ``Retry-After`` when given, else ``min(max_backoff, backoff *
+  2**attempt)``; a wait that would pass the deadline fails at once instead; other errors
   (401/403 auth, 400) fail at once;
+* **sanitising** — the raw output is cut to ``max_output_chars`` and stripped of terminal
+  escape sequences, control and bidi characters (:func:`~llama_index_car.hypothesizers.base.
+  sanitize_text`) before parsing; an output with nothing usable left raises and is never
+  cached;
 * **errors** — every failure, timeout or unusable output raises
   :class:`~llama_index_car._errors.HypothesisError`, which ``CriterionAwareRetriever``
   catches to fall back to the plain hybrid.
@@ -32,6 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import email.utils
 import hashlib
 import json
 import logging
@@ -52,7 +63,12 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
 from llama_index_car._errors import ConfigurationError, HypothesisError
-from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+from llama_index_car.hypothesizers.base import (
+    BaseCriterionHypothesizer,
+    CriterionHypothesis,
+    sanitize_text,
+    submit_daemon,
+)
 from llama_index_car.hypothesizers.prompts import CRITERION_HYPOTHESIS_PROMPT, HYDE_PROMPT
 
 __all__ = [
@@ -61,6 +77,7 @@ __all__ = [
     "parse_criterion_output",
     "is_retryable_error",
     "CACHE_FORMAT_VERSION",
+    "DEFAULT_LLM_DEADLINE",
 ]
 
 logger = logging.getLogger(__name__)
@@ -69,7 +86,13 @@ CACHE_FORMAT_VERSION = 1
 _RETRY_STATUS = frozenset({408, 409, 425, 429})
 _MAX_TERMS = 8
 _MAX_HYPOTHESIS_CHARS = 200
+#: LLM output beyond this many characters is ignored (a hypothesis is a line or two)
+DEFAULT_MAX_OUTPUT_CHARS = 20_000
 _HANGUL = re.compile(r"[가-힣]")
+
+
+#: default seconds per query for the whole hypothesis step (attempts, backoff, Retry-After)
+DEFAULT_LLM_DEADLINE = 30.0
 
 
 class _AttemptTimeout(TimeoutError):
@@ -113,13 +136,23 @@ def _retry_after(exc: BaseException) -> float | None:
     headers = getattr(response, "headers", None) or getattr(exc, "headers", None)
     if not headers:
         return None
-    try:
-        for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
             value = headers.get(name)
-            if value is not None:
-                return max(0.0, float(value) * scale)
-    except (TypeError, ValueError):
-        return None
+        except Exception:  # noqa: BLE001 - a header mapping of an unknown SDK
+            return None
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except (TypeError, ValueError):
+            try:  # an HTTP date
+                when = email.utils.parsedate_to_datetime(str(value))
+            except (TypeError, ValueError, IndexError):
+                continue
+            seconds = when.timestamp() - time.time()
+        if seconds == seconds:  # not NaN
+            return max(0.0, min(seconds, 1e9))
     return None
 
 
@@ -204,19 +237,18 @@ class _HypothesisCache:
             Path(tmp).unlink(missing_ok=True)
 
 
-_EXECUTOR: concurrent.futures.ThreadPoolExecutor | None = None
-_EXECUTOR_LOCK = threading.Lock()
+def _run_in_daemon_thread(fn: Callable[[], str], timeout: float) -> str:
+    """``fn()`` in a fresh daemon thread; :class:`_AttemptTimeout` after ``timeout`` seconds.
 
-
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    """Shared worker pool for the sync path's per-attempt timeout (created lazily)."""
-    global _EXECUTOR
-    with _EXECUTOR_LOCK:
-        if _EXECUTOR is None:
-            _EXECUTOR = concurrent.futures.ThreadPoolExecutor(
-                max_workers=4, thread_name_prefix="car-hypothesis"
-            )
-        return _EXECUTOR
+    The thread is abandoned on timeout (it ends when the client's own timeout fires): being a
+    daemon, it never delays interpreter exit, and being private, it never queues later calls
+    behind a hung one (a shared pool would).
+    """
+    future = submit_daemon(contextvars.copy_context().run, fn)
+    try:
+        return str(future.result(timeout=timeout))
+    except concurrent.futures.TimeoutError:
+        raise _AttemptTimeout(f"no answer within {timeout:.3g} s") from None
 
 
 def _model_id(llm: LLM) -> str:
@@ -229,10 +261,40 @@ def _model_id(llm: LLM) -> str:
     return f"{type(llm).__name__}:{model}"
 
 
-def _default_llm(timeout: float | None) -> LLM:
+def _without_sdk_retries(llm: LLM, owner: str) -> LLM:
+    """``llm`` itself when its SDK does not retry, else a copy whose clients don't.
+
+    LlamaIndex LLMs over the Stainless SDKs (Anthropic, OpenAI …) carry a ``max_retries``
+    field and build their clients from it; the copy gets ``max_retries=0`` and its prebuilt
+    clients are replaced by ``client.with_options(max_retries=0)`` (the caller's LLM is not
+    modified). When that is not possible a warning says the retries will stack.
+    """
+    retries = getattr(llm, "max_retries", None)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries <= 0:
+        return llm
+    try:
+        clone = llm.model_copy(update={"max_retries": 0})
+        private = dict(getattr(clone, "__pydantic_private__", None) or {})
+        for name, client in private.items():
+            if name in ("_client", "_aclient", "_async_client") and client is not None:
+                if not hasattr(client, "with_options"):
+                    raise TypeError(f"{type(client).__name__} has no with_options()")
+                setattr(clone, name, client.with_options(max_retries=0))
+        return clone
+    except Exception as exc:  # noqa: BLE001 - any LLM class: fall back to a warning
+        logger.warning(
+            "%s retries %d time(s) inside its SDK and %s retries again (%s): build it with "
+            "max_retries=0 so one retry policy applies and the deadline holds",
+            type(llm).__name__, retries, owner, exc,
+        )
+        return llm
+
+
+def _default_llm(timeout: float | None, deadline: float | None) -> LLM:
     from llama_index_car.providers import resolve_llm
 
-    llm = resolve_llm("anthropic", timeout=timeout, max_retries=0)
+    bounds = [t for t in (timeout, deadline) if t is not None]
+    llm = resolve_llm("anthropic", timeout=min(bounds) if bounds else None, max_retries=0)
     assert llm is not None  # noqa: S101 - resolve_llm("anthropic") never returns None
     return llm
 
@@ -242,6 +304,7 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
     """Cache + timeout + retry around one prompted LLM call; subclasses parse the output."""
 
     name = "llm"
+    uses_llm = True
     prompt_key = "hypothesis_prompt"
     default_prompt: BasePromptTemplate = CRITERION_HYPOTHESIS_PROMPT
 
@@ -256,9 +319,14 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
         max_retries: int = 2,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
+        deadline: float | None = DEFAULT_LLM_DEADLINE,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
     ) -> None:
-        if timeout is not None and timeout <= 0:
-            raise ConfigurationError(f"timeout={timeout!r} must be > 0 seconds or None")
+        for name, value in (("timeout", timeout), ("deadline", deadline)):
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < 1e9):
+                raise ConfigurationError(f"{name}={value!r} must be > 0 seconds or None")
+        if max_output_chars < 1:
+            raise ConfigurationError(f"max_output_chars={max_output_chars!r} must be >= 1")
         if max_retries < 0:
             raise ConfigurationError(f"max_retries={max_retries!r} must be >= 0")
         if backoff < 0 or max_backoff < 0:
@@ -267,8 +335,14 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
             )
         if cache_size < 0:
             raise ConfigurationError(f"cache_size={cache_size!r} must be >= 0 (0 disables)")
-        self.llm: LLM = llm if llm is not None else _default_llm(timeout)
+        self.llm: LLM = (
+            _without_sdk_retries(llm, type(self).__name__)
+            if llm is not None
+            else _default_llm(timeout, deadline)
+        )
         self.timeout = timeout
+        self.deadline = deadline
+        self.max_output_chars = max_output_chars
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -309,18 +383,21 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
         self._cache.clear()
 
     def hypothesize(self, query: str) -> CriterionHypothesis:
-        """Hypothesis for ``query`` (cache, then the LLM with timeout and retries)."""
+        """Hypothesis for ``query`` (cache, then the LLM with timeout, retries and deadline)."""
         query, key, cached = self._lookup(query)
         if cached is not None:
             return cached
+        end = self._end()
         delay: float | None = None
         for attempt in range(self.max_retries + 1):
             if delay:
                 time.sleep(delay)
             try:
-                raw = self._call_sync(query)
+                raw = self._call_sync(query, self._budget(query, attempt, end))
+            except HypothesisError:
+                raise
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised typed
-                delay = self._after_failure(query, attempt, exc)
+                delay = self._after_failure(query, attempt, exc, end)
                 continue
             return self._finish(query, key, raw)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -330,14 +407,17 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
         query, key, cached = self._lookup(query)
         if cached is not None:
             return cached
+        end = self._end()
         delay: float | None = None
         for attempt in range(self.max_retries + 1):
             if delay:
                 await asyncio.sleep(delay)
             try:
-                raw = await self._call_async(query)
+                raw = await self._call_async(query, self._budget(query, attempt, end))
+            except HypothesisError:
+                raise
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised typed
-                delay = self._after_failure(query, attempt, exc)
+                delay = self._after_failure(query, attempt, exc, end)
                 continue
             return self._finish(query, key, raw)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -358,7 +438,29 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
         query = self._check_query(query)
         key = self.cache_key(query)
         hit = self._cache.get(key)
-        return query, key, None if hit is None else self._from_payload(hit, cached=True)
+        if hit is None:
+            return query, key, None
+        try:
+            cached = self._from_payload(hit, cached=True)
+        except (KeyError, TypeError, ValueError):
+            return query, key, None  # a malformed cache file is a miss
+        return query, key, None if cached.is_empty else cached
+
+    def _end(self) -> float | None:
+        """The monotonic time by which this query must be answered (``None``: no deadline)."""
+        return None if self.deadline is None else time.monotonic() + self.deadline
+
+    def _budget(self, query: str, attempt: int, end: float | None) -> float | None:
+        """Seconds allowed for this attempt: ``timeout`` cut to what the deadline leaves."""
+        if end is None:
+            return self.timeout
+        left = end - time.monotonic()
+        if left <= 0:
+            raise HypothesisError(
+                f"{self.name} hypothesizer for query {_short(query)} passed its deadline of "
+                f"{self.deadline:g} s after {attempt} attempt(s)"
+            )
+        return left if self.timeout is None else min(self.timeout, left)
 
     def _format(self, query: str) -> str:
         return self._prompt.format(query=query)
@@ -385,40 +487,57 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
             return str(response.message.content or "")
         return str((await self.llm.acomplete(prompt)).text or "")
 
-    def _call_sync(self, query: str) -> str:
-        if self.timeout is None:
+    def _call_sync(self, query: str, budget: float | None) -> str:
+        if budget is None:
             return self._predict(query)
-        future = _executor().submit(self._predict, query)
-        try:
-            return future.result(timeout=self.timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise _AttemptTimeout(f"no answer within {self.timeout} s") from None
+        return _run_in_daemon_thread(lambda: self._predict(query), budget)
 
-    async def _call_async(self, query: str) -> str:
-        if self.timeout is None:
+    async def _call_async(self, query: str, budget: float | None) -> str:
+        if budget is None:
             return await self._apredict(query)
         try:
-            return await asyncio.wait_for(self._apredict(query), timeout=self.timeout)
+            return await asyncio.wait_for(self._apredict(query), timeout=budget)
         except asyncio.TimeoutError:
-            raise _AttemptTimeout(f"no answer within {self.timeout} s") from None
+            raise _AttemptTimeout(f"no answer within {budget:.3g} s") from None
 
-    def _after_failure(self, query: str, attempt: int, exc: Exception) -> float:
-        """Return the sleep before the next attempt, or raise HypothesisError."""
+    def _after_failure(
+        self, query: str, attempt: int, exc: Exception, end: float | None
+    ) -> float:
+        """Return the sleep before the next attempt, or raise HypothesisError.
+
+        The server's ``Retry-After`` is obeyed (never retried sooner); when that wait, or the
+        backoff, would pass the deadline, the hypothesizer gives up at once instead.
+        """
         retryable = is_retryable_error(exc)
         code = _status_code(exc)
-        detail = f"{type(exc).__name__}{f' (HTTP {code})' if code else ''}: {exc}"
+        detail = sanitize_text(
+            f"{type(exc).__name__}{f' (HTTP {code})' if code else ''}: {exc}", 300
+        )
+        fail = f"{self.name} hypothesizer failed for query {_short(query)}"
         if not retryable or attempt >= self.max_retries:
             why = f"after {attempt + 1} attempt(s)" if retryable else "(not retryable)"
             hint = " — check the API key" if code in (401, 403) else ""
-            raise HypothesisError(
-                f"{self.name} hypothesizer failed for query {query[:60]!r} {why}: "
-                f"{detail}{hint}"
-            ) from exc
-        delay = min(self.max_backoff, self.backoff * (2**attempt))
+            raise HypothesisError(f"{fail} {why}: {detail}{hint}") from exc
         server_hint = _retry_after(exc)
-        if server_hint is not None and server_hint <= self.max_backoff:
+        if server_hint is not None:
             delay = server_hint
+            limit = (end - time.monotonic()) if end is not None else self.max_backoff
+            if delay >= limit:
+                bound = (
+                    f"the {self.deadline:g} s deadline" if end is not None
+                    else f"max_backoff={self.max_backoff:g} s"
+                )
+                raise HypothesisError(
+                    f"{fail} after {attempt + 1} attempt(s): the server asked to retry after "
+                    f"{delay:g} s, beyond {bound}: {detail}"
+                ) from exc
+        else:
+            delay = min(self.max_backoff, self.backoff * (2**attempt))
+            if end is not None and delay >= end - time.monotonic():
+                raise HypothesisError(
+                    f"{fail} after {attempt + 1} attempt(s); no time left before the "
+                    f"{self.deadline:g} s deadline: {detail}"
+                ) from exc
         logger.warning(
             "%s hypothesizer attempt %d/%d failed (%s); retrying in %.2f s",
             self.name, attempt + 1, self.max_retries + 1, detail, delay,
@@ -426,7 +545,15 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
         return delay
 
     def _finish(self, query: str, key: str, raw: str) -> CriterionHypothesis:
-        text, criteria = self._parse(raw)
+        clean = sanitize_text(str(raw or "")[: self.max_output_chars], keep_newlines=True)
+        text, criteria = self._parse(clean)
+        result = CriterionHypothesis(text=text, criteria=criteria)  # sanitised, capped
+        if result.is_empty or not re.search(r"[가-힣A-Za-z]", result.text):
+            raise HypothesisError(
+                f"{self.name} hypothesizer: unusable output for query {_short(query)}: "
+                f"{clean[:120]!r}"
+            )
+        text, criteria = result.text, result.criteria
         payload = {
             "text": text,
             "criteria": list(criteria),
@@ -445,6 +572,10 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
             cached=cached,
             extra={"model": payload.get("model")},
         )
+
+
+def _short(query: str) -> str:
+    return repr(sanitize_text(query, 60))
 
 
 # --------------------------------------------------------------------------- parsing
@@ -578,15 +709,21 @@ class LLMCriterionHypothesizer(_LLMHypothesizerBase):
 
     Args:
         llm: any LlamaIndex ``LLM``. ``None`` → ``Anthropic(model="claude-sonnet-4-6")``
-            (needs ``ANTHROPIC_API_KEY`` and the ``anthropic`` extra; built with the SDK's own
-            retries off so this class's retry policy applies).
+            (needs ``ANTHROPIC_API_KEY`` and the ``anthropic`` extra). An LLM whose SDK
+            retries (``max_retries > 0``) is used through a copy with those retries off, so
+            this class's retry policy is the only one.
         prompt: replaces the default template (one variable, ``{query}``).
         cache_dir: optional folder of JSON cache files (one per query).
         cache_size: in-memory LRU entries (0 disables the memory cache); default 1024.
         timeout: seconds per attempt (default 30; ``None`` = no limit).
-        max_retries: retries after transient errors (default 2).
+        max_retries: retries after transient errors (default 2). The only retries on the
+            LLM path: give an LLM whose SDK does not retry (``max_retries=0``).
         backoff / max_backoff: retry sleep ``min(max_backoff, backoff * 2**attempt)``
-            (defaults 0.5 s / 8 s).
+            (defaults 0.5 s / 8 s) when the server sends no ``Retry-After``.
+        deadline: seconds per query for all attempts and waits together (default
+            :data:`DEFAULT_LLM_DEADLINE` = 30; ``None`` = bounded only by ``timeout`` and
+            ``max_retries``). Keep it <= ``CriterionAwareRetriever.hypothesis_timeout``.
+        max_output_chars: LLM output beyond this is ignored (default 20,000).
 
     >>> from llama_index.core.llms import MockLLM
     >>> hyp = LLMCriterionHypothesizer(llm=MockLLM())

@@ -27,7 +27,18 @@ default 0.5); only then is the hypothesizer called, otherwise the hybrid result 
 (``car_explain["routed"] = "hybrid"``).
 
 Every result carries ``car_explain`` (hypothesis, criteria, per-channel ranks and scores,
-fallback, routed, router signal), excluded from embedding and LLM text.
+fallback, routed, router signal), excluded from embedding and LLM text. The hypothesis step
+dispatches a :class:`~llama_index_car.hypothesizers.events.CriterionHypothesisEvent` (query,
+hypothesis, source ``llm``/``offline``/``fallback``, latency) to LlamaIndex instrumentation.
+
+Score scale: like :class:`~llama_index_car.retrievers.weighted_rrf.WeightedRRFRetriever`,
+scores are weighted-RRF sums, at most ``1 / (rrf_k + 1) ≈ 0.0164`` (weights ``alpha`` and
+``1 - alpha`` sum to 1), so a ``SimilarityPostprocessor(similarity_cutoff=0.3)`` drops every
+hit; use ``similarity_cutoff = c / (rrf_k + 1)`` with ``c`` in [0, 1].
+
+Queries pass :mod:`llama_index_car.query_guard` first: empty → ``[]``, control/bidi
+characters and lone surrogates removed, longer than ``QueryLimits.max_chars`` (2000) →
+``QueryError``.
 
 >>> car = CriterionAwareRetriever.from_defaults(nodes=nodes)  # doctest: +SKIP
 >>> car.retrieve("온도에 따라 늘었다 줄었다 하는 이음부 기준")[0].node.metadata["car_explain"]["hypothesis"]  # doctest: +SKIP
@@ -41,6 +52,7 @@ import concurrent.futures
 import contextvars
 import logging
 import math
+import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -50,7 +62,14 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError, HypothesisError
 from llama_index_car.fusion import DEFAULT_RRF_K
-from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+from llama_index_car.hypothesizers.base import (
+    BaseCriterionHypothesizer,
+    CriterionHypothesis,
+    sanitize_text,
+    submit_daemon,
+)
+from llama_index_car.hypothesizers.events import emit_hypothesis_event
+from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.retrievers.routing import LexicalOverlapRouter, RouteDecision
 from llama_index_car.retrievers.weighted_rrf import (
     aretrieve_channels,
@@ -312,7 +331,7 @@ class CriterionAwareRetriever(BaseRetriever):
         if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)):
             message = f"hypothesizer timed out after {self.hypothesis_timeout:g} s"
         else:
-            message = f"hypothesizer failed: {type(exc).__name__}: {exc}"
+            message = f"hypothesizer failed: {type(exc).__name__}: {sanitize_text(str(exc), 500)}"
         if self.strict:
             if isinstance(exc, HypothesisError):
                 raise exc
@@ -321,6 +340,7 @@ class CriterionAwareRetriever(BaseRetriever):
         return message
 
     # ------------------------------------------------------------------ sync
+    @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = query_bundle.query_str
         plain_lexical = QueryBundle(query_str=query)
@@ -339,11 +359,13 @@ class CriterionAwareRetriever(BaseRetriever):
                     [dense_hits, lexical_hits], hypothesis=None, fallback=False,
                     routed="hybrid", decision=decision, error=None,
                 )
+        started = time.perf_counter()
         executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=3, thread_name_prefix="car"
         )
         try:
-            hyp_future = executor.submit(
+            # a daemon thread, not the pool: a hung hypothesizer never holds the process
+            hyp_future = submit_daemon(
                 contextvars.copy_context().run, self.hypothesizer.hypothesize, query
             )
             hybrid_future = None
@@ -358,6 +380,9 @@ class CriterionAwareRetriever(BaseRetriever):
                 hypothesis = _validated(hyp_future.result(timeout=self.hypothesis_timeout))
             except Exception as exc:
                 error = self._failed(exc)
+                emit_hypothesis_event(
+                    query, self.hypothesizer, None, time.perf_counter() - started, error
+                )
                 hybrid = (
                     hybrid_future.result()
                     if hybrid_future is not None
@@ -367,6 +392,9 @@ class CriterionAwareRetriever(BaseRetriever):
                     hybrid, hypothesis=None, fallback=True, routed="hybrid",
                     decision=decision, error=error,
                 )
+            emit_hypothesis_event(
+                query, self.hypothesizer, hypothesis, time.perf_counter() - started
+            )
             if hybrid_future is not None:
                 hybrid_future.cancel()
         finally:
@@ -411,6 +439,7 @@ class CriterionAwareRetriever(BaseRetriever):
             self.pool_top_k,
         )
 
+    @guarded_retrieve
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = query_bundle.query_str
         decision: RouteDecision | None = None
@@ -428,6 +457,7 @@ class CriterionAwareRetriever(BaseRetriever):
                     hybrid, hypothesis=None, fallback=False, routed="hybrid",
                     decision=decision, error=None,
                 )
+        started = time.perf_counter()
         hyp_task = asyncio.ensure_future(
             asyncio.wait_for(self.hypothesizer.ahypothesize(query), self.hypothesis_timeout)
         )
@@ -443,6 +473,9 @@ class CriterionAwareRetriever(BaseRetriever):
                 hypothesis = _validated(await hyp_task)
             except Exception as exc:
                 error = self._failed(exc)
+                emit_hypothesis_event(
+                    query, self.hypothesizer, None, time.perf_counter() - started, error
+                )
                 hybrid = (
                     await hybrid_task
                     if hybrid_task is not None
@@ -457,6 +490,7 @@ class CriterionAwareRetriever(BaseRetriever):
             for task in (hyp_task, hybrid_task):
                 if task is not None and not task.done():
                     task.cancel()
+        emit_hypothesis_event(query, self.hypothesizer, hypothesis, time.perf_counter() - started)
         dense_q, lexical_q = self._car_bundles(query, hypothesis)
         results = await aretrieve_channels(
             [(self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q)], self.pool_top_k

@@ -59,6 +59,7 @@ from llama_index.core.vector_stores.utils import build_metadata_filter_fn
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
 from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
+from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
 __all__ = ["FORMAT_VERSION", "KiwiBM25Retriever"]
@@ -302,6 +303,7 @@ class KiwiBM25Retriever(BaseRetriever):
             )
         return self._mask
 
+    @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         tokens = self._tokenizer.tokenize(query_bundle.query_str)
         if not tokens or not self._nodes:

@@ -39,6 +39,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.fusion import DEFAULT_RRF_K, validate_weights, weighted_rrf
+from llama_index_car.query_guard import guarded_retrieve
 
 __all__ = [
     "EXPLAIN_KEY",
@@ -225,6 +226,14 @@ class WeightedRRFRetriever(BaseRetriever):
     score(d) = Σ_i w_i / (rrf_k + rank_i(d)), ranks 1-based within each channel's top
     ``pool_top_k``; absent documents contribute 0; ties by ``node_id`` ascending.
 
+    Score scale: fused scores are RRF-sized, not similarities. The best possible score is
+    ``sum(weights) / (rrf_k + 1)`` — ``1/61 ≈ 0.0164`` for ``from_alpha`` (weights sum to 1)
+    with ``rrf_k=60`` — so ``SimilarityPostprocessor(similarity_cutoff=0.3)`` drops every
+    hit. Express a cutoff as a fraction ``c`` of the best score instead:
+    ``similarity_cutoff = c * sum(weights) / (rrf_k + 1)`` (``c = 0.5``: a hit must be worth
+    at least half of "first in every channel"). The channels' own scores are kept in
+    ``metadata["car_explain"]["channels"]``.
+
     Args:
         retrievers: the channels (any ``BaseRetriever``); at least one.
         weights: one non-negative weight per channel, not all zero (default: all 1.0).
@@ -307,8 +316,10 @@ class WeightedRRFRetriever(BaseRetriever):
             results, self.channel_names, self.weights, self.rrf_k, self.similarity_top_k
         )
 
+    @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._fuse(retrieve_channels(self._jobs(query_bundle), self.pool_top_k))
 
+    @guarded_retrieve
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._fuse(await aretrieve_channels(self._jobs(query_bundle), self.pool_top_k))

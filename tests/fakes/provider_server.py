@@ -27,6 +27,7 @@ import hashlib
 import json
 import struct
 import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +41,7 @@ __all__ = [
     "FakeProviderServer",
     "RecordedRequest",
     "Reply",
+    "HOSTILE_TEXTS",
     "anthropic_message",
     "point_sdks_at",
     "serving",
@@ -58,6 +60,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    received: float = field(default_factory=time.monotonic)  # time.monotonic() on arrival
 
     def header(self, name: str) -> str | None:
         """Case-insensitive header lookup."""
@@ -77,8 +80,41 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
 
+    @classmethod
+    def hang(cls, seconds: float = 3600.0) -> Reply:
+        """A reply that never comes in practice: the handler sleeps ``seconds`` (woken and
+        dropped without an answer when the server stops)."""
+        return cls(delay=seconds)
+
+    @classmethod
+    def error(cls, status: int, retry_after: float | str | None = None) -> Reply:
+        """An error ``status`` (429, 500, 503 …) with an optional ``Retry-After`` header."""
+        headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
+        return cls(status=status, headers=headers)
+
+    @classmethod
+    def anthropic_text(cls, text: str) -> Reply:
+        """A 200 Anthropic Messages reply carrying ``text`` verbatim (e.g. hostile output)."""
+        return cls(body=anthropic_message(text))
+
 
 Action = Reply | Callable[[RecordedRequest], Reply]
+
+#: LLM outputs an attacker controlling the provider (or a prompt injection) could return:
+#: terminal escape sequences (clear screen, window title, OSC 8 hyperlink, C1 CSI), bidi
+#: overrides (U+202E), zero-width characters, NULs and a flood of text.
+HOSTILE_TEXTS: dict[str, str] = {
+    "ansi": "가설: \x1b[2J\x1b[H\x1b[31m신축이음장치\x1b[0m 설치기준\n기준어: 신축이음장치, 설치기준",
+    "osc": "가설: 신축이음장치 설치기준\x1b]0;pwned\x07\x1b]8;;http://evil/\x1b\\link\x1b]8;;\x1b\\"
+    "\n기준어: 신축이음장치, 설치기준",
+    "bidi": "가설: 신축이음장치 \u202e준기치설\u202c\u2066 설치기준\n기준어: 신축이음장치\u200b, 설치기준",
+    "c1": "가설: 신축이음장치\x9b2J 설치기준\x00\n기준어: 신축이음장치, 설치\x07기준",
+    "flood": "가설: " + "신축이음장치 설치기준 " * 20000 + "\n기준어: " + ", ".join(
+        f"기준어{i}" for i in range(5000)
+    ),
+    "only_escapes": "\x1b[2J\x1b[H\u202e\u200b\x07",
+    "labelled_escapes": "가설: \x1b[2J\u202e\n기준어: \x1b[0m\u2066",
+}
 
 
 def anthropic_message(text: str, model: str = "claude-sonnet-4-6") -> dict[str, Any]:
@@ -139,6 +175,7 @@ class FakeProviderServer:
         self.requests: list[RecordedRequest] = []
         self.anthropic_text: str | Callable[[RecordedRequest], str] = DEFAULT_ANTHROPIC_TEXT
         self._queues: dict[str, deque[Action]] = defaultdict(deque)
+        self._sticky: dict[str, Action] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -191,6 +228,15 @@ class FakeProviderServer:
         with self._lock:
             self._queues[path].extend(actions)
 
+    def set_default(self, path: str, action: Action | None) -> None:
+        """Answer every request to ``path`` with ``action`` once its queue is empty (e.g.
+        ``Reply.hang()`` for a hung server); ``None`` restores the default handler."""
+        with self._lock:
+            if action is None:
+                self._sticky.pop(path, None)
+            else:
+                self._sticky[path] = action
+
     def requests_to(self, path: str) -> list[RecordedRequest]:
         """The recorded requests whose path is ``path``."""
         return [r for r in self.requests if r.path == path]
@@ -200,6 +246,7 @@ class FakeProviderServer:
         with self._lock:
             self.requests.clear()
             self._queues.clear()
+            self._sticky.clear()
 
     # ---------------------------------------------------------------- handling
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
@@ -214,7 +261,7 @@ class FakeProviderServer:
         with self._lock:
             self.requests.append(request)
             queue = self._queues.get(path)
-            action: Action | None = queue.popleft() if queue else None
+            action: Action | None = queue.popleft() if queue else self._sticky.get(path)
         reply = action(request) if callable(action) else action
         if reply is None:
             reply = Reply()

@@ -1,0 +1,174 @@
+"""Argument types and the one-line error parser shared by every ``llama-car`` subcommand.
+
+Each type is an ``argparse`` ``type=`` callable: it returns the converted value or raises
+``argparse.ArgumentTypeError`` with a message naming the allowed values, so bad usage is
+refused while parsing — before any model loads — with **one line** on stderr and exit code 2
+(:class:`OneLineParser`). Standard library only (``llama-car --help`` stays instant).
+
+>>> positive_int("5"), unit_float("0.25"), positive_seconds("1.5")
+(5, 0.25, 1.5)
+>>> positive_int("-5")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: '-5' is not an integer >= 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+__all__ = [
+    "OneLineParser",
+    "existing_dir",
+    "existing_file",
+    "existing_path",
+    "int_at_least",
+    "output_dir",
+    "nonneg_int",
+    "positive_int",
+    "positive_seconds",
+    "query_text",
+    "unit_float",
+]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line: ``prog: error: message (see
+    prog --help)`` on stderr, exit code 2 (the default prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` as one line and exit with code 2."""
+        text = " ".join(str(message).split())
+        line = f"{self.prog}: error: {text} (see {self.prog} --help)\n"
+        encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+        self.exit(2, line.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+
+
+def _int(value: str, minimum: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = minimum - 1
+    if number < minimum:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer >= {minimum}")
+    return number
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """A ``type=`` for an integer >= ``minimum``."""
+
+    def convert(value: str) -> int:
+        return _int(value, minimum)
+
+    convert.__name__ = f"integer >= {minimum}"
+    return convert
+
+
+def positive_int(value: str) -> int:
+    """An integer >= 1."""
+    return _int(value, 1)
+
+
+def nonneg_int(value: str) -> int:
+    """An integer >= 0."""
+    return _int(value, 0)
+
+
+def unit_float(value: str) -> float:
+    """A finite number in [0, 1]."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not 0.0 <= number <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number in [0, 1]")
+    return number
+
+
+def positive_seconds(value: str) -> float:
+    """A finite number of seconds > 0."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds > 0")
+    return number
+
+
+def _undecodable(text: str) -> str | None:
+    """The first character of ``text`` that cannot be encoded as UTF-8 (a lone surrogate:
+    an undecodable byte of the command line), described; ``None`` when all are valid."""
+    for position, ch in enumerate(text):
+        if "\ud800" <= ch <= "\udfff":
+            code = ord(ch)
+            what = f"byte 0x{code - 0xDC00:02x}" if code >= 0xDC80 else f"U+{code:04X}"
+            return f"{what} at position {position}"
+    return None
+
+
+def existing_dir(value: str) -> str:
+    """An existing directory (named in the error when it is not)."""
+    bad = _undecodable(value)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"the path is not valid UTF-8 ({bad})")
+    if not Path(value).is_dir():
+        reason = "is not a directory" if Path(value).exists() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{value} {reason}")
+    return value
+
+
+def existing_file(value: str) -> str:
+    """An existing regular file."""
+    existing_path(value)
+    if not Path(value).is_file():
+        raise argparse.ArgumentTypeError(f"{value} is not a file")
+    return value
+
+
+def output_dir(value: str) -> str:
+    """A folder to write into: valid UTF-8, and not an existing non-directory."""
+    bad = _undecodable(value)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"the path is not valid UTF-8 ({bad})")
+    if not value.strip():
+        raise argparse.ArgumentTypeError("the output folder is empty")
+    if Path(value).exists() and not Path(value).is_dir():
+        raise argparse.ArgumentTypeError(f"{value} exists and is not a directory")
+    return value
+
+
+def existing_path(value: str) -> str:
+    """An existing file or directory."""
+    bad = _undecodable(value)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"the path is not valid UTF-8 ({bad})")
+    if not Path(value).exists():
+        raise argparse.ArgumentTypeError(f"{value} does not exist")
+    return value
+
+
+def query_text(value: str) -> str:
+    """A question: valid UTF-8, not blank, at most ``$CAR_MAX_QUERY_CHARS`` characters
+    (default 2000, the library's :class:`~llama_index_car.query_guard.QueryLimits`)."""
+    bad = _undecodable(value)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(
+            f"the question is not valid UTF-8 ({bad}); pass it in UTF-8"
+        )
+    if not value.strip():
+        raise argparse.ArgumentTypeError("the question is empty; pass a question in quotes")
+    raw = os.environ.get("CAR_MAX_QUERY_CHARS", "").strip()
+    limit = int(raw) if raw.isdigit() and int(raw) > 0 else 2000
+    if len(value) > limit:
+        raise argparse.ArgumentTypeError(
+            f"the question has {len(value)} characters; the limit is {limit} "
+            "(raise it with CAR_MAX_QUERY_CHARS)"
+        )
+    return value
