@@ -73,6 +73,8 @@ MODULES: tuple[str, ...] = (
     "llama_index.readers.hwpx._parse",
     "llama_index.readers.hwpx._render",
     "llama_index.readers.hwpx.base",
+    "llama_index.readers.hwpx.hml",
+    "llama_index.readers.hwpx.hml_writer",
     "llama_index.readers.hwpx.node_parser",
     "llama_index.readers.hwpx.writer",
 )
