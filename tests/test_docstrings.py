@@ -42,6 +42,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.evaluation.metrics",
     "llama_index_car.evaluation.overlap",
     "llama_index_car.evaluation.plots",
+    "llama_index_car.evaluation.preservation",
     "llama_index_car.evaluation.probe",
     "llama_index_car.evaluation.report",
     "llama_index_car.evaluation.runner",
