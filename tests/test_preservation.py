@@ -187,3 +187,38 @@ def test_self_test_hwpx_against_itself_is_exactly_100() -> None:
         assert s.tables > 0
         assert s.recovered == s.cells and s.preservation == 1.0 and s.detection == 1.0
         assert s.perfect == s.tables and s.lost == 0
+
+
+def test_stitch_pages_joins_only_page_break_continuations() -> None:
+    from llama_index_car.evaluation.pdf_tables import PDFTable, stitch_pages
+
+    a = PDFTable("e", 0, [["h1", "h2"], ["a", "b"]])  # last on page 0
+    b = PDFTable("e", 1, [["c", "d"]])  # first on page 1, same width: joined
+    c = PDFTable("e", 1, [["x", "y"]])  # second on page 1: not joined
+    d = PDFTable("e", 2, [["p", "q", "r"]])  # first on page 2, other width: not joined
+    e = PDFTable("f", 1, [["c", "d"]])  # another engine: never joined with "e"
+    out = stitch_pages([a, b, c, d, e])
+    assert [(t.engine, t.page, t.rows) for t in out] == [
+        ("e", 0, [["h1", "h2"], ["a", "b"], ["c", "d"]]),
+        ("e", 1, [["x", "y"]]),
+        ("e", 2, [["p", "q", "r"]]),
+        ("f", 1, [["c", "d"]]),
+    ]
+    assert a.rows == [["h1", "h2"], ["a", "b"]]  # inputs untouched
+    # a chain over three pages becomes one table
+    chain = [PDFTable("e", i, [[str(i), "v"]]) for i in range(3)]
+    assert [t.rows for t in stitch_pages(chain)] == [[["0", "v"], ["1", "v"], ["2", "v"]]]
+    # a gap page breaks the chain
+    gap = [PDFTable("e", 0, [["a"]]), PDFTable("e", 2, [["b"]])]
+    assert len(stitch_pages(gap)) == 2
+
+
+def test_stitching_lets_a_split_table_align_whole() -> None:
+    from llama_index_car.evaluation.pdf_tables import PDFTable, stitch_pages
+
+    gt = ground_truth([_t(4, 2, ["k1", "v1", "k2", "v2", "k3", "v3", "k4", "v4"])])
+    split = [PDFTable("e", 0, [["k1", "v1"], ["k2", "v2"]]),
+             PDFTable("e", 1, [["k3", "v3"], ["k4", "v4"]])]
+    plain = score_document("d", gt, [t.rows for t in split])
+    joined = score_document("d", gt, [t.rows for t in stitch_pages(split)])
+    assert (plain[0].n_recovered, joined[0].n_recovered) == (4, 8)

@@ -36,6 +36,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--engines", default="pymupdf,pdfplumber", metavar="LIST",
                    help="PDF engines, comma-separated; several = their union "
                    "(default: %(default)s)")
+    p.add_argument("--stitch", action="store_true",
+                   help="also score PDF tables joined across page breaks (beyond the paper)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     return p
@@ -52,12 +54,14 @@ def run(args: argparse.Namespace) -> int:
             print(msg, file=sys.stderr, flush=True)
 
     results = run_preservation(
-        args.hwpx_dir, args.pdf, args.hml, engines=engines, progress=progress
+        args.hwpx_dir, args.pdf, args.hml, engines=engines, stitch=args.stitch,
+        progress=progress
     )
     argv = ["llama-car", "preserve", args.hwpx_dir]
     argv += ["--pdf", args.pdf] if args.pdf else []
     argv += ["--hml", args.hml] if args.hml else []
     argv += ["--engines", args.engines] if args.pdf else []
+    argv += ["--stitch"] if args.stitch and args.pdf else []
     argv += ["--out", args.out]
     paths = write_preservation_outputs(results, args.out, command=shlex.join(argv))
     for row in results["pathways"]:

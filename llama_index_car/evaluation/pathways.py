@@ -22,6 +22,7 @@ from llama_index_car.evaluation.pdf_tables import (
     PDFTableError,
     check_engines,
     extract_pdf_tables,
+    stitch_pages,
 )
 from llama_index_car.evaluation.preservation import (
     SCOPES,
@@ -116,12 +117,14 @@ def run_preservation(
     *,
     engines: Sequence[str] = ("pymupdf", "pdfplumber"),
     per_engine: bool = True,
+    stitch: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Score the HWPX self-test and each given pathway; returns the JSON-able results.
 
     ``per_engine`` also scores each PDF engine alone (from the same extraction) when more
-    than one engine is used."""
+    than one engine is used; ``stitch`` adds a row for the PDF tables joined across page
+    breaks (:func:`stitch_pages`, beyond the paper)."""
     from llama_index.readers.hwpx import HMLReader, HWPXError, HWPXReader
 
     say = progress or (lambda msg: None)
@@ -177,6 +180,9 @@ def run_preservation(
         label = "PDF (union)" if len(engines) > 1 else f"PDF ({engines[0]})"
         union = {d: [t.rows for t in ts] for d, ts in extracted.items()}
         pathways.append(_pathway_block(label, gt, union))
+        if stitch:
+            joined = {d: [t.rows for t in stitch_pages(ts)] for d, ts in extracted.items()}
+            pathways.append(_pathway_block(f"{label[:-1]}, stitched)", gt, joined))
         if per_engine and len(engines) > 1:
             for e in engines:
                 alone = {d: [t.rows for t in ts if t.engine == e] for d, ts in extracted.items()}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from llama_index_car._errors import CarError, ConfigurationError, require
 
-__all__ = ["ENGINES", "PDFTable", "PDFTableError", "extract_pdf_tables"]
+__all__ = ["ENGINES", "PDFTable", "PDFTableError", "extract_pdf_tables", "stitch_pages"]
 
 #: engine name -> (import name, PyPI package)
 ENGINES: dict[str, tuple[str, str]] = {
@@ -102,4 +102,45 @@ def extract_pdf_tables(
             raise
         except Exception as exc:  # engines raise many unrelated types on damaged files
             raise PDFTableError(f"{label}: {e} could not read the PDF: {exc}") from exc
+    return out
+
+
+def stitch_pages(tables: Sequence[PDFTable]) -> list[PDFTable]:
+    """Join tables split across a page break (beyond the paper, which scores splits as loss).
+
+    Per engine, a table that is the last one its engine found on page ``p`` and a table that
+    is the first one on page ``p + 1`` are joined (rows of the second appended) when both have
+    the same column count; chains over several pages join into one table (its ``page`` is the
+    first page). Returns new tables; the input is not modified.
+    """
+    out: list[PDFTable] = []
+    by_engine: dict[str, list[PDFTable]] = {}
+    for t in tables:
+        by_engine.setdefault(t.engine, []).append(t)
+    for engine, seq in by_engine.items():
+        last_on_page: dict[int, int] = {}
+        first_on_page: dict[int, int] = {}
+        for i, t in enumerate(seq):
+            last_on_page[t.page] = i
+            first_on_page.setdefault(t.page, i)
+        current: PDFTable | None = None
+        end_page = -1
+        for i, t in enumerate(seq):
+            width = max((len(r) for r in t.rows), default=0)
+            joinable = (
+                current is not None
+                and t.page == end_page + 1
+                and first_on_page[t.page] == i
+                and last_on_page.get(end_page) == i - 1
+                and width == max((len(r) for r in current.rows), default=0)
+            )
+            if joinable and current is not None:
+                current = PDFTable(engine, current.page, current.rows + [list(r) for r in t.rows])
+            else:
+                if current is not None:
+                    out.append(current)
+                current = PDFTable(engine, t.page, [list(r) for r in t.rows])
+            end_page = t.page
+        if current is not None:
+            out.append(current)
     return out
