@@ -66,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
     paths = write_preservation_outputs(results, args.out, command=shlex.join(argv))
     for row in results["pathways"]:
         s = row["summary"]["2x2"]
+        if not s["tables"]:
+            print(f"{row['pathway']:<20} >=2x2: no ground-truth tables in scope")
+            continue
         print(
             f"{row['pathway']:<20} >=2x2: {s['tables']:>4} tables {s['cells']:>6} cells "
             f"preservation {100 * s['preservation']:5.1f}%  detection "

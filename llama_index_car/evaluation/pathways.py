@@ -216,6 +216,9 @@ def render_preservation_report(results: dict[str, Any], command: str = "") -> st
         for scope in ("2x2", "all"):
             s = p["summary"][scope]
             label = "≥2×2" if scope == "2x2" else "all"
+            if not s["tables"]:
+                lines.append(f"| {p['pathway']} | {label} | {s['documents']} | 0 | 0 | – | – |")
+                continue
             lines.append(
                 f"| {p['pathway']} | {label} | {s['documents']} | {s['tables']} | {s['cells']} "
                 f"| {_pct(s['preservation'])} | {_pct(s['detection'])} |"
@@ -237,6 +240,9 @@ def render_preservation_report(results: dict[str, Any], command: str = "") -> st
         s = p["summary"]["2x2"]
         r2 = p["robustness"]["min_chars_2"]["2x2"]
         r3 = p["robustness"]["min_chars_3"]["2x2"]
+        if not s["tables"]:
+            lines.append(f"| {p['pathway']} | – | – | – | 0 of 0 | 0 of 0 |")
+            continue
         lines.append(
             f"| {p['pathway']} | {_pct(s['preservation'])} | {_pct(r2['preservation'])} "
             f"| {_pct(r3['preservation'])} | {s['perfect']} of {s['tables']} "

@@ -166,10 +166,17 @@ def plot_preservation(
     plt = _pyplot()
     if plt is None:
         return None
-    pathways = list(results["pathways"])
+    # a pathway without >=2x2 ground truth (e.g. a tiny HML probe) shows its all-table figure
+    pathways = [p for p in results["pathways"] if p["summary"]["all"]["tables"]]
     pdf = next((p for p in pathways if str(p["pathway"]).startswith("PDF")), None)
-    labels = [str(p["pathway"]) for p in pathways]
-    values = [100 * p["summary"]["2x2"]["preservation"] for p in pathways]
+    scope = ["2x2" if p["summary"]["2x2"]["tables"] else "all" for p in pathways]
+    labels = [
+        str(p["pathway"]) + ("" if sc == "2x2" else "\n(all tables)")
+        for p, sc in zip(pathways, scope, strict=True)
+    ]
+    values = [
+        100 * p["summary"][sc]["preservation"] for p, sc in zip(pathways, scope, strict=True)
+    ]
     colors = ["#4f81bd" if not lab.startswith("PDF") else "#e07b39" for lab in labels]
     if pdf is not None:
         labels.append(f"{pdf['pathway']}\ndetection, all")
