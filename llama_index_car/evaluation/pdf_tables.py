@@ -1,6 +1,8 @@
 """PDF table pathway (paper §4.2): PyMuPDF ``find_tables`` ∪ pdfplumber ``extract_tables``.
 
 Optional extra ``pip install 'llama-index-car[pdf]'``: PyMuPDF (AGPL-3.0) and pdfplumber (MIT).
+A third engine, Camelot lattice (``camelot-py``, MIT; not in the extra, install it yourself),
+is selectable too (beyond the paper; see ``benchmarks/pdf_extractors.py``).
 Each engine runs with its default settings on every page; the union is the concatenation of
 both engines' tables (the Level-1 alignment then picks, one-to-one, the best of them for each
 ground-truth table, which is the lenient-to-PDF choice the paper makes). Each engine is also
@@ -19,7 +21,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llama_index_car._errors import CarError, ConfigurationError, require
+from llama_index_car._errors import (
+    CarError,
+    ConfigurationError,
+    MissingDependencyError,
+    require,
+)
 
 __all__ = ["ENGINES", "PDFTable", "PDFTableError", "extract_pdf_tables", "stitch_pages"]
 
@@ -27,6 +34,7 @@ __all__ = ["ENGINES", "PDFTable", "PDFTableError", "extract_pdf_tables", "stitch
 ENGINES: dict[str, tuple[str, str]] = {
     "pymupdf": ("pymupdf", "PyMuPDF"),
     "pdfplumber": ("pdfplumber", "pdfplumber"),
+    "camelot": ("camelot", "camelot-py"),
 }
 
 
@@ -70,19 +78,38 @@ def _pdfplumber(path: str) -> list[PDFTable]:
     return out
 
 
-_RUN = {"pymupdf": _pymupdf, "pdfplumber": _pdfplumber}
+def _camelot(path: str) -> list[PDFTable]:
+    import camelot
+
+    out: list[PDFTable] = []
+    for t in camelot.read_pdf(path, pages="all", flavor="lattice"):
+        out.append(PDFTable("camelot", int(t.page) - 1, _rows(t.df.values.tolist())))
+    return out
+
+
+_RUN = {"pymupdf": _pymupdf, "pdfplumber": _pdfplumber, "camelot": _camelot}
+
+
+def _require_plain(module: str, package: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingDependencyError(f"{package} is not installed; run: pip install {package}")
 
 
 def check_engines(engines: Sequence[str]) -> tuple[str, ...]:
     """Validate engine names and that their packages are installed (one-line install hint)."""
     chosen = tuple(dict.fromkeys(engines))
     if not chosen:
-        raise ConfigurationError("at least one PDF engine is needed: pymupdf, pdfplumber")
+        raise ConfigurationError(f"at least one PDF engine is needed: {', '.join(ENGINES)}")
     for e in chosen:
         if e not in ENGINES:
             raise ConfigurationError(f"unknown PDF engine {e!r}; choose from {', '.join(ENGINES)}")
         module, package = ENGINES[e]
-        require(module, extra="pdf", package=package)
+        if e == "camelot":
+            _require_plain(module, package)
+        else:
+            require(module, extra="pdf", package=package)
     return chosen
 
 
