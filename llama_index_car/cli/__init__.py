@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "query": "llama_index_car.cli.query",
     "eval": "llama_index_car.cli.eval",
     "probe": "llama_index_car.cli.probe",
+    "preserve": "llama_index_car.cli.preserve",
 }
 
 

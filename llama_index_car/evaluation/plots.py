@@ -4,7 +4,9 @@
   (the paper's Figures 8–9);
 * :func:`plot_alpha_sweep` — MRR against the RRF weight α of the dense channel (Figure 10);
 * :func:`plot_probe_conditions` — mean cos(query, variant) ± SEM for orig, cfb, cfs, cf with
-  the three bracketed contrasts of Figure 3.
+  the three bracketed contrasts of Figure 3;
+* :func:`plot_preservation` — Level-1 table preservation per pathway and PDF per document
+  (Figure 7).
 
 matplotlib is imported lazily with the non-interactive ``Agg`` backend; when it is missing the
 functions warn once and return ``None`` (the tables are still written).
@@ -18,7 +20,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_alpha_sweep", "plot_mrr_by_stratum", "plot_probe_conditions"]
+__all__ = [
+    "plot_alpha_sweep",
+    "plot_mrr_by_stratum",
+    "plot_preservation",
+    "plot_probe_conditions",
+]
 
 STRATUM_ORDER: tuple[str, ...] = ("all", "high", "mid", "low")
 
@@ -146,4 +153,61 @@ def plot_probe_conditions(
                 color="black", lw=0.8)
         ax.text((xa + xb) / 2, level + 0.07 * span, label, ha="center", fontsize=7)
         level += 0.25 * span
+    return _save(plt, fig, path)
+
+
+def plot_preservation(
+    results: Mapping[str, Any], path: str | os.PathLike[str]
+) -> Path | None:
+    """Figure 7: (left) ≥2×2 cell preservation per pathway, plus the first PDF pathway's
+    detection over all tables; (right) that PDF pathway's ≥2×2 preservation per document,
+    labelled with each document's ground-truth table count "(Nt)". ``results`` is the output
+    of :func:`llama_index_car.evaluation.pathways.run_preservation`."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    # a pathway without >=2x2 ground truth (e.g. a tiny HML probe) shows its all-table figure
+    pathways = [p for p in results["pathways"] if p["summary"]["all"]["tables"]]
+    pdf = next((p for p in pathways if str(p["pathway"]).startswith("PDF")), None)
+    scope = ["2x2" if p["summary"]["2x2"]["tables"] else "all" for p in pathways]
+    labels = [
+        str(p["pathway"]) + ("" if sc == "2x2" else "\n(all tables)")
+        for p, sc in zip(pathways, scope, strict=True)
+    ]
+    values = [
+        100 * p["summary"][sc]["preservation"] for p, sc in zip(pathways, scope, strict=True)
+    ]
+    colors = ["#4f81bd" if not lab.startswith("PDF") else "#e07b39" for lab in labels]
+    if pdf is not None:
+        labels.append(f"{pdf['pathway']}\ndetection, all")
+        values.append(100 * pdf["summary"]["all"]["detection"])
+        colors.append("#c0504d")
+    per_doc = [] if pdf is None else [d for d in pdf["per_document"] if d["2x2"]["tables"]]
+    fig, axes = plt.subplots(
+        1, 2 if per_doc else 1, figsize=(11 if per_doc else 5.5, 4.5), squeeze=False
+    )
+    ax = axes[0][0]
+    ax.barh(range(len(values)), values, color=colors)
+    ax.set_yticks(range(len(values)), labels, fontsize=8)
+    ax.invert_yaxis()
+    low = min([60.0] + [v - 5 for v in values])
+    ax.set_xlim(max(0.0, low), 100)
+    for i, v in enumerate(values):
+        ax.text(v, i, f" {v:.1f}%", va="center", fontsize=8)
+    ax.set_xlabel("% (cell preservation of ≥2×2 tables unless noted)")
+    ax.set_title("Table preservation vs HWPX ground truth")
+    if per_doc:
+        ax2 = axes[0][1]
+        docs = sorted(per_doc, key=lambda d: d["2x2"]["preservation"])
+        vals = [100 * d["2x2"]["preservation"] for d in docs]
+        names = [f"{d['document']} ({d['all']['tables']}t)" for d in docs]
+        median = sorted(vals)[len(vals) // 2]
+        ax2.barh(range(len(vals)), vals,
+                 color=["#e07b39" if v < median else "#4f81bd" for v in vals])
+        ax2.set_yticks(range(len(vals)), names, fontsize=7)
+        ax2.set_xlim(max(0.0, min([60.0] + [v - 5 for v in vals])), 100)
+        for i, v in enumerate(vals):
+            ax2.text(v, i, f" {v:.1f}%", va="center", fontsize=7)
+        ax2.set_xlabel("≥2×2 cell preservation (%)")
+        ax2.set_title(f"{pdf['pathway'] if pdf else 'PDF'} per document")
     return _save(plt, fig, path)

@@ -9,6 +9,8 @@ from llama_index.readers.hwpx.base import (
     HWPXReadWarning,
     ParsedHWPX,
 )
+from llama_index.readers.hwpx.hml import HMLFormatError, HMLReader
+from llama_index.readers.hwpx.hml_writer import HMLBuilder, HMLSectionBuilder
 from llama_index.readers.hwpx.node_parser import HWPXNodeParser
 from llama_index.readers.hwpx.writer import HWPXBuilder, SectionBuilder, TableSpec
 
@@ -28,4 +30,8 @@ __all__ = [
     "HWPXBuilder",
     "SectionBuilder",
     "TableSpec",
+    "HMLReader",
+    "HMLFormatError",
+    "HMLBuilder",
+    "HMLSectionBuilder",
 ]

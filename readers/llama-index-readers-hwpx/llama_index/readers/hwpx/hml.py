@@ -1,0 +1,247 @@
+"""HMLReader: Hancom HWPML 2.x XML (``.hml``) -> the same Documents and tables as HWPX.
+
+HWPML 2.x is the single-file XML export of Hangul (``파일 > 다른 이름으로 저장 > HWPML``)::
+
+    HWPML > HEAD (DOCSUMMARY, MAPPINGTABLE > PARASHAPELIST > PARASHAPE ...)
+          > BODY > SECTION > P > TEXT > CHAR | TABLE | RECTANGLE > DRAWTEXT | FOOTNOTE ...
+          TABLE > SHAPEOBJECT > CAPTION > PARALIST; TABLE > ROW > CELL(RowAddr, ColAddr,
+          RowSpan, ColSpan) > PARALIST > P ...
+
+The reader does not have a parser of its own. It parses the file with the HWPX reader's
+hardened parser (entities never expanded, no DTD, no network, DOCTYPE refused, libxml2's depth
+cap, ``max_file_bytes``), renames each HWPML element to its OWPML counterpart in place (``P`` ->
+``p``, ``CELL`` with its address attributes -> ``tc`` with ``cellAddr``/``cellSpan``, ...) and
+walks each ``SECTION`` with the HWPX :class:`SectionWalker`. So both formats share one table
+model (:class:`HWPXTable`/:class:`HWPXCell`), one renderer, one heading classifier, one node
+parser and the same limits (``max_table_depth``, ``max_table_cells``, ...).
+
+Example::
+
+    from llama_index.core import SimpleDirectoryReader
+    from llama_index.readers.hwpx import HMLReader, HWPXNodeParser
+
+    docs = SimpleDirectoryReader("in/", file_extractor={".hml": HMLReader()}).load_data()
+    tables = HMLReader().load_tables("form.hml")
+    nodes = HWPXNodeParser().get_nodes_from_documents(docs)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path, PurePath
+from typing import Any
+
+from llama_index.readers.hwpx._errors import HWPXError, HWPXFormatError
+from llama_index.readers.hwpx._headings import classify
+from llama_index.readers.hwpx._package import local, parse_xml
+from llama_index.readers.hwpx._parse import Block, FileState, SectionWalker
+from llama_index.readers.hwpx.base import HWPXReader, ParsedHWPX, _pick_title
+from lxml import etree
+
+__all__ = ["HMLReader", "HMLFormatError"]
+
+_PART = "HWPML"
+
+
+class HMLFormatError(HWPXFormatError):
+    """The file is not a readable HWPML 2.x document (malformed XML, a DOCTYPE, a root other
+    than ``HWPML``, no ``BODY``/``SECTION``, a bad table attribute, a limit exceeded).
+
+    A subclass of :class:`HWPXFormatError`, so code catching the HWPX reader's errors also
+    catches these; the message names the file."""
+
+
+# HWPML element -> OWPML local name read by SectionWalker. Elements not listed keep their
+# (upper-case) name: the walker descends into unknown elements, so text inside wrappers such as
+# SHAPEOBJECT/DRAWINGOBJECT is still found, and names it skips (secPr...) must be mapped here.
+_RENAME: dict[str, str] = {
+    "SECTION": "sec",
+    "P": "p",
+    "TEXT": "run",
+    "CHAR": "t",
+    "TAB": "tab",
+    "LINEBREAK": "lineBreak",
+    "NBSPACE": "nbSpace",
+    "FWSPACE": "fwSpace",
+    "HYPHEN": "hyphen",
+    "TABLE": "tbl",
+    "ROW": "tr",
+    "CELL": "tc",
+    "PARALIST": "subList",
+    "DRAWTEXT": "drawText",
+    "CAPTION": "caption",
+    "FOOTNOTE": "footNote",
+    "ENDNOTE": "endNote",
+    "HEADER": "header",
+    "FOOTER": "footer",
+    "AUTONUM": "autoNum",
+    "SCRIPT": "script",
+    "SECDEF": "secPr",
+    "COLDEF": "colPr",
+    "SHAPECOMMENT": "shapeComment",
+    "HIDDENCOMMENT": "hiddenComment",
+    "RENDERINGINFO": "renderingInfo",
+    "LINESHAPE": "lineShape",
+    "FILLBRUSH": "fillBrush",
+    "IMAGERECT": "imgRect",
+    "IMAGECLIP": "imgClip",
+    "IMAGE": "img",
+    "EFFECTS": "effects",
+    "PAGENUM": "pageNum",
+    "PAGEHIDING": "pageHiding",
+    "NEWNUM": "newNum",
+    "PAGENUMCTRL": "pageNumCtrl",
+    "INDEXMARK": "indexmark",
+    "BOOKMARK": "bookmark",
+    "FIELDEND": "fieldEnd",
+    "PARAMETERSET": "parameters",
+}
+
+
+def _message(exc: HWPXError) -> str:
+    """The message of ``exc`` without its ``file [part]: `` prefix."""
+    prefix = exc.file + (f" [{exc.part}]" if exc.part else "") + ": "
+    text = str(exc)
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def _outline_levels(root: etree._Element) -> dict[str, int]:
+    """``PARASHAPE`` id -> 1-based outline level for ``HeadingType="Outline"`` (as HWPX)."""
+    levels: dict[str, int] = {}
+    for el in root.iter("PARASHAPE"):
+        pid = el.get("Id")
+        if pid is None or el.get("HeadingType", "").lower() != "outline":
+            continue
+        try:
+            lvl = int(el.get("Level", "0"))
+        except ValueError:
+            lvl = 0
+        levels[pid] = min(max(lvl, 0), 9) + 1
+    return levels
+
+
+def _to_owpml(section: etree._Element) -> None:
+    """Rename one ``SECTION`` subtree to the OWPML vocabulary, in place (iteratively)."""
+    for el in list(section.iter()):
+        tag = el.tag
+        if not isinstance(tag, str):
+            continue
+        new = _RENAME.get(tag)
+        if new is None:
+            continue
+        el.tag = new
+        if new == "p":
+            shape = el.get("ParaShape")
+            if shape is not None:
+                el.set("paraPrIDRef", shape)
+        elif new == "tbl":
+            for src, dst in (("RowCount", "rowCnt"), ("ColCount", "colCnt")):
+                v = el.get(src)
+                if v is not None:
+                    el.set(dst, v)
+            # HWPML keeps the caption in SHAPEOBJECT; OWPML has it as a child of the table
+            for so in el.findall("SHAPEOBJECT"):
+                for cap in so.findall("CAPTION"):
+                    el.insert(0, cap)
+        elif new == "tc":
+            addr = etree.SubElement(el, "cellAddr")
+            span = etree.SubElement(el, "cellSpan")
+            for src, dst, node in (
+                ("RowAddr", "rowAddr", addr),
+                ("ColAddr", "colAddr", addr),
+                ("RowSpan", "rowSpan", span),
+                ("ColSpan", "colSpan", span),
+            ):
+                v = el.get(src)
+                if v is not None:
+                    node.set(dst, v)
+        elif new == "autoNum":
+            num = el.get("Number")
+            if num is not None:
+                el.set("num", num)
+
+
+class HMLReader(HWPXReader):
+    """Read HWPML 2.x (``.hml``) files into the same Documents, metadata, structure and
+    :class:`HWPXTable` list as :class:`HWPXReader` (every field and limit applies alike;
+    the zip-only limits ``max_part_bytes``/``max_total_bytes``/``max_compression_ratio`` have
+    nothing to act on).
+
+    Errors are :class:`HMLFormatError` (a :class:`HWPXFormatError`); batch loads of a directory
+    (``**/*.hml``) or a list skip bad files into :attr:`failures` like the HWPX reader.
+    """
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "HMLReader"
+
+    def parse_bytes(self, data: bytes, file: str = "<bytes>") -> ParsedHWPX:
+        """Parse an HWPML document held in memory; ``file`` names it in errors."""
+        if len(data) > self.max_file_bytes:
+            raise HMLFormatError(file, f"file is above max_file_bytes={self.max_file_bytes}")
+        try:
+            root = parse_xml(data, file, _PART)
+        except HMLFormatError:
+            raise
+        except HWPXFormatError as exc:
+            raise HMLFormatError(file, _message(exc), part=_PART) from exc
+        if local(root.tag) != "HWPML":
+            raise HMLFormatError(
+                file, f"root element is <{local(root.tag)}>, not <HWPML> (not an HML file)"
+            )
+        body = root.find("BODY")
+        sections = [] if body is None else body.findall("SECTION")
+        if not sections:
+            raise HMLFormatError(file, "no BODY/SECTION element (not an HWPML document)")
+        title_el = root.find("HEAD/DOCSUMMARY/TITLE")
+        package_title = (title_el.text or "").strip() if title_el is not None else ""
+        limits = self.limits()
+        state = FileState(
+            file=file,
+            limits=limits,
+            outline=_outline_levels(root),
+            include_headers_footers=self.include_headers_footers,
+        )
+        raw_sections: list[list[Block]] = []
+        for i, sec in enumerate(sections):
+            part = f"SECTION[{i}]"
+            try:
+                _to_owpml(sec)
+                raw_sections.append(SectionWalker(state, i, part).walk(sec))
+            except HMLFormatError:
+                raise
+            except HWPXFormatError as exc:
+                raise HMLFormatError(file, _message(exc), part=part) from exc
+            except RecursionError as exc:
+                raise HMLFormatError(file, "XML nested too deeply", part=part) from exc
+        tables = [t for t in state.tables if t is not None]
+        flat = [b for sec in raw_sections for b in sec]
+        classified = classify(
+            flat,
+            tables,
+            glyph_headings=self.glyph_headings,
+            boxed_titles=self.boxed_titles,
+            max_chars=self.heading_max_chars,
+        )
+        by_section: list[list[Block]] = [[] for _ in raw_sections]
+        for b in classified:
+            by_section[b["section"]].append(b)
+        title = _pick_title(classified, package_title, file, self.heading_max_chars)
+        return ParsedHWPX(file, title, package_title, by_section, tables, [])
+
+    def _batch_inputs(
+        self, file: str | PurePath | Sequence[str | PurePath], fs: Any | None
+    ) -> list[str | PurePath] | None:
+        if isinstance(file, (list, tuple)):
+            return list(file)
+        path = file if isinstance(file, (str, PurePath)) else str(file)
+        if fs is not None:
+            if fs.isdir(str(path)):
+                found = fs.glob(str(PurePath(path) / "**" / "*.hml"))
+                return sorted(str(f) for f in found)
+            return None
+        p = Path(path)
+        if p.is_dir():
+            return sorted(q for q in p.rglob("*") if q.suffix.lower() == ".hml" and q.is_file())
+        return None
+
