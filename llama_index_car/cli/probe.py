@@ -6,12 +6,11 @@ import argparse
 import sys
 from typing import Any
 
-from llama_index_car.cli import add_cache_and_progress_options
-from llama_index_car.providers import EMBED_MODELS
+from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
 
 EXAMPLE = """\
 examples:
-  llama-car probe ../shared/corpus/hwpx --embed use --out out/probe-hwpx
+  llama-car probe ../shared/corpus/hwpx --out out/probe-hwpx
   llama-car probe sections.jsonl --embed openai --max-sections 80 --seed 0 --out out/probe
 
 CORPUS is an HWPX folder (heading sections via HWPXReader + HWPXNodeParser) or a JSONL file
@@ -33,8 +32,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("corpus", metavar="CORPUS", help="HWPX folder or JSONL of {title, body}")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    p.add_argument("--embed", default="use", choices=EMBED_MODELS,
-                   help="dense embedding (default: %(default)s, offline)")
+    add_embed_option(p)
     p.add_argument("--max-sections", type=int, default=None, metavar="N",
                    help="probe a seeded random sample of N eligible sections (paper: 80)")
     p.add_argument("--frames", default="plan", metavar="LIST",
@@ -83,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     embed_model = resolve_embed_model(args.embed)
     result = run_probe(
         chosen, embed_model, corpus=sections, cache_dir=args.cache_dir, seed=args.seed,
-        counts=counts, frames=frames, show_progress=not args.no_progress,
+        counts=counts, frames=frames, show_progress=show_progress(args),
     )
     written = write_probe_outputs(result, args.out)
     d = result.to_dict()
