@@ -1,7 +1,7 @@
 """01 — Quickstart: HWPX reader → nodes → vector index → CAR query engine (offline, no key).
 
 The bundled demo corpus is read with ``HWPXReader``, split by ``HWPXNodeParser`` into section
-nodes, embedded with the offline multilingual USE model and queried through a
+nodes, embedded with the offline multilingual-e5-small model and queried through a
 ``CriterionAwareRetriever`` inside a standard LlamaIndex ``RetrieverQueryEngine``. With
 ``CAR_LLM=anthropic`` and ``ANTHROPIC_API_KEY`` set, the same code writes an answer with Claude;
 without a key it returns the retrieved sections only (``response_mode="no_text"``).
@@ -18,14 +18,14 @@ from llama_index.core.response_synthesizers import get_response_synthesizer
 from llama_index.core.response_synthesizers.no_text import NoText
 from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
 
-from llama_index_car import CriterionAwareRetriever, UniversalSentenceEncoderEmbedding
+from llama_index_car import CriterionAwareRetriever, MultilingualE5Embedding
 from llama_index_car.demo import demo_corpus_files
 from llama_index_car.providers import resolve_llm
 
 reader = HWPXReader()
 documents = [doc for path in demo_corpus_files() for doc in reader.load_data(path)]
 nodes = HWPXNodeParser(chunk_size=1000, chunk_overlap=150).get_nodes_from_documents(documents)
-index = VectorStoreIndex(nodes, embed_model=UniversalSentenceEncoderEmbedding())
+index = VectorStoreIndex(nodes, embed_model=MultilingualE5Embedding())
 
 retriever = CriterionAwareRetriever.from_defaults(index=index, similarity_top_k=3)
 llm = resolve_llm()  # None offline; Claude when CAR_LLM=anthropic and the key is set

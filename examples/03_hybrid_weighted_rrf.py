@@ -11,18 +11,14 @@ from __future__ import annotations
 from llama_index.core import VectorStoreIndex
 from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
 
-from llama_index_car import (
-    KiwiBM25Retriever,
-    UniversalSentenceEncoderEmbedding,
-    WeightedRRFRetriever,
-)
+from llama_index_car import KiwiBM25Retriever, MultilingualE5Embedding, WeightedRRFRetriever
 from llama_index_car.demo import demo_corpus_files
 
 reader = HWPXReader()
 nodes = HWPXNodeParser().get_nodes_from_documents(
     [doc for path in demo_corpus_files() for doc in reader.load_data(path)]
 )
-index = VectorStoreIndex(nodes, embed_model=UniversalSentenceEncoderEmbedding())
+index = VectorStoreIndex(nodes, embed_model=MultilingualE5Embedding())
 dense = index.as_retriever(similarity_top_k=20)
 bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes, similarity_top_k=20)
 

@@ -16,7 +16,7 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
 
-from llama_index_car import CriterionAwareRetriever, UniversalSentenceEncoderEmbedding
+from llama_index_car import CriterionAwareRetriever, MultilingualE5Embedding
 from llama_index_car.demo import demo_corpus_files
 from llama_index_car.providers import resolve_llm
 
@@ -24,7 +24,7 @@ reader = HWPXReader()
 nodes = HWPXNodeParser().get_nodes_from_documents(
     [doc for path in demo_corpus_files() for doc in reader.load_data(path)]
 )
-index = VectorStoreIndex(nodes, embed_model=UniversalSentenceEncoderEmbedding())
+index = VectorStoreIndex(nodes, embed_model=MultilingualE5Embedding())
 car = CriterionAwareRetriever.from_defaults(index=index, similarity_top_k=2)
 
 llm = resolve_llm() or MockLLM(max_tokens=1)  # offline: a stand-in that generates nothing

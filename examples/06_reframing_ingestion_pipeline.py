@@ -16,12 +16,12 @@ from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.schema import TransformComponent
 from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
 
-from llama_index_car import CriterialReframer, UniversalSentenceEncoderEmbedding
+from llama_index_car import CriterialReframer, MultilingualE5Embedding
 from llama_index_car.demo import demo_corpus_files, load_demo_questions
 
 reader = HWPXReader()
 documents = [doc for path in demo_corpus_files() for doc in reader.load_data(path)]
-embed = UniversalSentenceEncoderEmbedding()
+embed = MultilingualE5Embedding()
 
 
 def dense_ranks(transformations: list[TransformComponent]) -> list[int | None]:

@@ -12,8 +12,15 @@ One call turns a folder of HWPX files into a self-contained directory::
 Pipeline: HWPX files → :class:`~llama_index.readers.hwpx.HWPXReader` → documents →
 :class:`~llama_index.readers.hwpx.HWPXNodeParser` (``chunk_size=1000``, ``chunk_overlap=150``
 tokens) → nodes → dense vectors (default: the offline
-:class:`~llama_index_car.embeddings.use.UniversalSentenceEncoderEmbedding`) and a Kiwi BM25
-index (``k1=1.5, b=0.75, epsilon=0.25``) → the criterion hypothesizer learnt from the nodes.
+:class:`~llama_index_car.embeddings.e5.MultilingualE5Embedding`, or whatever
+``CAR_EMBED_MODEL`` names; computed through the shared
+:class:`~llama_index_car.evaluation.cache.EmbeddingCache`, so rebuilding an index, or indexing
+texts an evaluation already embedded, re-embeds nothing) and a Kiwi BM25 index
+(``k1=1.5, b=0.75, epsilon=0.25``) → the criterion hypothesizer learnt from the nodes.
+
+The manifest records the embedding provider (``e5``, ``use``, ``openai`` or ``custom``), and
+:func:`load_index` embeds queries with that provider by default, so a folder built with USE
+keeps being queried with USE whatever the current default is.
 
 :func:`load_retriever` reopens the folder as one of four retrievers:
 
@@ -243,7 +250,14 @@ def embed_spec(embed_model: BaseEmbedding, provider: str) -> dict[str, Any]:
 
 
 #: embedding class name -> the ``--embed`` provider name that recreates it
-_PROVIDER_OF_CLASS = {"UniversalSentenceEncoderEmbedding": "use", "OpenAIEmbedding": "openai"}
+_PROVIDER_OF_CLASS = {
+    "MultilingualE5Embedding": "e5",
+    "UniversalSentenceEncoderEmbedding": "use",
+    "OpenAIEmbedding": "openai",
+}
+
+#: texts per embedding-cache batch while indexing (one progress-bar step, one cache save)
+INDEX_CACHE_BATCH = 32
 
 
 def _resolve_embed(
@@ -258,6 +272,28 @@ def _resolve_embed(
 
 
 # ----------------------------------------------------------------------------- build
+def _cached_node_embedding(
+    model: BaseEmbedding,
+    nodes: Sequence[BaseNode],
+    cache_dir: str | Path | None,
+    show_progress: bool,
+) -> BaseEmbedding:
+    """A :class:`CachedEmbedding` over ``model`` in which every node's text is already present.
+
+    The node texts (``MetadataMode.EMBED``, exactly what ``VectorStoreIndex`` embeds) are
+    embedded through the cache first, ``INDEX_CACHE_BATCH`` texts per step, with one progress
+    bar ("embedding", in characters, so its rate and ETA are honest for long sections).
+    """
+    from llama_index.core.schema import MetadataMode
+
+    from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
+
+    cache = EmbeddingCache(cache_dir or default_cache_dir(), model, batch_size=INDEX_CACHE_BATCH)
+    texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+    cache.embed(texts, "text", show_progress=show_progress, desc="embedding")
+    return CachedEmbedding(cache)
+
+
 def _stored_embeddings(index: VectorStoreIndex) -> dict[str, list[float]] | None:
     """``{node_id: vector}`` from a ``SimpleVectorStore`` (None for other stores)."""
     data = getattr(index.vector_store, "data", None)
@@ -276,6 +312,8 @@ def build_index(
     show_progress: bool = False,
     overwrite: bool = False,
     on_error: Callable[[FileFailure], None] | None = None,
+    cache_dir: str | Path | None = None,
+    use_cache: bool = True,
 ) -> BuildSummary:
     """Index HWPX files into ``persist_dir`` (see the module docstring for the layout).
 
@@ -283,12 +321,18 @@ def build_index(
         source: a folder (searched recursively for ``*.hwpx``) or a list of files.
         persist_dir: output folder; must be empty or absent unless ``overwrite``.
         embed_model: any LlamaIndex embedding; default: ``embed`` resolved by
-            :func:`llama_index_car.providers.resolve_embed_model` (``"use"`` = offline USE,
-            ``"openai"``; ``None`` reads ``CAR_EMBED_MODEL``, else ``"use"``).
+            :func:`llama_index_car.providers.resolve_embed_model` (``"e5"`` = offline
+            multilingual-e5-small, ``"use"`` = offline USE, ``"openai"``; ``None`` reads
+            ``CAR_EMBED_MODEL``, else ``"e5"``).
         chunk_size, chunk_overlap: node parser token sizes (defaults 1000 / 150).
-        show_progress: tqdm bars for reading, parsing, embedding and BM25 tokenisation.
+        show_progress: tqdm bars (stderr) for reading, parsing, embedding and BM25
+            tokenisation.
         overwrite: allow writing into a non-empty folder (existing files are replaced).
         on_error: called with each :class:`FileFailure` as it happens.
+        cache_dir: embedding-cache root (default
+            :func:`~llama_index_car.evaluation.cache.default_cache_dir`, shared with
+            ``llama-car eval``/``probe``); texts already in it are not embedded again.
+        use_cache: ``False`` embeds every node afresh and writes no cache.
 
     Raises:
         ConfigurationError: no ``.hwpx`` files, nothing parseable, or a non-empty
@@ -321,9 +365,15 @@ def build_index(
     out.mkdir(parents=True, exist_ok=True)
 
     storage = StorageContext.from_defaults()
-    index = VectorStoreIndex(
-        nodes, storage_context=storage, embed_model=model, show_progress=show_progress
-    )
+    if use_cache:
+        index = VectorStoreIndex(
+            nodes, storage_context=storage,
+            embed_model=_cached_node_embedding(model, nodes, cache_dir, show_progress),
+        )
+    else:
+        index = VectorStoreIndex(
+            nodes, storage_context=storage, embed_model=model, show_progress=show_progress
+        )
     index.storage_context.persist(persist_dir=str(out / VECTOR_DIR))
     bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes, show_progress=show_progress)
     bm25.persist(str(out / BM25_DIR))
@@ -506,7 +556,9 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
     Args:
         persist_dir: the folder.
         embed_model: the query-time embedding; default: the provider recorded in the
-            manifest (``use`` → offline USE; ``openai`` needs ``OPENAI_API_KEY``). A model whose
+            manifest, whatever the current default or ``CAR_EMBED_MODEL`` is (``e5`` →
+            offline multilingual-e5-small; ``use`` → offline USE, also for manifests older
+            than the ``provider`` field; ``openai`` needs ``OPENAI_API_KEY``). A model whose
             name differs from the recorded one is refused, since its vectors are not comparable.
 
     Raises:

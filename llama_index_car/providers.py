@@ -6,8 +6,10 @@ gives **one line** saying what to set or install:
 =================  =========================================  =====================  ==========
 function           name → object                              key                    extra
 =================  =========================================  =====================  ==========
-resolve_embed_     ``use`` (default) → USE v3 (offline, 512d)  —                      —
-model              ``openai`` → ``text-embedding-3-large``,    ``OPENAI_API_KEY``     ``openai``
+resolve_embed_     ``e5`` (default) → multilingual-e5-small   —                      —
+model              (offline, 4-bit, 384d)
+                   ``use`` → USE v3 (offline, 512d)            —                      —
+                   ``openai`` → ``text-embedding-3-large``,    ``OPENAI_API_KEY``     ``openai``
                    1536 dimensions
 resolve_llm        ``none`` (default) → ``None``               —                      —
                    ``anthropic`` → ``claude-sonnet-4-6``       ``ANTHROPIC_API_KEY``  ``anthropic``
@@ -16,11 +18,16 @@ resolve_reranker   ``none`` (default) → ``None``               —            
                    ``cohere`` → ``rerank-multilingual-v3.0``   ``COHERE_API_KEY``     ``cohere``
 =================  =========================================  =====================  ==========
 
-``name=None`` reads ``CAR_EMBED_MODEL`` / ``CAR_LLM`` / ``CAR_RERANKER``. Base URLs come from
-the variables the SDKs read — ``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL`` (or
-``OPENAI_API_BASE``), ``CO_API_URL`` — and are passed explicitly where a llama-index
-integration would otherwise override them (OpenAI embeddings, Cohere rerank).
+``name=None`` reads ``CAR_EMBED_MODEL`` / ``CAR_LLM`` / ``CAR_RERANKER``; every ``llama-car``
+subcommand and every library default (``CriterionAwareRetriever.from_defaults``, the corpus
+hypothesizer, ``build_index``) resolves the embedding through :func:`resolve_embed_model`, so
+one variable switches them all. Base URLs come from the variables the SDKs read —
+``ANTHROPIC_BASE_URL``, ``OPENAI_BASE_URL`` (or ``OPENAI_API_BASE``), ``CO_API_URL`` — and are
+passed explicitly where a llama-index integration would otherwise override them (OpenAI
+embeddings, Cohere rerank).
 
+>>> embed_provider("USE")
+'use'
 >>> resolve_llm("none") is None
 True
 >>> type(resolve_embed_model("use")).__name__
@@ -48,12 +55,16 @@ __all__ = [
     "DEFAULT_OPENAI_EMBED_MODEL",
     "DEFAULT_OPENAI_DIMENSIONS",
     "DEFAULT_COHERE_RERANK_MODEL",
+    "DEFAULT_EMBED_MODEL",
+    "embed_provider",
     "resolve_embed_model",
     "resolve_llm",
     "resolve_reranker",
 ]
 
-EMBED_MODELS: tuple[str, ...] = ("use", "openai")
+#: ``--embed`` choices; the first is the default
+EMBED_MODELS: tuple[str, ...] = ("e5", "use", "openai")
+DEFAULT_EMBED_MODEL = "e5"
 LLMS: tuple[str, ...] = ("none", "anthropic", "mock")
 #: the LLM choices offered by the ``llama-car`` subcommands (``mock`` is for tests)
 CLI_LLMS: tuple[str, ...] = tuple(name for name in LLMS if name != "mock")
@@ -86,10 +97,24 @@ def _key(*names: str, provider: str, offline: str) -> str:
     )
 
 
+def embed_provider(name: str | None = None) -> str:
+    """The embedding provider name ``name`` stands for: ``name`` itself (normalised), else
+    ``$CAR_EMBED_MODEL``, else ``e5``.
+
+    Raises:
+        ConfigurationError: unknown name (the message lists :data:`EMBED_MODELS`).
+    """
+    return _choose(name, "CAR_EMBED_MODEL", DEFAULT_EMBED_MODEL, EMBED_MODELS)
+
+
 def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
                         max_retries: int = 3) -> BaseEmbedding:
-    """The dense embedding for ``name`` (``use`` default, or ``openai``).
+    """The dense embedding for ``name`` (see :func:`embed_provider` for ``None``).
 
+    ``e5`` (default) → :class:`~llama_index_car.embeddings.e5.MultilingualE5Embedding`
+    (multilingual-e5-small, 4-bit, offline, 384 dims; ``query:``/``passage:`` roles);
+    ``use`` → :class:`~llama_index_car.embeddings.use.UniversalSentenceEncoderEmbedding`
+    (multilingual USE v3, offline, 512 dims);
     ``openai`` → ``OpenAIEmbedding(model="text-embedding-3-large", dimensions=1536)`` with
     ``timeout``/``max_retries`` and the base URL from ``OPENAI_BASE_URL``/``OPENAI_API_BASE``.
 
@@ -97,14 +122,18 @@ def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
         ConfigurationError: unknown name. MissingCredentialsError: no ``OPENAI_API_KEY``.
         MissingDependencyError: ``pip install 'llama-index-car[openai]'`` needed.
     """
-    choice = _choose(name, "CAR_EMBED_MODEL", "use", EMBED_MODELS)
+    choice = embed_provider(name)
+    if choice == "e5":
+        from llama_index_car.embeddings.e5 import MultilingualE5Embedding
+
+        return MultilingualE5Embedding()
     if choice == "use":
         from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
 
         return UniversalSentenceEncoderEmbedding()
     require("llama_index.embeddings.openai", extra="openai", package="llama-index-embeddings-openai")
     api_key = _key("OPENAI_API_KEY", provider="OpenAI embeddings",
-                   offline="or use --embed use, the offline default")
+                   offline="or use --embed e5, the offline default")
     from llama_index.embeddings.openai import OpenAIEmbedding
 
     base = os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE") or None

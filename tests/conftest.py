@@ -41,3 +41,18 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProviderServer]:
 
     with serving(monkeypatch) as server:
         yield server
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests never read or write the user's shared embedding cache (``~/.cache``): every
+    default cache location points into a session temporary folder instead."""
+    import os
+
+    old = os.environ.get("LLAMA_CAR_CACHE")
+    os.environ["LLAMA_CAR_CACHE"] = str(tmp_path_factory.mktemp("embedding-cache"))
+    yield
+    if old is None:
+        os.environ.pop("LLAMA_CAR_CACHE", None)
+    else:
+        os.environ["LLAMA_CAR_CACHE"] = old

@@ -1,7 +1,8 @@
 """``llama-car eval`` end to end on a small BEIR folder.
 
 The embedding provider is replaced by a hashed character-bigram embedding (any
-``BaseEmbedding`` works; the real USE model is exercised by the ``slow`` test). The metrics in
+``BaseEmbedding`` works; the real USE model is exercised by the ``slow`` test, the default e5
+by ``tests/test_default_embedding.py``). The metrics in
 results.json are recomputed from the written TREC runs with ranx.
 """
 
@@ -91,7 +92,7 @@ def test_use_embedding_end_to_end(tmp_path: Path) -> None:
     data = _beir(tmp_path / "beir")
     out = tmp_path / "out"
     assert main(["eval", str(data), "--systems", "bm25,dense,car", "--out", str(out),
-                 "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+                 "--cache-dir", str(tmp_path / "cache"), "--no-progress", "--embed", "use"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["config"]["embed_model"]["class"] == "UniversalSentenceEncoderEmbedding"
     assert res["systems"]["dense"]["all"]["mrr"] > 0.3

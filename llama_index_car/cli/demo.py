@@ -1,7 +1,8 @@
 """``llama-car demo``: index the bundled sample corpus and compare four retrievers.
 
 Offline and key-free by default: the ten bundled HWPX guideline documents are indexed into a
-temporary folder with the multilingual USE embedding and Kiwi BM25, then each bundled
+temporary folder with the default embedding (offline multilingual-e5-small, through the shared
+embedding cache, so only the first run embeds) and Kiwi BM25, then each bundled
 criterion question is run through dense, BM25, hybrid (weighted RRF, alpha 0.5, k 60) and
 CAR (hybrid over criterion-hypothesis-expanded queries, offline corpus hypothesizer). The
 table shows the rank of the question's gold section under each retriever (1 = top; the rank
@@ -23,8 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
 from llama_index_car.cli._args import existing_dir, existing_file, output_dir, positive_int
-from llama_index_car.providers import CLI_LLMS, EMBED_MODELS
+from llama_index_car.providers import CLI_LLMS
 
 EPILOG = """examples:
   llama-car demo
@@ -67,12 +69,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="build the index in DIR and keep it (default: a temporary folder)",
     )
     p.add_argument("--hit-k", type=positive_int, default=5, help="k for the Hit@k summary (default 5)")
-    p.add_argument(
-        "--embed",
-        choices=EMBED_MODELS,
-        default=None,
-        help="dense embedding: use = offline USE (default; or $CAR_EMBED_MODEL), openai",
-    )
+    add_embed_option(p)
     p.add_argument(
         "--llm",
         choices=CLI_LLMS,
@@ -82,6 +79,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--explain", action="store_true", help="print CAR's hypothesis per question")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_cache_and_progress_options(p)
     p.set_defaults(command="demo")
     return p
 
@@ -221,6 +219,8 @@ def run(args: argparse.Namespace) -> int:
             persist,
             embed=args.embed,
             overwrite=keep is not None,
+            show_progress=show_progress(args),
+            cache_dir=args.cache_dir,
             on_error=lambda f: print(f"skipped {f.path}: {f.error}", file=sys.stderr),
         )
         index_seconds = time.perf_counter() - start

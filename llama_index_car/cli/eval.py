@@ -7,7 +7,7 @@ import shlex
 import sys
 from typing import Any
 
-from llama_index_car.cli import add_cache_and_progress_options
+from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
 from llama_index_car.cli._args import (
     existing_dir,
     existing_file,
@@ -17,7 +17,7 @@ from llama_index_car.cli._args import (
     positive_int,
     unit_float,
 )
-from llama_index_car.providers import CLI_LLMS, EMBED_MODELS, RERANKERS
+from llama_index_car.providers import CLI_LLMS, RERANKERS
 
 EXAMPLE = """\
 examples:
@@ -49,8 +49,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="comma-separated system names (default: %(default)s)")
     p.add_argument("--out", required=True, metavar="DIR", type=output_dir,
                    help="output folder")
-    p.add_argument("--embed", default="use", choices=EMBED_MODELS,
-                   help="dense embedding (default: %(default)s, offline)")
+    add_embed_option(p)
     p.add_argument("--llm", default="none", choices=CLI_LLMS,
                    help="LLM for the criterion hypothesis and car-hyde (default: %(default)s)")
     p.add_argument("--hypothesizer", default="auto", choices=("auto", "corpus", "llm"),
@@ -74,8 +73,10 @@ def _command(args: argparse.Namespace) -> str:
     parts = ["llama-car", "eval", str(args.data)]
     if args.qa:
         parts += ["--qa", str(args.qa)]
-    parts += ["--systems", str(args.systems), "--out", str(args.out), "--embed", args.embed,
-              "--llm", args.llm]
+    from llama_index_car.providers import embed_provider
+
+    parts += ["--systems", str(args.systems), "--out", str(args.out),
+              "--embed", embed_provider(args.embed), "--llm", args.llm]
     defaults = {"hypothesizer": "auto", "rerank": "none", "alpha": 0.5, "rrf_k": 60,
                 "depth": 100, "max_queries": None, "seed": 0}
     for key, default in defaults.items():
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"--alpha {args.alpha} must be in [0, 1]")
     if args.max_queries is not None and args.max_queries < 1:
         raise ConfigurationError(f"--max-queries {args.max_queries} must be >= 1")
-    show = not args.no_progress
+    show = show_progress(args)
     llm = resolve_llm(args.llm)
     if args.hypothesizer == "llm" and llm is None:
         raise ConfigurationError("--hypothesizer llm needs --llm anthropic")

@@ -1,7 +1,8 @@
 """``llama-car index HWPX_DIR --persist DIR``: build a local criterion-aware index folder.
 
 Reads every ``*.hwpx`` under ``HWPX_DIR`` (recursively), splits it into section, paragraph
-and table nodes, embeds them (offline USE by default) and writes the vector store, the Kiwi
+and table nodes, embeds them (offline multilingual-e5-small by default, through the
+shared embedding cache so a rebuild re-embeds nothing) and writes the vector store, the Kiwi
 BM25 index and the criterion hypothesizer into ``DIR`` (see :mod:`llama_index_car.pipeline`).
 Files that fail to parse are reported on stderr and skipped; the summary counts them.
 
@@ -15,8 +16,8 @@ import argparse
 import sys
 from typing import Any
 
+from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
 from llama_index_car.cli._args import existing_path, nonneg_int, output_dir, positive_int
-from llama_index_car.providers import EMBED_MODELS
 
 EPILOG = """example:
   llama-car index ./guidelines --persist ./car-index
@@ -40,13 +41,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--persist", metavar="DIR", type=output_dir, required=True, help="output index folder"
     )
-    p.add_argument(
-        "--embed",
-        choices=EMBED_MODELS,
-        default=None,
-        help="dense embedding: use = offline multilingual USE (default; or $CAR_EMBED_MODEL), "
-        "openai = text-embedding-3-large (needs OPENAI_API_KEY)",
-    )
+    add_embed_option(p)
     p.add_argument(
         "--chunk-size", type=positive_int, default=1000, help="tokens per chunk (1000)"
     )
@@ -55,7 +50,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="token overlap, < --chunk-size (150)",
     )
     p.add_argument("--overwrite", action="store_true", help="write into a non-empty DIR")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_cache_and_progress_options(p)
     p.set_defaults(command="index")
     return p
 
@@ -85,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
             embed=args.embed,
             chunk_size=args.chunk_size,
             chunk_overlap=args.chunk_overlap,
-            show_progress=not args.no_progress,
+            show_progress=show_progress(args),
+            cache_dir=args.cache_dir,
             overwrite=args.overwrite,
             on_error=report,
         )

@@ -6,13 +6,12 @@ import argparse
 import sys
 from typing import Any
 
-from llama_index_car.cli import add_cache_and_progress_options
+from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
 from llama_index_car.cli._args import existing_path, int_at_least, output_dir
-from llama_index_car.providers import EMBED_MODELS
 
 EXAMPLE = """\
 examples:
-  llama-car probe ../shared/corpus/hwpx --embed use --out out/probe-hwpx
+  llama-car probe ../shared/corpus/hwpx --out out/probe-hwpx
   llama-car probe sections.jsonl --embed openai --max-sections 80 --seed 0 --out out/probe
 
 CORPUS is an HWPX folder (heading sections via HWPXReader + HWPXNodeParser) or a JSONL file
@@ -35,8 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("corpus", metavar="CORPUS", type=existing_path, help="HWPX folder or JSONL of {title, body}")
     p.add_argument("--out", required=True, metavar="DIR", type=output_dir,
                    help="output folder")
-    p.add_argument("--embed", default="use", choices=EMBED_MODELS,
-                   help="dense embedding (default: %(default)s, offline)")
+    add_embed_option(p)
     p.add_argument("--max-sections", type=int_at_least(2), default=None, metavar="N",
                    help="probe a seeded random sample of N eligible sections (paper: 80)")
     p.add_argument("--frames", default="plan", metavar="LIST",
@@ -85,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     embed_model = resolve_embed_model(args.embed)
     result = run_probe(
         chosen, embed_model, corpus=sections, cache_dir=args.cache_dir, seed=args.seed,
-        counts=counts, frames=frames, show_progress=not args.no_progress,
+        counts=counts, frames=frames, show_progress=show_progress(args),
     )
     written = write_probe_outputs(result, args.out)
     d = result.to_dict()

@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -242,7 +243,9 @@ class EmbeddingCache:
         """Embeddings of ``texts`` as a float32 ``(len(texts), dim)`` matrix.
 
         Missing strings are embedded (deduplicated, in batches of ``batch_size``, each batch
-        saved before the next starts); cached ones are read from disk.
+        saved before the next starts); cached ones are read from disk. With ``show_progress``
+        a tqdm bar on stderr counts the characters embedded (texts vary a lot in length, so
+        a character rate gives an honest ETA) and advances after every model batch.
         """
         with self._lock:
             return self._embed_locked(texts, kind, show_progress=show_progress, desc=desc)
@@ -262,33 +265,40 @@ class EmbeddingCache:
             if show_progress:
                 from tqdm.auto import tqdm
 
-                bar = tqdm(total=len(todo), desc=desc, unit="text")
-            for start in range(0, len(todo), self.batch_size):
-                chunk = todo[start : start + self.batch_size]
-                strings = [t for _, t in chunk]
-                if kind == "text" or self.symmetric:
-                    vecs = self.embed_model.get_text_embedding_batch(strings)
-                else:
-                    vecs = [self.embed_model.get_query_embedding(s) for s in strings]
-                arr = np.asarray(vecs, dtype=np.float32)
-                if arr.ndim != 2 or arr.shape[0] != len(chunk):
-                    raise IndexPersistError(
-                        f"embedding model {self.spec['class']} returned shape {arr.shape} "
-                        f"for {len(chunk)} texts"
-                    )
-                if self._dim is None:
-                    self._dim = int(arr.shape[1])
-                elif arr.shape[1] != self._dim:
-                    raise IndexPersistError(
-                        f"{self.path}: model returned {arr.shape[1]}-d vectors but the cache "
-                        f"holds {self._dim}-d ones; delete the folder to rebuild"
-                    )
-                self.misses += len(chunk)
-                self._add([k for k, _ in chunk], arr)
+                bar = tqdm(
+                    total=sum(len(t) for _, t in todo), desc=f"{desc} ({len(todo)} texts)",
+                    unit="char", unit_scale=True, file=sys.stderr,
+                )
+            # the model sees the same batches it would by itself (its ``embed_batch_size``);
+            # the bar advances after each, the cache is saved every ``batch_size`` texts
+            step = max(1, int(getattr(self.embed_model, "embed_batch_size", 0) or 32))
+            try:
+                for start in range(0, len(todo), self.batch_size):
+                    chunk = todo[start : start + self.batch_size]
+                    parts = []
+                    for sub in range(0, len(chunk), step):
+                        strings = [t for _, t in chunk[sub : sub + step]]
+                        parts.extend(self._model_vectors(strings, kind))
+                        if bar is not None:
+                            bar.update(sum(len(t) for t in strings))
+                    arr = np.asarray(parts, dtype=np.float32)
+                    if arr.ndim != 2 or arr.shape[0] != len(chunk):
+                        raise IndexPersistError(
+                            f"embedding model {self.spec['class']} returned shape {arr.shape} "
+                            f"for {len(chunk)} texts"
+                        )
+                    if self._dim is None:
+                        self._dim = int(arr.shape[1])
+                    elif arr.shape[1] != self._dim:
+                        raise IndexPersistError(
+                            f"{self.path}: model returned {arr.shape[1]}-d vectors but the cache "
+                            f"holds {self._dim}-d ones; delete the folder to rebuild"
+                        )
+                    self.misses += len(chunk)
+                    self._add([k for k, _ in chunk], arr)
+            finally:
                 if bar is not None:
-                    bar.update(len(chunk))
-            if bar is not None:
-                bar.close()
+                    bar.close()
         if not keys:
             return np.zeros((0, self._dim or 0), dtype=np.float32)
         out = np.empty((len(keys), int(self._dim or 0)), dtype=np.float32)
@@ -296,6 +306,11 @@ class EmbeddingCache:
             shard, row = self._entries[k]
             out[i] = self._shard(shard)[row]
         return out
+
+    def _model_vectors(self, strings: list[str], kind: Kind) -> list[list[float]]:
+        if kind == "text" or self.symmetric:
+            return list(self.embed_model.get_text_embedding_batch(strings))
+        return [self.embed_model.get_query_embedding(s) for s in strings]
 
     def embed_one(self, text: str, kind: Kind = "query") -> np.ndarray:
         """Embedding of one string (1-D float32)."""

@@ -86,9 +86,9 @@ def _default_tokenizer() -> MorphemeAnalyzer:
 
 
 def _default_embed_model() -> BaseEmbedding:
-    from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
+    from llama_index_car.providers import resolve_embed_model
 
-    return UniversalSentenceEncoderEmbedding()
+    return resolve_embed_model()  # $CAR_EMBED_MODEL, else the offline e5
 
 
 _NOUN_TAGS = frozenset({"NNG", "NNP"})
@@ -245,7 +245,8 @@ class CorpusCriterionHypothesizer(BaseCriterionHypothesizer):
             tokenizer: anything with ``noun_compounds`` and ``content_morphemes``
                 (default ``KiwiTokenizer()``).
             embed_model: embedding for node contexts and queries (default
-                ``UniversalSentenceEncoderEmbedding``). Must be the model whose vectors are in
+                ``resolve_embed_model()``: ``$CAR_EMBED_MODEL``, else the offline
+                ``MultilingualE5Embedding``). Must be the model whose vectors are in
                 ``embeddings`` when those are given.
             embeddings: precomputed node embeddings, an ``N × d`` array in ``nodes`` order or a
                 ``{node_id: vector}`` mapping; missing ones fall back to ``node.embedding``,

@@ -235,7 +235,8 @@ class CriterionAwareRetriever(BaseRetriever):
 
         * ``index``: an existing ``VectorStoreIndex`` (its embed model and docstore nodes are
           used); otherwise a ``VectorStoreIndex`` is built over ``nodes`` with ``embed_model``
-          (default ``UniversalSentenceEncoderEmbedding``, offline).
+          (default :func:`~llama_index_car.providers.resolve_embed_model`: ``$CAR_EMBED_MODEL``,
+          else the offline ``MultilingualE5Embedding``).
         * lexical channel: ``KiwiBM25Retriever.from_defaults(nodes=..., tokenizer=tokenizer)``.
         * hypothesizer: ``hypothesizer`` if given; else ``LLMCriterionHypothesizer(llm=llm)``
           when ``llm`` is given; else ``CorpusCriterionHypothesizer.from_nodes(nodes)`` reusing
@@ -249,9 +250,9 @@ class CriterionAwareRetriever(BaseRetriever):
             from llama_index.core import VectorStoreIndex
 
             if embed_model is None:
-                from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
+                from llama_index_car.providers import resolve_embed_model
 
-                embed_model = UniversalSentenceEncoderEmbedding()
+                embed_model = resolve_embed_model()  # $CAR_EMBED_MODEL, else offline e5
             node_list = list(nodes or [])
             if not node_list:
                 raise ConfigurationError("nodes is empty; pass the nodes to index")
