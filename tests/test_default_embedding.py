@@ -83,9 +83,14 @@ def test_env_variable_is_the_default_and_a_flag_beats_it(
     ],
     ids=lambda a: a[0],
 )
-def test_every_subcommand_leaves_the_default_to_the_resolver(argv: list[str]) -> None:
+def test_every_subcommand_leaves_the_default_to_the_resolver(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No subcommand hard-codes a provider: ``--embed`` parses to ``None`` (→ env → e5), and
     every subcommand accepts the same three names."""
+    for name in ("SRC", "DIR", "DATA", "CORPUS"):  # input paths are validated at parse time
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path)
     parser = build_parser()
     assert parser.parse_args(argv).embed is None
     for name in EMBED_MODELS:

@@ -94,8 +94,11 @@ def test_build_index_reuses_the_cache(src: Path, tmp_path: Path) -> None:
      (False, None, False)],
 )  # fmt: skip
 def test_show_progress_rule(
-    tty: bool, flag: str | None, shown: bool, monkeypatch: pytest.MonkeyPatch
+    tty: bool, flag: str | None, shown: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    for name in ("S", "D", "C"):  # input paths are validated at parse time
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: tty, raising=False)
     for argv in (["index", "S", "--persist", "O"], ["demo"], ["eval", "D", "--out", "O"],
                  ["probe", "C", "--out", "O"]):  # fmt: skip

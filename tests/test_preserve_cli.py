@@ -114,10 +114,10 @@ def test_missing_pdf_extra_gives_one_line(tmp_path: Path) -> None:
 
 
 def test_unknown_engine_is_a_configuration_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["preserve", str(tmp_path), "--pdf", str(tmp_path), "--engines", "camelot",
+    rc = main(["preserve", str(tmp_path), "--pdf", str(tmp_path), "--engines", "tabula",
                "--out", str(tmp_path / "o")])
     assert rc == 2
-    assert "unknown PDF engine 'camelot'" in capsys.readouterr().err
+    assert "unknown PDF engine 'tabula'" in capsys.readouterr().err
 
 
 @pytest.mark.corpus
