@@ -279,23 +279,6 @@ def test_declared_grid_without_cells_costs_nothing() -> None:
     assert node_cells(node) == [] and node.metadata["table_index"] == 0
 
 
-def test_reader_refuses_a_declared_grid_above_the_limit() -> None:
-    sec = (
-        '<hs:sec xmlns:hs="http://www.hancom.co.kr/hwpml/2011/section" '
-        'xmlns:hp="http://www.hancom.co.kr/hwpml/2011/paragraph"><hp:p><hp:run>'
-        '<hp:tbl rowCnt="1000000000" colCnt="1"></hp:tbl></hp:run></hp:p></hs:sec>'
-    )
-    import io
-    import zipfile
-
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("mimetype", "application/hwp+zip", compress_type=zipfile.ZIP_STORED)
-        zf.writestr("Contents/section0.xml", sec)
-    with pytest.raises(HWPXError, match="max_table_cells"):
-        HWPXReader().load_bytes(buf.getvalue(), "empty_grid.hwpx")
-
-
 # ----------------------------------------------------------------------------- shared corpus
 def _corpus_files(corpus_dir: Path) -> list[Path]:
     return sorted(p for p in corpus_dir.rglob("*.hwpx") if p.is_file())

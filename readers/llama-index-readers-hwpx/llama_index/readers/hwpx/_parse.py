@@ -385,13 +385,6 @@ class SectionWalker:
         self.st.tables.append(None)  # reserve: a parent precedes its nested tables
         n_rows = self._int(tbl, "rowCnt", 0)
         n_cols = self._int(tbl, "colCnt", 0)
-        if n_rows * n_cols > limits.max_table_cells:  # declared grid, even with no cells
-            raise HWPXFormatError(
-                self.st.file,
-                f"table grid {n_rows}x{n_cols} exceeds max_table_cells="
-                f"{limits.max_table_cells} (line {tbl.sourceline})",
-                part=self.part,
-            )
         caption = self._caption(tbl)
         cells: list[HWPXCell] = []
         after: list[Block] = []
