@@ -133,22 +133,24 @@ def _escaped_len(text: str) -> int:
 def table_text_bound(n_rows: int, n_cols: int, cells: Sequence[HWPXCell]) -> int:
     """Upper bound of the characters :func:`~._model.render_table` writes for a table.
 
-    Markdown: every rendered row (at most the rows text covers) is ``| `` + ``n_cols`` cells
-    joined by `` | `` + `` |``, plus one ``|---|...`` line; HTML: at most 40 characters of
-    ``<td rowspan=.. colspan=..>`` markup per cell and 9 per row. Cell texts count escaped.
+    Following the renderer's choice of form: a sparse layout table (>= 12 cells, under a
+    third with text) writes its texts joined by `` | ``, one line per row; otherwise a
+    markdown pipe table writes every rendered row (at most the rows text covers) as ``| ``
+    + ``n_cols`` cells joined by `` | `` + `` |`` plus one ``|---|...`` line, and with
+    merged cells HTML writes at most 40 characters of ``<td rowspan=.. colspan=..>`` markup
+    per cell and 9 per row. Cell texts count escaped (:func:`_escaped_len`).
     """
-    text = 0
-    rows = 0
-    for c in cells:
-        if c.text:
-            text += _escaped_len(c.text) + 1
-            rows += c.row_span
-    if not text:
+    filled = [c for c in cells if c.text.strip()]
+    if not filled:
         return 0
-    rows = min(rows, max(n_rows, 1))
-    markdown = rows * (3 * n_cols + 4) + 4 * n_cols + 1
-    html = 20 + 9 * rows + 40 * len(cells)
-    return text + max(markdown, html)
+    rows = min(sum(c.row_span for c in filled), max(n_rows, 1))
+    if len(cells) >= 12 and 3 * len(filled) < len(cells):
+        return sum(len(c.text) + 3 for c in filled) + rows
+    text = sum(_escaped_len(c.text) for c in cells)
+    markdown = text + rows * (3 * n_cols + 4) + 4 * n_cols + 1
+    if all(c.row_span == 1 and c.col_span == 1 for c in cells):
+        return markdown
+    return max(markdown, text + 20 + 9 * rows + 40 * len(cells))
 
 
 class SectionWalker:
