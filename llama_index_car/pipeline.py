@@ -144,7 +144,8 @@ def find_hwpx_files(source: str | Path | Sequence[str | Path]) -> list[Path]:
     for src in sources:
         p = Path(src)
         if p.is_dir():
-            files.extend(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".hwpx")
+            # not only regular files: a directory or FIFO named *.hwpx is a listed failure
+            files.extend(q for q in p.rglob("*") if q.suffix.lower() == ".hwpx")
         elif p.is_file():
             files.append(p)
         else:
