@@ -5,6 +5,7 @@ reach the reader's model when its limit is lifted, then refused by default with 
 from __future__ import annotations
 
 import io
+import os
 import random
 import tracemalloc
 import warnings
@@ -284,6 +285,11 @@ def test_directory_named_like_a_file_is_a_recorded_failure(tmp_path: Path) -> No
     assert [(Path(f.file).name, f.error_type) for f in reader.failures] == [
         ("x.hwpx", "HWPXFormatError")
     ]
+    if hasattr(os, "mkfifo"):  # a FIFO is refused before it is opened (reading would block)
+        os.mkfifo(tmp_path / "pipe.hwpx")
+        with pytest.raises(HWPXFormatError, match="not a regular file"):
+            HWPXReader().load_data(tmp_path / "pipe.hwpx")
+        os.unlink(tmp_path / "pipe.hwpx")
     (tmp_path / "y.hml").mkdir()
     hml = HMLReader()
     with pytest.warns(HWPXReadWarning):

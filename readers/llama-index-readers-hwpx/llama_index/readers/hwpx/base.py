@@ -295,7 +295,7 @@ class HWPXReader(BasePydanticReader):
             size = p.stat().st_size
             if not p.is_file():  # checked before opening: reading a FIFO would block
                 kind = "a directory" if p.is_dir() else "not a regular file"
-                raise HWPXFormatError(label, f"is {kind}, not a {suffix_name(self)} file")
+                raise HWPXFormatError(label, f"is {kind}, not an {suffix_name(self)} file")
             if size > self.max_file_bytes:
                 raise HWPXLimitError(
                     label, f"file is {size} bytes, above max_file_bytes={self.max_file_bytes}",
