@@ -205,13 +205,17 @@ def _embed(
 ) -> dict[str, Any]:
     """Batch map: node text -> embedding (float32 values), ``EMBED_BATCH`` texts per call.
 
-    A provider model is created once per worker process and reused by later tasks.
+    A provider model is created once per worker process (with ``threads=1`` where it has
+    that field: Ray runs one task per CPU) and reused by later tasks.
     """
     if embed_model is None:
         if embed not in _MODELS:
             from llama_index_car.providers import resolve_embed_model
 
-            _MODELS[embed] = resolve_embed_model(embed)
+            model = resolve_embed_model(embed)
+            if "threads" in type(model).model_fields:  # e5, USE: one thread per Ray CPU
+                model = model.model_copy(update={"threads": 1})
+            _MODELS[embed] = model
         embed_model = _MODELS[embed]
     pos = [int(p) for p in batch["node_pos"]]
     texts = [str(t) for t, p in zip(batch["text"], pos, strict=True) if p >= 0]
