@@ -294,7 +294,7 @@ def ingest_ray(
         source: a folder (searched recursively) or files, as for ``build_index``.
         embed_model: an embedding object shipped to the workers (it must pickle); default:
             the provider ``embed`` (``e5``, ``use``, ``openai``; ``None`` = ``CAR_EMBED_MODEL``
-            on the driver, else ``e5``), created once per embedding actor.
+            on the driver, else ``e5``), created once per Ray worker process.
         tokenizer: BM25 tokenizer (default ``KiwiTokenizer()``, as ``KiwiBM25Retriever``).
         k1, b, epsilon: BM25Okapi parameters (1.5, 0.75, 0.25).
         ray_address: ``None`` = start a local cluster with ``num_cpus`` CPUs (default: all);
@@ -324,6 +324,7 @@ def ingest_ray(
         import ray.data
 
         ctx = ray.data.DataContext.get_current()
+        saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
         ctx.execution_options.preserve_order = True
         ctx.enable_progress_bars = show_progress
         ds = ray.data.from_items(
@@ -338,7 +339,10 @@ def ingest_ray(
         ds = ds.map_batches(
             _embed, batch_size=None, fn_kwargs={"embed": provider, "embed_model": embed_model}
         )
-        rows = ds.take_all()
+        try:
+            rows = ds.take_all()
+        finally:  # the caller's Ray Data settings are left as they were
+            ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
     finally:
         if started:
             ray.shutdown()
