@@ -111,8 +111,9 @@ def merge_bm25_shards(
 
     The vocabularies are united in shard order and the count matrices stacked, so document
     frequencies, ``N`` and ``avgdl`` — hence IDF — are global: the result scores exactly like
-    ``BM25Okapi`` built on all token lists at once (the single point to switch to
-    ``BM25Okapi.merge`` once it exists).
+    ``BM25Okapi`` built on all token lists at once. This is the single place to switch to
+    ``BM25Okapi.merge`` once it exists: ``BM25Okapi.merge([BM25Okapi.from_counts(s.counts,
+    s.terms, k1, b, epsilon) for s in shards])``.
     """
     from llama_index_car.bm25 import BM25Okapi
 
