@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BM25Shard",
+    "RayConnectionError",
     "RayIngestResult",
     "build_index_ray",
     "ingest_ray",
@@ -70,6 +71,10 @@ __all__ = [
 
 #: texts per embedding call on a worker (the single-process ``INDEX_CACHE_BATCH``)
 EMBED_BATCH = 32
+
+
+class RayConnectionError(ConfigurationError):
+    """The Ray cluster named by ``ray_address`` / ``--ray ADDRESS`` could not be joined."""
 
 
 # ----------------------------------------------------------------------------- BM25 shards
@@ -229,6 +234,36 @@ def _embed(
     return dict(batch) | {"embedding": [next(it) if p >= 0 else [] for p in pos]}
 
 
+def _run_dataset(
+    files: list[Path], chunk_size: int, chunk_overlap: int, tokenizer_spec: dict[str, Any],
+    provider: str, embed_model: BaseEmbedding | None, show_progress: bool,
+) -> list[dict[str, Any]]:
+    """Build and execute the Ray Data pipeline over ``files``; all output rows (any order)."""
+    import importlib
+
+    data: Any = importlib.import_module("ray.data")
+    ctx = data.DataContext.get_current()
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
+    ctx.execution_options.preserve_order = True
+    ctx.enable_progress_bars = show_progress
+    try:
+        ds = data.from_items(
+            [{"file_index": i, "path": str(p)} for i, p in enumerate(files)],
+            override_num_blocks=len(files),
+        )
+        ds = ds.map_batches(
+            _read_parse, batch_size=1,
+            fn_kwargs={"chunk_size": chunk_size, "chunk_overlap": chunk_overlap},
+        )
+        ds = ds.map_batches(_tokenize, batch_size=None, fn_kwargs={"tokenizer_spec": tokenizer_spec})
+        ds = ds.map_batches(
+            _embed, batch_size=None, fn_kwargs={"embed": provider, "embed_model": embed_model}
+        )
+        return list(ds.take_all())
+    finally:  # the caller's Ray Data settings are left as they were
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
+
+
 # ----------------------------------------------------------------------------- driver
 @dataclass
 class RayIngestResult:
@@ -268,7 +303,15 @@ def _connect(ray: Any, address: str | None, num_cpus: int | None,
                 f"{address} decides its own CPUs"
             )
         kwargs.pop("include_dashboard")
-        ray.init(address=address, **kwargs)
+        try:
+            ray.init(address=address, **kwargs)
+        except (ConnectionError, TimeoutError, ValueError) as exc:
+            raise RayConnectionError(
+                f"could not join the Ray cluster at {address!r} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                "start one with `ray start --head`, check the address (ray://HOST:10001 needs "
+                "the client server and `ray[client]`), or omit the address for a local cluster"
+            ) from exc
     return True
 
 
@@ -308,6 +351,7 @@ def ingest_ray(
     Raises:
         MissingDependencyError: ``ray`` is not installed.
         ConfigurationError: no ``.hwpx`` file, or ``num_cpus`` with a remote address.
+        RayConnectionError: the cluster at ``ray_address`` cannot be joined.
     """
     from llama_index.core.storage.docstore.utils import json_to_doc
 
@@ -322,28 +366,14 @@ def ingest_ray(
     ray = _ray()
     started = _connect(ray, ray_address, num_cpus, runtime_env)
     try:
-        import ray.data
-
-        ctx = ray.data.DataContext.get_current()
-        saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars)
-        ctx.execution_options.preserve_order = True
-        ctx.enable_progress_bars = show_progress
-        ds = ray.data.from_items(
-            [{"file_index": i, "path": str(p)} for i, p in enumerate(files)],
-            override_num_blocks=len(files),
-        )
-        ds = ds.map_batches(
-            _read_parse, batch_size=1,
-            fn_kwargs={"chunk_size": chunk_size, "chunk_overlap": chunk_overlap},
-        )
-        ds = ds.map_batches(_tokenize, batch_size=None, fn_kwargs={"tokenizer_spec": tok.to_dict()})
-        ds = ds.map_batches(
-            _embed, batch_size=None, fn_kwargs={"embed": provider, "embed_model": embed_model}
-        )
-        try:
-            rows = ds.take_all()
-        finally:  # the caller's Ray Data settings are left as they were
-            ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
+        args = (files, chunk_size, chunk_overlap, tok.to_dict(), provider, embed_model,
+                show_progress)
+        if ray.util.client.ray.is_connected():
+            # Ray Data does not run over Ray Client: execute the dataset in a task on the
+            # cluster (it uses no CPU slot itself) and bring the rows back
+            rows = ray.get(ray.remote(num_cpus=0)(_run_dataset).remote(*args))
+        else:
+            rows = _run_dataset(*args)
     finally:
         if started:
             ray.shutdown()
