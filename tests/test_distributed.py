@@ -244,3 +244,11 @@ def test_cli_index_ray_writes_the_same_folder(
     ref = KiwiBM25Retriever.from_persist_dir(built["out"] / "local" / "bm25")
     assert [doc_to_json(n) for n in cli_bm25.nodes] == [doc_to_json(n) for n in ref.nodes]
     assert (cli_bm25.bm25.counts != ref.bm25.counts).nnz == 0
+
+
+def test_ray_builder_refuses_options_it_does_not_support(corpus: Path, tmp_path: Path) -> None:
+    from llama_index_car._errors import ConfigurationError
+
+    pytest.importorskip("ray", reason="ray is not installed: pip install 'llama-index-car[ray]'")
+    with pytest.raises(ConfigurationError, match="--ray cannot be combined with --store"):
+        ray_builder("local")(corpus, tmp_path / "x", store="chroma:///tmp/x")
