@@ -7,7 +7,9 @@ corpus is indexed by ``build_index`` in this process. Oracles: the single-proces
 (node JSON, vectors, BM25 counts, manifest, tables, hypothesizer files byte for byte) and
 ``rank_bm25.BM25Okapi`` on the single-process tokens (scores to 1e-9 relative).
 
-The embedding is a deterministic hashed character-bigram embedding (cheap, exactly
+Tests on the cluster are marked ``slow`` (about 30–50 s together on 2 shared cores, most of it
+the two builds and ``ray.init``); CI runs them. The embedding is a deterministic hashed
+character-bigram embedding (cheap, exactly
 reproducible in any process); it is pickled by value to the workers.
 """
 
@@ -176,6 +178,7 @@ def _load(folder: Path) -> Any:
     return load_index(folder, embed_model=BigramHashEmbedding())
 
 
+@pytest.mark.slow
 def test_failures_are_recorded_not_fatal(built: dict[str, Any], corpus: Path) -> None:
     local, remote = built["local"], built["ray"]
     assert remote.failures == local.failures
@@ -186,6 +189,7 @@ def test_failures_are_recorded_not_fatal(built: dict[str, Any], corpus: Path) ->
     assert remote.nodes > 6
 
 
+@pytest.mark.slow
 def test_same_nodes_ids_texts_metadata(built: dict[str, Any]) -> None:
     a, b = _load(built["out"] / "local"), _load(built["out"] / "ray")
     assert [doc_to_json(n) for n in b.nodes] == [doc_to_json(n) for n in a.nodes]
@@ -195,6 +199,7 @@ def test_same_nodes_ids_texts_metadata(built: dict[str, Any]) -> None:
             (built["out"] / "local" / name).read_text())
 
 
+@pytest.mark.slow
 def test_same_embeddings_and_hypothesizer(built: dict[str, Any]) -> None:
     a, b = _load(built["out"] / "local"), _load(built["out"] / "ray")
     ea = a.index.vector_store.data.embedding_dict
@@ -204,6 +209,7 @@ def test_same_embeddings_and_hypothesizer(built: dict[str, Any]) -> None:
         assert (built["out"] / "ray" / "hypothesizer" / f.name).read_bytes() == f.read_bytes()
 
 
+@pytest.mark.slow
 def test_same_bm25_statistics_and_scores(built: dict[str, Any]) -> None:
     from rank_bm25 import BM25Okapi as RankBM25
 
@@ -224,6 +230,7 @@ def test_same_bm25_statistics_and_scores(built: dict[str, Any]) -> None:
         assert [h.node.node_id for h in b.as_retriever("car").retrieve(q)] == car_a
 
 
+@pytest.mark.slow
 def test_cli_index_ray_writes_the_same_folder(
     built: dict[str, Any], corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -252,3 +259,19 @@ def test_ray_builder_refuses_options_it_does_not_support(corpus: Path, tmp_path:
     pytest.importorskip("ray", reason="ray is not installed: pip install 'llama-index-car[ray]'")
     with pytest.raises(ConfigurationError, match="--ray cannot be combined with --store"):
         ray_builder("local")(corpus, tmp_path / "x", store="chroma:///tmp/x")
+
+
+@pytest.mark.slow
+def test_only_broken_files_is_nothing_to_index(
+    built: dict[str, Any], corpus: Path, tmp_path: Path
+) -> None:
+    """Every file failing is ``NothingToIndexError`` (exit 1 in the CLI), as without Ray."""
+    from llama_index_car.distributed import build_index_ray
+    from llama_index_car.pipeline import NothingToIndexError
+
+    failed: list[str] = []
+    with pytest.raises(NothingToIndexError, match="1 failed to parse"):
+        build_index_ray([corpus / "d_broken.hwpx"], tmp_path / "none",
+                        embed_model=BigramHashEmbedding(), on_error=lambda f: failed.append(f.path))
+    assert failed == [str(corpus / "d_broken.hwpx")]
+    assert not (tmp_path / "none").exists()
