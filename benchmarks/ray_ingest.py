@@ -6,7 +6,7 @@ parsing (chunk 1000/150), Kiwi tokenization and embedding (``--embed``, default 
 ways, in one run:
 
 * ``no Ray``: the same stages in this process (BLAS/OpenMP limited to one thread, as Ray
-  does for its workers) (``read_documents``, ``parse_nodes``,
+  does for its workers; cold: Kiwi and the model load inside the timed call) (``read_documents``, ``parse_nodes``,
   ``KiwiTokenizer.tokenize_batch`` with one Kiwi thread, the embedding in batches of 32 with
   ``threads=1``): the serial baseline;
 * ``Ray, N workers``: :func:`llama_index_car.distributed.ingest_ray` on a local cluster
@@ -122,7 +122,7 @@ def main() -> None:
     files = find_hwpx_files(args.corpus)
     base = serial(files, args.embed)
     n_nodes = len(base["ids"])
-    rows = [("no Ray (1 process, 1 thread)", "", base["wall"], base["cpu"])]
+    rows = [("no Ray (1 process, 1 thread, cold)", "", base["wall"], base["cpu"])]
     me = os.getpid()
     for r in range(args.repeat):  # interleaved (1, 2, 1, 2, ...) so load drift hits both
         for n in args.workers:
