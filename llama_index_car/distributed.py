@@ -10,7 +10,7 @@ maps over the list of files, then writes the same index folder on the driver::
       .map_batches(_embed)            embedding (model created once per worker process)
     driver: rows sorted by (file_index, node_pos) -> nodes in single-process order;
             per-file BM25 shards -> merge_bm25_shards (global IDF) -> KiwiBM25Retriever;
-            vectors -> VectorStoreIndex; hypothesizer; tables.json; car_index.json
+            vectors -> VectorStoreIndex; hypothesizer; car_index.json
 
 What is the same as the single-process path (checked by ``tests/test_distributed.py``):
 node ids, texts and metadata (``doc_to_json``), the embedding of every node (float32 values,
@@ -146,6 +146,8 @@ def merge_bm25_shards(
 def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> dict[str, list[Any]]:
     """Batch map: HWPX files -> one file row (``node_pos = -1``) per file plus one row per node.
 
+    Table cells travel in the nodes' own ``cells`` metadata (no ``tables.json``).
+
     A file that fails to read (the exceptions ``read_documents`` catches) gives only its file
     row, with ``error = "ErrorType: message"``.
     """
@@ -153,17 +155,15 @@ def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> d
     from llama_index.core.storage.docstore.utils import doc_to_json
     from llama_index.readers.hwpx import HWPXError, HWPXNodeParser, HWPXReader
 
-    from llama_index_car.pipeline import collect_tables
-
     errors = (HWPXError, OSError, zipfile.BadZipFile, ValueError, KeyError)
     reader = HWPXReader()
     parser = HWPXNodeParser(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
-    keys = ("file_index", "node_pos", "path", "error", "documents", "node", "text", "tables")
+    keys = ("file_index", "node_pos", "path", "error", "documents", "node", "text")
     out: dict[str, list[Any]] = {k: [] for k in keys}
 
     def row(fi: int, pos: int, path: str, **kw: Any) -> None:
         values = {"file_index": fi, "node_pos": pos, "path": path, "error": "",
-                  "documents": 0, "node": "", "text": "", "tables": ""} | kw
+                  "documents": 0, "node": "", "text": ""} | kw
         for k in keys:
             out[k].append(values[k])
 
@@ -175,9 +175,7 @@ def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> d
             row(fi, -1, path, error=f"{type(exc).__name__}: {exc}")
             continue
         nodes = parser.get_nodes_from_documents(docs)
-        tables = collect_tables(nodes)
-        row(fi, -1, path, documents=len(docs),
-            tables=json.dumps(tables, ensure_ascii=False) if tables else "")
+        row(fi, -1, path, documents=len(docs))
         for pos, node in enumerate(nodes):
             row(fi, pos, path, node=json.dumps(doc_to_json(node), ensure_ascii=False),
                 text=node.get_content(metadata_mode=MetadataMode.EMBED))
@@ -274,7 +272,6 @@ class RayIngestResult:
     nodes: list[BaseNode]
     embeddings: list[list[float]]
     bm25: BM25Okapi
-    tables: dict[str, list[dict[str, Any]]]
     failures: list[FileFailure]
     seconds: float = 0.0
 
@@ -382,7 +379,6 @@ def ingest_ray(
     failures: list[FileFailure] = []
     nodes: list[BaseNode] = []
     embeddings: list[list[float]] = []
-    tables: dict[str, list[dict[str, Any]]] = {}
     documents = 0
     per_file: dict[int, list[tuple[list[str], list[int]]]] = {}
     for r in rows:
@@ -393,8 +389,6 @@ def ingest_ray(
                 if on_error is not None:
                     on_error(failure)
             documents += int(r["documents"])
-            if r["tables"]:
-                tables.update(json.loads(r["tables"]))
             continue
         nodes.append(json_to_doc(json.loads(r["node"])))
         embeddings.append([float(x) for x in r["embedding"]])
@@ -405,7 +399,7 @@ def ingest_ray(
     bm25 = merge_bm25_shards(shards, k1=k1, b=b, epsilon=epsilon)
     return RayIngestResult(
         files=files, documents=documents, nodes=nodes, embeddings=embeddings, bm25=bm25,
-        tables=tables, failures=failures, seconds=time.perf_counter() - start,
+        failures=failures, seconds=time.perf_counter() - start,
     )
 
 
@@ -429,7 +423,7 @@ def build_index_ray(
     """:func:`~llama_index_car.pipeline.build_index` with the per-file work on Ray.
 
     Same arguments and the same folder (``car_index.json``, ``vector/``, ``bm25/``,
-    ``hypothesizer/``, ``tables.json``); see :func:`ingest_ray` for the Ray arguments.
+    ``hypothesizer/``); see :func:`ingest_ray` for the Ray arguments.
     ``show_progress`` shows Ray Data's progress bars. ``cache_dir`` and ``use_cache`` are
     accepted for compatibility and ignored: workers embed every node (the embedding cache is
     a local folder that remote workers cannot share).
@@ -486,10 +480,7 @@ def build_index_ray(
     index.storage_context.persist(persist_dir=str(out / VECTOR_DIR))
     bm25 = KiwiBM25Retriever.from_bm25(nodes, res.bm25)
     bm25.persist(str(out / BM25_DIR))
-    (out / TABLES_NAME).write_text(
-        json.dumps({"format_version": FORMAT_VERSION, "files": res.tables}, ensure_ascii=False),
-        encoding="utf-8",
-    )
+    (out / TABLES_NAME).unlink(missing_ok=True)  # an older build's copy (overwrite=True)
     stored = {n.node_id: e for n, e in zip(nodes, res.embeddings, strict=True)}
     hypothesizer = CorpusCriterionHypothesizer.from_nodes(
         nodes, embed_model=model, embeddings=stored

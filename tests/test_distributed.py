@@ -1,10 +1,12 @@
 """Ray ingestion (``llama_index_car.distributed``) against the single-process ``build_index``.
 
 One local Ray cluster with 2 CPUs (2 workers) indexes a small corpus: three HWPX files built
-in code (sections, a table, shared and rare terms), one broken file, and — when ``../shared``
+in code (sections, a table, shared and rare terms), one broken file, a directory named
+``*.hwpx``, and — when ``../shared``
 is present — three small files of the shared corpus and one of its ``bad/`` files. The same
 corpus is indexed by ``build_index`` in this process. Oracles: the single-process folder
-(node JSON, vectors, BM25 counts, manifest, tables, hypothesizer files byte for byte) and
+(node JSON incl. table cells, vectors, BM25 counts, manifest, folder listing, hypothesizer
+files byte for byte) and
 ``rank_bm25.BM25Okapi`` on the single-process tokens (scores to 1e-9 relative).
 
 Tests on the cluster are marked ``slow`` (about 30–50 s together on 2 shared cores, most of it
@@ -131,6 +133,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
            ["점검통로 폭은 0.6 m 이상으로 한다.", "포장 두께는 설계 교통량에 따라 정한다."],
            [["구분", "기준"], ["난간", "높이 1.1 m 이상"], ["통로", "폭 0.6 m"]])
     (root / "d_broken.hwpx").write_bytes(b"PK\x03\x04 not really a zip")
+    (root / "d_folder.hwpx").mkdir()  # a directory named like a file: a listed failure
     if SHARED.is_dir():
         src = SHARED / "corpus" / "hwpx"
         for name in SHARED_FILES:
@@ -182,7 +185,8 @@ def _load(folder: Path) -> Any:
 def test_failures_are_recorded_not_fatal(built: dict[str, Any], corpus: Path) -> None:
     local, remote = built["local"], built["ray"]
     assert remote.failures == local.failures
-    assert str(corpus / "d_broken.hwpx") in {f.path for f in remote.failures}
+    assert {str(corpus / "d_broken.hwpx"), str(corpus / "d_folder.hwpx")} <= {
+        f.path for f in remote.failures}
     assert built["failed_ray"] == built["failed_local"] == [f.path for f in local.failures]
     assert (remote.files, remote.documents, remote.nodes, remote.table_nodes) == (
         local.files, local.documents, local.nodes, local.table_nodes)
@@ -194,9 +198,11 @@ def test_same_nodes_ids_texts_metadata(built: dict[str, Any]) -> None:
     a, b = _load(built["out"] / "local"), _load(built["out"] / "ray")
     assert [doc_to_json(n) for n in b.nodes] == [doc_to_json(n) for n in a.nodes]
     assert [n.node_id for n in b.bm25.nodes] == [n.node_id for n in a.bm25.nodes]
-    for name in ("car_index.json", "tables.json"):
-        assert json.loads((built["out"] / "ray" / name).read_text()) == json.loads(
-            (built["out"] / "local" / name).read_text())
+    assert json.loads((built["out"] / "ray" / "car_index.json").read_text()) == json.loads(
+        (built["out"] / "local" / "car_index.json").read_text())
+    assert sorted(p.name for p in (built["out"] / "ray").iterdir()) == sorted(
+        p.name for p in (built["out"] / "local").iterdir())
+    assert any(n.metadata.get("cells") for n in b.nodes)  # table cells travel in the nodes
 
 
 @pytest.mark.slow

@@ -30,11 +30,10 @@ every node whose ``cells`` cover that grid position. Node ids are ``<file stem>-
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,18 +154,30 @@ def beir_to_eval_data(ds: BeirDataset) -> EvalData:
 
 
 def _norm(s: str) -> str:
-    return " ".join(str(s).split())
+    """Whitespace-collapsed, without private-use glyphs (the node parser's clean titles)."""
+    from llama_index.readers.hwpx import clean_title
+
+    return clean_title(str(s))
 
 
 def _cells(node: BaseNode) -> list[list[int]]:
-    raw = node.metadata.get("cells")
-    if not raw:
-        return []
+    """``[table, row, col, row_span, col_span]`` of the node's cells (``node_cells``)."""
+    from llama_index.readers.hwpx import node_cells
+
     try:
-        cells = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
+        cells = node_cells(node)
+    except ValueError:
         return []
-    return [list(map(int, c)) for c in cells if isinstance(c, list | tuple) and len(c) == 5]
+    return [[c.table, c.row, c.col, c.row_span, c.col_span] for c in cells]
+
+
+def _file_id_func(stem: str) -> Callable[[int, BaseNode], str]:
+    """``id_func`` naming a file's nodes ``<stem>-<nnnn>`` (readable run files)."""
+
+    def node_id(i: int, doc: BaseNode) -> str:
+        return f"{stem}-{i:04d}"
+
+    return node_id
 
 
 def load_hwpx_eval(
@@ -179,7 +190,7 @@ def load_hwpx_eval(
     files = sorted(root.rglob("*.hwpx"))
     if not files:
         raise EvaluationDataError(f"{root}: no .hwpx files found")
-    reader, parser = HWPXReader(), HWPXNodeParser()
+    reader = HWPXReader()
     nodes: list[BaseNode] = []
     by_file: dict[str, list[BaseNode]] = {}
     iterator: Iterable[Path] = files
@@ -192,10 +203,11 @@ def load_hwpx_eval(
             docs = reader.load_data(f)
         except HWPXError:
             continue
-        for i, node in enumerate(parser.get_nodes_from_documents(docs)):
-            copy = node.model_copy(update={"id_": f"{f.stem}-{i:04d}"})
-            nodes.append(copy)
-            by_file.setdefault(f.name, []).append(copy)
+        # one Document per file, so the chunk index is the node's position in the file
+        parser = HWPXNodeParser(id_func=_file_id_func(f.stem))
+        for node in parser.get_nodes_from_documents(docs):
+            nodes.append(node)
+            by_file.setdefault(f.name, []).append(node)
     qa = Path(qa_file)
     queries: dict[str, str] = {}
     qrels: Qrels = {}

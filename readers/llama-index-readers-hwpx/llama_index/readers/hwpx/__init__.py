@@ -1,7 +1,19 @@
 """LlamaIndex reader for HWPX (Hancom OWPML) documents with cell-coordinate tables."""
 
-from llama_index.readers.hwpx._errors import HWPXEncryptedError, HWPXError, HWPXFormatError
+from llama_index.readers.hwpx._errors import (
+    HWPXEncryptedError,
+    HWPXError,
+    HWPXFormatError,
+    HWPXLimitError,
+)
 from llama_index.readers.hwpx._model import HWPXCell, HWPXTable, HWPXTableParent
+from llama_index.readers.hwpx._node_meta import (
+    NodeCell,
+    clean_title,
+    node_cells,
+    stable_id_func,
+    stable_node_id,
+)
 from llama_index.readers.hwpx.base import (
     STRUCTURE_KEY,
     HWPXFailure,
@@ -9,7 +21,7 @@ from llama_index.readers.hwpx.base import (
     HWPXReadWarning,
     ParsedHWPX,
 )
-from llama_index.readers.hwpx.hml import HMLFormatError, HMLReader
+from llama_index.readers.hwpx.hml import HMLFormatError, HMLLimitError, HMLReader
 from llama_index.readers.hwpx.hml_writer import HMLBuilder, HMLSectionBuilder
 from llama_index.readers.hwpx.node_parser import HWPXNodeParser
 from llama_index.readers.hwpx.writer import HWPXBuilder, SectionBuilder, TableSpec
@@ -17,12 +29,18 @@ from llama_index.readers.hwpx.writer import HWPXBuilder, SectionBuilder, TableSp
 __all__ = [
     "HWPXReader",
     "HWPXNodeParser",
+    "NodeCell",
+    "node_cells",
+    "stable_node_id",
+    "stable_id_func",
+    "clean_title",
     "HWPXTable",
     "HWPXCell",
     "HWPXTableParent",
     "HWPXError",
     "HWPXEncryptedError",
     "HWPXFormatError",
+    "HWPXLimitError",
     "HWPXFailure",
     "HWPXReadWarning",
     "ParsedHWPX",
@@ -32,6 +50,7 @@ __all__ = [
     "TableSpec",
     "HMLReader",
     "HMLFormatError",
+    "HMLLimitError",
     "HMLBuilder",
     "HMLSectionBuilder",
 ]

@@ -87,7 +87,7 @@ class HWPXTable:
             for r in range(c.row, min(c.row + c.row_span, self.n_rows)):
                 row = grid[r]
                 for k in range(c.col, min(c.col + c.col_span, self.n_cols)):
-                    row[k] = c.text
+                    row[k] = _join(row[k], c.text)  # overlapping cells: keep both texts
         return grid
 
     def to_markdown(self) -> str:
@@ -121,8 +121,18 @@ def _html_cell(text: str) -> str:
     return escape(text).replace("\n", "<br>")
 
 
+def _join(old: str, new: str) -> str:
+    """Text of a grid position two cells claim: both, in cell order (one if equal/empty)."""
+    return new if not old or old == new else (old if not new else f"{old}\n{new}")
+
+
 def _col(c: HWPXCell) -> int:
     return c.col
+
+
+def is_sparse(cells: Sequence[HWPXCell]) -> bool:
+    """At least 12 cells and more than 2/3 of them empty (a layout table, e.g. an org chart)."""
+    return len(cells) >= 12 and 3 * sum(1 for c in cells if c.text.strip()) < len(cells)
 
 
 def render_table(
@@ -130,6 +140,7 @@ def render_table(
     n_rows: int,
     n_cols: int,
     rows: Iterable[int] | None = None,
+    sparse: bool | None = None,
 ) -> str:
     """Render ``cells`` (all of them, or only those anchored in ``rows``) as markdown or HTML.
 
@@ -139,6 +150,8 @@ def render_table(
 
     A sparse layout table (at least 12 cells, more than 2/3 of them empty, e.g. an org chart
     drawn with cells) renders as one line per row of its non-empty cells joined by " | ".
+    ``sparse`` overrides that test (pass the whole table's verdict when rendering a subset of
+    its cells, so every piece of a split table renders alike).
 
     >>> print(render_table([HWPXCell(0, 0, 1, 1, "a"), HWPXCell(0, 1, 1, 1, "b")], 1, 2))
     | a | b |
@@ -162,7 +175,9 @@ def render_table(
         return ""
     row_set = set(wanted)
     chosen = [c for c in cells if c.row in row_set]
-    if len(cells) >= 12 and 3 * len(filled) < len(cells):
+    if sparse is None:
+        sparse = is_sparse(cells)
+    if sparse:
         by_row_text: dict[int, list[HWPXCell]] = {}
         for c in chosen:
             if c.text.strip():
@@ -174,7 +189,9 @@ def render_table(
         )
     merged = any(c.row_span > 1 or c.col_span > 1 for c in chosen)
     if not merged:
-        by_pos = {(c.row, c.col): c.text for c in chosen}
+        by_pos: dict[tuple[int, int], str] = {}
+        for c in chosen:  # cells sharing an anchor (hostile files): keep every text
+            by_pos[(c.row, c.col)] = _join(by_pos.get((c.row, c.col), ""), c.text)
         lines: list[str] = []
         for i, r in enumerate(wanted):
             line = "| " + " | ".join(_md_cell(by_pos.get((r, k), "")) for k in range(n_cols))
