@@ -2,6 +2,8 @@
 
     python benchmarks/hostile_batch.py /tmp/batch                  # 3 demo files + hostile
     python benchmarks/hostile_batch.py /tmp/batch --good ../shared/corpus/hwpx
+    python benchmarks/hostile_batch.py /tmp/near --near-limit --good \
+        llama_index_car/data/demo_corpus       # good files + one file at 89 % of max_text_chars
     /usr/bin/time -v llama-car index /tmp/batch --persist /tmp/idx --embed use --no-progress
 
 Hostile files (each must be listed as skipped, none may end the run): an empty table declaring
@@ -72,7 +74,14 @@ def hostile_files() -> dict[str, bytes]:
     }
 
 
-def write(out: Path, good: Path | None) -> None:
+def near_limit_text() -> bytes:
+    """6 sections of ~1 MiB (each compressing under the 200x limit) with ~4.5 M characters
+    of paragraph text: ~90 % of ``max_text_chars``, read in full."""
+    pad = "".join(_p("A" * 100 + str(i % 10)) for i in range(7400))
+    return _package([_p("x") + pad] * 6)
+
+
+def write(out: Path, good: Path | None, near_limit: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if good is None:
         from llama_index_car.demo.loader import DEMO_CORPUS_DIR
@@ -83,6 +92,10 @@ def write(out: Path, good: Path | None) -> None:
         sources = sorted(good.glob("*.hwpx"))
     for src in sources:
         shutil.copy(src, out / src.name)
+    if near_limit:
+        (out / "near_limit_text.hwpx").write_bytes(near_limit_text())
+        print(f"{len(sources)} good + near_limit_text.hwpx in {out}")
+        return
     for name, data in hostile_files().items():
         (out / name).write_bytes(data)
     (out / "folder.hwpx").mkdir(exist_ok=True)
@@ -93,8 +106,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--good", type=Path, default=None, help="folder of good .hwpx (demo)")
+    ap.add_argument("--near-limit", action="store_true", help="only the near-limit text file")
     args = ap.parse_args()
-    write(args.out, args.good)
+    write(args.out, args.good, args.near_limit)
 
 
 if __name__ == "__main__":

@@ -216,7 +216,7 @@ class Package:
         scope = "package" if what == "package total" else "part"
         raise HWPXLimitError(
             self.file,
-            f"{scope} compression ratio {ratio:.0f} ({what} {size} bytes from {compressed}) "
+            f"{scope} compression ratio {ratio:.1f} ({what} {size} bytes from {compressed}) "
             f"exceeds max_compression_ratio={limit:g} (zip bomb?)",
             limit="max_compression_ratio", value=ratio, maximum=limit, part=name,
         )
