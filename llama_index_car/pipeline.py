@@ -7,7 +7,10 @@ One call turns a folder of HWPX files into a self-contained directory::
       vector/             VectorStoreIndex storage (SimpleVectorStore + docstore, plain JSON)
       bm25/               KiwiBM25Retriever.persist() output (JSON + .npz, tokenizer spec)
       hypothesizer/       CorpusCriterionHypothesizer state (JSON + .npy/.npz)
-      tables.json         cell text and coordinates of every table in an indexed table node
+
+Table cells (coordinates and text) travel in each table node's ``cells`` metadata
+(:func:`~llama_index.readers.hwpx.node_cells` decodes them); folders written before that
+also hold a ``tables.json`` with the cell text, still read by :meth:`LocalIndex.cells_for`.
 
 Pipeline: HWPX files → :class:`~llama_index.readers.hwpx.HWPXReader` → documents →
 :class:`~llama_index.readers.hwpx.HWPXNodeParser` (``chunk_size=1000``, ``chunk_overlap=150``
@@ -202,42 +205,6 @@ def parse_nodes(
     return list(parser.get_nodes_from_documents(list(documents), show_progress=show_progress))
 
 
-def collect_tables(nodes: Sequence[BaseNode]) -> dict[str, list[dict[str, Any]]]:
-    """The tables of every file that has a table node, read back with ``load_tables``.
-
-    Returns ``{file_path: [{"index", "caption", "n_rows", "n_cols", "cells": [[row, col,
-    row_span, col_span, text], ...]}, ...]}`` so query output can show cell text with its
-    coordinates (node metadata keeps only the coordinates).
-    """
-    from llama_index.readers.hwpx import HWPXError, HWPXReader
-
-    reader = HWPXReader()
-    paths = sorted(
-        {
-            str(n.metadata.get("file_path"))
-            for n in nodes
-            if n.metadata.get("table_index") is not None and n.metadata.get("file_path")
-        }
-    )
-    out: dict[str, list[dict[str, Any]]] = {}
-    for path in paths:
-        try:
-            tables = reader.load_tables(path)
-        except (HWPXError, OSError, zipfile.BadZipFile, ValueError, KeyError):
-            continue  # already reported by read_documents, or unreadable now: no cell text
-        out[path] = [
-            {
-                "index": t.index,
-                "caption": t.caption,
-                "n_rows": t.n_rows,
-                "n_cols": t.n_cols,
-                "cells": [[c.row, c.col, c.row_span, c.col_span, c.text] for c in t.cells],
-            }
-            for t in tables
-        ]
-    return out
-
-
 # ----------------------------------------------------------------------------- embedding spec
 def embed_spec(embed_model: BaseEmbedding, provider: str) -> dict[str, Any]:
     """What to record about the embedding so a later load can check it matches."""
@@ -377,11 +344,7 @@ def build_index(
     index.storage_context.persist(persist_dir=str(out / VECTOR_DIR))
     bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes, show_progress=show_progress)
     bm25.persist(str(out / BM25_DIR))
-    tables = collect_tables(nodes)
-    (out / TABLES_NAME).write_text(
-        json.dumps({"format_version": FORMAT_VERSION, "files": tables}, ensure_ascii=False),
-        encoding="utf-8",
-    )
+    (out / TABLES_NAME).unlink(missing_ok=True)  # an older build's copy (overwrite=True)
     stored = _stored_embeddings(index)
     hypothesizer = CorpusCriterionHypothesizer.from_nodes(
         nodes, embed_model=model, embeddings=stored
@@ -462,31 +425,29 @@ class LocalIndex:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def cells_for(self, metadata: dict[str, Any]) -> list[dict[str, Any]]:
-        """Cells of a table node as ``[{"table", "row", "col", "row_span", "col_span", "text"}]``.
+        """Cells of a table node as ``[{"table", "row", "col", "row_span", "col_span", "text",
+        "depth", "parent"}]`` (0-based; see :func:`llama_index.readers.hwpx.node_cells`).
 
-        Coordinates come from the node's ``cells`` metadata (``[table, row, col, row_span,
-        col_span]``, 0-based), text from ``tables.json``; a cell whose text is not available
+        Coordinates and text come from the node's ``cells`` metadata. Nodes of folders built
+        before the cells carried text (a list of ``[table, row, col, row_span, col_span]``)
+        take the text from the folder's ``tables.json``; a cell whose text is not available
         keeps ``text=""``. Non-table nodes give ``[]``.
         """
-        coords = metadata.get("cells") or []
+        from llama_index.readers.hwpx import node_cells
+
+        cells = node_cells(metadata)
+        if not cells or not isinstance(metadata.get("cells"), list):
+            return [c.to_dict() for c in cells]
         files = self.tables.get(str(metadata.get("file_path", "")), [])
         text: dict[tuple[int, int, int], str] = {}
         for t in files:
             for row, col, _rs, _cs, cell_text in t["cells"]:
                 text[(int(t["index"]), int(row), int(col))] = str(cell_text)
         out = []
-        for item in coords:
-            table, row, col, row_span, col_span = (int(x) for x in list(item)[:5])
-            out.append(
-                {
-                    "table": table,
-                    "row": row,
-                    "col": col,
-                    "row_span": row_span,
-                    "col_span": col_span,
-                    "text": text.get((table, row, col), ""),
-                }
-            )
+        for c in cells:
+            d = c.to_dict()
+            d["text"] = text.get((c.table, c.row, c.col), "")
+            out.append(d)
         return out
 
     def as_retriever(

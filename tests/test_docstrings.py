@@ -78,6 +78,7 @@ MODULES: tuple[str, ...] = (
     "llama_index.readers.hwpx._headings",
     "llama_index.readers.hwpx._model",
     "llama_index.readers.hwpx._package",
+    "llama_index.readers.hwpx._node_meta",
     "llama_index.readers.hwpx._parse",
     "llama_index.readers.hwpx._render",
     "llama_index.readers.hwpx.base",

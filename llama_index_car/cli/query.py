@@ -182,15 +182,20 @@ def format_channels(channels: dict[str, Any]) -> str:
 
 
 def format_cells(cells: Sequence[dict[str, Any]], limit: int | None) -> str:
-    """``(r,c) text | (r,c) text …`` for the first ``limit`` non-empty cells."""
+    """``(r,c) text | (r,c) text …`` for the first ``limit`` non-empty cells (``(tN r,c)``
+    when the cells come from more than one table)."""
     kept = [c for c in cells if shown(c.get("text", ""))]
     more = 0
     if limit is not None and len(kept) > limit:
         more = len(kept) - limit
         kept = kept[:limit]
-    body = " | ".join(
-        f"({shown(c.get('row'))},{shown(c.get('col'))}) {shown(c.get('text'))}" for c in kept
-    )
+    several = len({c.get("table") for c in cells}) > 1  # then each cell names its table
+
+    def where(c: dict[str, Any]) -> str:
+        table = f"t{shown(c.get('table'))} " if several else ""
+        return f"({table}{shown(c.get('row'))},{shown(c.get('col'))})"
+
+    body = " | ".join(f"{where(c)} {shown(c.get('text'))}" for c in kept)
     return body + (f" | … +{more} cells" if more else "")
 
 

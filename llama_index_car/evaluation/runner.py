@@ -30,7 +30,6 @@ every node whose ``cells`` cover that grid position. Node ids are ``<file stem>-
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -159,14 +158,14 @@ def _norm(s: str) -> str:
 
 
 def _cells(node: BaseNode) -> list[list[int]]:
-    raw = node.metadata.get("cells")
-    if not raw:
-        return []
+    """``[table, row, col, row_span, col_span]`` of the node's cells (``node_cells``)."""
+    from llama_index.readers.hwpx import node_cells
+
     try:
-        cells = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
+        cells = node_cells(node)
+    except ValueError:
         return []
-    return [list(map(int, c)) for c in cells if isinstance(c, list | tuple) and len(c) == 5]
+    return [[c.table, c.row, c.col, c.row_span, c.col_span] for c in cells]
 
 
 def load_hwpx_eval(

@@ -11,7 +11,13 @@ import tiktoken
 from llama_index.core import SimpleDirectoryReader
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.schema import Document, MetadataMode, TextNode
-from llama_index.readers.hwpx import STRUCTURE_KEY, HWPXBuilder, HWPXNodeParser, HWPXReader
+from llama_index.readers.hwpx import (
+    STRUCTURE_KEY,
+    HWPXBuilder,
+    HWPXNodeParser,
+    HWPXReader,
+    node_cells,
+)
 from llama_index.readers.hwpx.node_parser import row_groups
 
 Write = Callable[..., Path]
@@ -108,8 +114,8 @@ def test_long_table_split_between_rows_with_header_repeated(write: Write) -> Non
         lines = [ln for ln in text.split("\n") if ln.startswith("| 설비")]
         got_rows += [int(re.match(r"\| 설비(\d+) \|", ln).group(1)) for ln in lines]  # type: ignore[union-attr]
         assert n.metadata["table_index"] == 0
-        cells = n.metadata["cells"]
-        table_rows = sorted({c[1] for c in cells})
+        cells = node_cells(n)
+        table_rows = sorted({c.row for c in cells})
         assert table_rows[0] == 0  # header row's cells are listed too
         assert [r - 1 for r in table_rows[1:]] == [int(x) for x in re.findall(r"\| 설비(\d+) \|", text)]
         assert "cells" in n.excluded_embed_metadata_keys and "cells" in n.excluded_llm_metadata_keys
@@ -129,7 +135,7 @@ def test_rows_tied_by_a_row_span_stay_together(write: Write) -> None:
     nodes = HWPXNodeParser(chunk_size=120, chunk_overlap=0).get_nodes_from_documents(docs)
     assert len(nodes) > 2
     for n in nodes:
-        body_rows = sorted({c[1] for c in n.metadata["cells"]} - {0})
+        body_rows = sorted({c.row for c in node_cells(n)} - {0})
         assert len(body_rows) % 3 == 0 and body_rows[0] % 3 == 1
         assert '<td rowspan="3">' in n.get_content()
 
@@ -165,8 +171,10 @@ def test_ingestion_pipeline_and_simple_directory_reader(tmp_path: Path) -> None:
         assert STRUCTURE_KEY not in n.metadata
         assert n.metadata["section_title"] in ("1. 목적", "1. 범위")
         assert n.metadata["table_index"] == 0
-        assert n.metadata["cells"] == [[0, 0, 0, 1, 1], [0, 0, 1, 1, 1], [0, 1, 0, 1, 1],
-                                       [0, 1, 1, 1, 1]]
+        assert isinstance(n.metadata["cells"], str)
+        assert [(c.table, c.row, c.col, c.row_span, c.col_span, c.text) for c in node_cells(n)] == [
+            (0, 0, 0, 1, 1, "가"), (0, 0, 1, 1, 1, "나"), (0, 1, 0, 1, 1, "1"), (0, 1, 1, 1, 1, "2")
+        ]
         assert "| 가 | 나 |" in n.get_content()
 
 

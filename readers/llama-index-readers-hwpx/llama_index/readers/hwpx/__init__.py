@@ -2,6 +2,13 @@
 
 from llama_index.readers.hwpx._errors import HWPXEncryptedError, HWPXError, HWPXFormatError
 from llama_index.readers.hwpx._model import HWPXCell, HWPXTable, HWPXTableParent
+from llama_index.readers.hwpx._node_meta import (
+    NodeCell,
+    clean_title,
+    node_cells,
+    stable_id_func,
+    stable_node_id,
+)
 from llama_index.readers.hwpx.base import (
     STRUCTURE_KEY,
     HWPXFailure,
@@ -17,6 +24,11 @@ from llama_index.readers.hwpx.writer import HWPXBuilder, SectionBuilder, TableSp
 __all__ = [
     "HWPXReader",
     "HWPXNodeParser",
+    "NodeCell",
+    "node_cells",
+    "stable_node_id",
+    "stable_id_func",
+    "clean_title",
     "HWPXTable",
     "HWPXCell",
     "HWPXTableParent",

@@ -125,11 +125,17 @@ def _col(c: HWPXCell) -> int:
     return c.col
 
 
+def is_sparse(cells: Sequence[HWPXCell]) -> bool:
+    """At least 12 cells and more than 2/3 of them empty (a layout table, e.g. an org chart)."""
+    return len(cells) >= 12 and 3 * sum(1 for c in cells if c.text.strip()) < len(cells)
+
+
 def render_table(
     cells: Sequence[HWPXCell],
     n_rows: int,
     n_cols: int,
     rows: Iterable[int] | None = None,
+    sparse: bool | None = None,
 ) -> str:
     """Render ``cells`` (all of them, or only those anchored in ``rows``) as markdown or HTML.
 
@@ -139,6 +145,8 @@ def render_table(
 
     A sparse layout table (at least 12 cells, more than 2/3 of them empty, e.g. an org chart
     drawn with cells) renders as one line per row of its non-empty cells joined by " | ".
+    ``sparse`` overrides that test (pass the whole table's verdict when rendering a subset of
+    its cells, so every piece of a split table renders alike).
 
     >>> print(render_table([HWPXCell(0, 0, 1, 1, "a"), HWPXCell(0, 1, 1, 1, "b")], 1, 2))
     | a | b |
@@ -162,7 +170,9 @@ def render_table(
         return ""
     row_set = set(wanted)
     chosen = [c for c in cells if c.row in row_set]
-    if len(cells) >= 12 and 3 * len(filled) < len(cells):
+    if sparse is None:
+        sparse = is_sparse(cells)
+    if sparse:
         by_row_text: dict[int, list[HWPXCell]] = {}
         for c in chosen:
             if c.text.strip():
