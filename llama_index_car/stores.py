@@ -115,19 +115,26 @@ def open_vector_store(
 
 
 def close_vector_store(store: Any) -> None:
-    """Release the client of ``store`` (Qdrant local and Milvus Lite lock their path)."""
+    """Release the client of ``store``: Qdrant local and Milvus Lite lock their path until
+    then (another process cannot open it); PGVectorStore closes its engines."""
     with _lock:
-        for key, client in list(_clients.items()):
-            if client is getattr(store, "client", None) or client is getattr(
-                store, "_car_client", None
-            ):
-                del _clients[key]
-                close = getattr(client, "close", None)
-                if callable(close):
-                    close()
-    close = getattr(store, "close", None)
-    if callable(close) and type(store).__name__ == "PGVectorStore":
-        close()
+        owned = [
+            key for key, value in _clients.items()
+            if value is store or value is getattr(store, "client", None)
+        ]
+        for key in owned:
+            del _clients[key]
+    name = type(store).__name__
+    if name == "MilvusVectorStore":
+        store.client.close()
+        for _kind, path in owned:
+            from milvus_lite.server_manager import server_manager_instance
+
+            server_manager_instance.release_server(path)
+    elif name == "QdrantVectorStore":
+        store.client.close()
+    elif name == "PGVectorStore":
+        store.close()
 
 
 def _milvus(path: str, dim: int | None, collection: str, overwrite: bool) -> Any:
@@ -150,10 +157,15 @@ def _milvus(path: str, dim: int | None, collection: str, overwrite: bool) -> Any
             probe.close()
     if dim is None and not exists:
         raise ConfigurationError(f"milvus://{path}: pass dim= to create collection {collection}")
-    return MilvusVectorStore(
+    store = MilvusVectorStore(
         uri=path, dim=dim, collection_name=collection, overwrite=overwrite,
         similarity_metric="IP", use_async_client=False,
     )
+    if exists:  # a reopened Milvus Lite collection starts released
+        store.client.load_collection(collection)
+    with _lock:
+        _clients[("milvus", path)] = store
+    return store
 
 
 def _pg_server(path: str) -> str:

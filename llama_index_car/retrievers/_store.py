@@ -68,6 +68,9 @@ _SKIP_CONFIG = {
     "self", "dense_retriever", "lexical_retriever", "retrievers", "hypothesizer", "router",
     "callback_manager", "verbose", "kwargs", "args",
 }
+_ANALYSES: dict[str, tuple[list[str], list[str]]] = {}
+_ANALYSES_LOCK = threading.Lock()
+_ANALYSES_MAX = 500_000
 _PINNED: contextvars.ContextVar[Mapping[int, Channels] | None] = contextvars.ContextVar(
     "llama_index_car_pinned_channels", default=None
 )
@@ -119,9 +122,11 @@ def index_channels(
     filters: MetadataFilters | None = None,
     tokenizer: Any | None = None,
     show_progress: bool = False,
+    token_cache: Any = True,
 ) -> tuple[IndexDense, Any]:
     """The dense and BM25 channels over ``index`` (BM25 over ``nodes``, default: the index's
-    docstore nodes), both with ``filters``.
+    docstore nodes), both with ``filters``. ``token_cache`` goes to ``KiwiBM25Retriever``
+    (share a dict between builds to tokenize each text once).
 
     Raises:
         ConfigurationError: ``filters`` is not ``MetadataFilters``.
@@ -137,13 +142,13 @@ def index_channels(
     if nodes is None:
         lexical = KiwiBM25Retriever.from_defaults(
             index=index, tokenizer=tokenizer, filters=filters, show_progress=show_progress,
-            similarity_top_k=pool_top_k,
+            similarity_top_k=pool_top_k, token_cache=token_cache,
         )
     else:
         node_list = list(nodes)
         lexical = KiwiBM25Retriever.from_defaults(
             nodes=node_list, tokenizer=tokenizer, filters=filters, show_progress=show_progress,
-            similarity_top_k=max(1, min(pool_top_k, len(node_list))),
+            similarity_top_k=max(1, min(pool_top_k, len(node_list))), token_cache=token_cache,
         )
     ids = frozenset(n.node_id for n in lexical.nodes)
     return IndexDense(index, pool_top_k, filters, ids), lexical
@@ -461,16 +466,45 @@ def _next(
     )
 
 
-def _refit(hyp: Any, nodes: list[BaseNode], index: Any, vectors: Mapping[str, list[float]]) -> Any:
+class _Analysed:
+    """A ``MorphemeAnalyzer`` answering from precomputed analyses (else from ``tokenizer``)."""
+
+    def __init__(self, tokenizer: Any, table: Mapping[str, tuple[list[str], list[str]]]) -> None:
+        self._tok = tokenizer
+        self._table = table
+
+    def noun_compounds(self, text: str) -> list[str]:
+        hit = self._table.get(_sha(text))
+        return list(hit[0]) if hit is not None else list(self._tok.noun_compounds(text))
+
+    def content_morphemes(self, text: str) -> list[str]:
+        hit = self._table.get(_sha(text))
+        return list(hit[1]) if hit is not None else list(self._tok.content_morphemes(text))
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _refit(
+    hyp: Any,
+    nodes: list[BaseNode],
+    index: Any,
+    vectors: Mapping[str, list[float]],
+) -> Any:
     """A corpus hypothesizer learnt again from ``nodes``; other hypothesizers unchanged.
 
     Node vectors come from ``vectors`` (just embedded), the index's ``SimpleVectorStore`` or
     the store (:func:`~llama_index_car.stores.fetch_embeddings`); the rest are embedded.
+    Morphological analyses are kept in a bounded process-wide cache (tokenizer spec + text
+    hash), so a refit analyses only texts it has not seen.
     """
-    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
+    from llama_index_car.hypothesizers import corpus
     from llama_index_car.stores import fetch_embeddings
 
-    if not isinstance(hyp, CorpusCriterionHypothesizer) or not nodes:
+    if not isinstance(hyp, corpus.CorpusCriterionHypothesizer) or not nodes:
         return hyp
     table: dict[str, list[float]] = dict(vectors)
     data = getattr(getattr(index.vector_store, "data", None), "embedding_dict", None)
@@ -479,10 +513,26 @@ def _refit(hyp: Any, nodes: list[BaseNode], index: Any, vectors: Mapping[str, li
     missing = [n.node_id for n in nodes if n.node_id not in table]
     if missing:
         table.update(fetch_embeddings(index.vector_store, missing))
+    tokenizer = hyp.tokenizer
+    spec = str(getattr(tokenizer, "spec_hash", type(tokenizer).__name__))[:16] + ":"
+    texts = {
+        spec + _sha(t): t for t in (n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes)
+    }
+    with _ANALYSES_LOCK:
+        analyses = {k: _ANALYSES[k] for k in texts if k in _ANALYSES}
+    todo = [k for k in texts if k not in analyses]
+    if todo:
+        done = corpus._analyse_all(tokenizer, [texts[k] for k in todo], None)
+        analyses.update(zip(todo, done, strict=True))
+        with _ANALYSES_LOCK:
+            if len(_ANALYSES) + len(todo) > _ANALYSES_MAX:
+                _ANALYSES.clear()
+            _ANALYSES.update(zip(todo, done, strict=True))
+    analyses = {k[len(spec):]: v for k, v in analyses.items()}
     try:
-        return CorpusCriterionHypothesizer.from_nodes(
+        new = corpus.CorpusCriterionHypothesizer.from_nodes(
             nodes,
-            tokenizer=hyp._tokenizer,
+            tokenizer=_Analysed(tokenizer, analyses),
             embed_model=hyp._embed_model or index._embed_model,
             embeddings=table,
             n_terms=hyp.n_terms,
@@ -492,3 +542,5 @@ def _refit(hyp: Any, nodes: list[BaseNode], index: Any, vectors: Mapping[str, li
     except ConfigurationError as exc:  # e.g. no criterion term left in the corpus
         logger.warning("corpus hypothesizer not refitted (%s); keeping the previous one", exc)
         return hyp
+    new._tokenizer = tokenizer  # query time and persistence use the real tokenizer
+    return new

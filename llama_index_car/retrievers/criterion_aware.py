@@ -244,6 +244,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         tokenizer: Any | None = None,
         show_progress: bool = False,
         filters: Any | None = None,
+        token_cache: Any = True,
         **kwargs: Any,
     ) -> CriterionAwareRetriever:
         """Build the whole thing in one line.
@@ -257,7 +258,8 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
           when ``llm`` is given; else ``CorpusCriterionHypothesizer.from_nodes(nodes)`` reusing
           the index's embeddings.
         * ``filters``: LlamaIndex ``MetadataFilters`` applied by the store (dense) and by
-          BM25 on node metadata (lexical).
+          BM25 on node metadata (lexical); ``token_cache``: BM25's token cache (a shared
+          dict tokenizes each text once across builds).
         * ``**kwargs`` go to the constructor (``alpha``, ``route``, ``strict`` …).
 
         The result is bound to the index: ``persist``/``insert_nodes``/``delete_nodes`` work.
@@ -291,7 +293,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                 )
         dense, lexical = index_channels(
             index, node_list, pool_top_k, filters=filters, tokenizer=tokenizer,
-            show_progress=show_progress,
+            show_progress=show_progress, token_cache=token_cache,
         )
         if hypothesizer is None:
             if llm is not None:
