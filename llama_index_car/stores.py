@@ -134,7 +134,12 @@ def close_vector_store(store: Any) -> None:
     elif name == "QdrantVectorStore":
         store.client.close()
     elif name == "PGVectorStore":
-        store.close()
+        import asyncio
+        import inspect
+
+        closing = store.close()
+        if inspect.iscoroutine(closing):
+            asyncio.run(closing)
 
 
 def _milvus(path: str, dim: int | None, collection: str, overwrite: bool) -> Any:

@@ -83,8 +83,25 @@ def shared_parts(corpus_nodes: list[Any]) -> dict[str, Any]:
 
 @pytest.fixture(params=list(STORES))
 def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The store's URI in a fresh folder; for pgserver, a PostgreSQL server started here
+    (in a ``mkdtemp`` folder: run as root, pgserver hands the data folder to its own user,
+    which cannot enter pytest's private temporary tree), stopped afterwards."""
     _skip_unless_installed(request.param)
-    yield _uri(request.param, tmp_path)
+    if request.param != "pgserver":
+        yield _uri(request.param, tmp_path)
+        return
+    import shutil
+    import tempfile
+
+    import pgserver
+
+    root = Path(tempfile.mkdtemp(prefix="car-pg-"))
+    server = pgserver.get_server(root / "pg", cleanup_mode="stop")
+    try:
+        yield _uri("pgserver", root)
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _top(retriever: Any, k: int = 10) -> dict[str, list[str]]:
