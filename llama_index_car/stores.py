@@ -142,6 +142,28 @@ def close_vector_store(store: Any) -> None:
             asyncio.run(closing)
 
 
+def _close_all() -> None:
+    """At exit: close the clients still open (Qdrant local otherwise complains at shutdown)."""
+    with _lock:
+        clients = list(_clients.items())
+        _clients.clear()
+    for (kind, _path), client in clients:
+        if kind in ("qdrant", "milvus"):
+            try:
+                (client if kind == "qdrant" else client.client).close()
+            except Exception:  # best effort while the interpreter shuts down
+                pass
+
+
+def _remember(key: tuple[str, str], client: Any) -> None:
+    """Register an open client (called with ``_lock`` held); the first one arms the atexit."""
+    if not _clients:
+        import atexit
+
+        atexit.register(_close_all)
+    _clients[key] = client
+
+
 def _milvus(path: str, dim: int | None, collection: str, overwrite: bool) -> Any:
     require("pymilvus", extra="stores", package="pymilvus")
     require("llama_index.vector_stores.milvus", extra="stores",
@@ -169,7 +191,7 @@ def _milvus(path: str, dim: int | None, collection: str, overwrite: bool) -> Any
     if exists:  # a reopened Milvus Lite collection starts released
         store.client.load_collection(collection)
     with _lock:
-        _clients[("milvus", path)] = store
+        _remember(("milvus", path), store)
     return store
 
 
@@ -183,7 +205,7 @@ def _pg_server(path: str) -> str:
             Path(path).mkdir(parents=True, exist_ok=True)
             server = pgserver.get_server(path, cleanup_mode="stop")
             server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
-            _clients[("pgserver", path)] = server
+            _remember(("pgserver", path), server)
     return str(server.get_uri())
 
 
@@ -249,7 +271,7 @@ def _qdrant(path: str, collection: str, overwrite: bool) -> Any:
         if client is None:
             Path(path).mkdir(parents=True, exist_ok=True)
             client = QdrantClient(path=path)
-            _clients[("qdrant", path)] = client
+            _remember(("qdrant", path), client)
     if overwrite and client.collection_exists(collection):
         client.delete_collection(collection)
     return QdrantVectorStore(client=client, collection_name=collection)
@@ -267,7 +289,7 @@ def _chroma(path: str, collection: str, overwrite: bool) -> Any:
         if client is None:
             Path(path).mkdir(parents=True, exist_ok=True)
             client = chromadb.PersistentClient(path=path)
-            _clients[("chroma", path)] = client
+            _remember(("chroma", path), client)
     if overwrite:
         try:
             client.delete_collection(collection)
