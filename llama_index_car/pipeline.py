@@ -646,8 +646,13 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
             f"{list(READ_VERSIONS)}; rebuild the index with llama-car index"
         )
     if found >= 2:
-        _persist.read_manifest(root, kind=FOLDER_KIND, format_versions=(found,),
-                               required=(MANIFEST_NAME,))
+        try:
+            _persist.read_manifest(root, kind=FOLDER_KIND, format_versions=(found,),
+                                   required=(MANIFEST_NAME,))
+        except IndexPersistError as exc:
+            raise IndexPersistError(
+                f"{exc}; or rebuild the index with llama-car index"
+            ) from exc
     return dict(manifest)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from llama_index_car._persist import live_dir
 from llama_index_car.cli import main
 from llama_index_car.cli.demo import gold_rank, print_table, reciprocal_rank, summarise
 from llama_index_car.demo.loader import (
@@ -169,8 +170,8 @@ def oracle_data(demo: dict[str, Any]) -> dict[str, Any]:
     from llama_index.core.schema import MetadataMode, TextNode
 
     keep: Path = demo["keep"]
-    docstore = json.loads((keep / "vector" / "docstore.json").read_text("utf-8"))
-    vectors = json.loads((keep / "vector" / "default__vector_store.json").read_text("utf-8"))
+    docstore = json.loads((live_dir(keep) / "vector" / "docstore.json").read_text("utf-8"))
+    vectors = json.loads((live_dir(keep) / "vector" / "default__vector_store.json").read_text("utf-8"))
     ids = sorted(vectors["embedding_dict"])
     nodes = {i: TextNode.from_dict(docstore["docstore/data"][i]["__data__"]) for i in ids}
     return {

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from llama_index_car._persist import live_dir
 from llama_index_car.cli import build_parser, main
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from llama_index_car.demo.spec import DOCUMENTS
@@ -77,15 +78,15 @@ def test_index_skips_bad_files_and_summarises(index_run: dict[str, Any]) -> None
 
 def test_index_manifest_and_layout(index_run: dict[str, Any]) -> None:
     out: Path = index_run["out"]
-    manifest = json.loads((out / "car_index.json").read_text(encoding="utf-8"))
-    assert manifest["format_version"] == 1
+    manifest = json.loads((live_dir(out) / "car_index.json").read_text(encoding="utf-8"))
+    assert manifest["format_version"] == 2
     assert manifest["embed"]["provider"] == "e5"  # the offline default
     assert manifest["embed"]["class_name"] == "MultilingualE5Embedding"
     assert manifest["embed"]["dimensions"] == 384
     assert sorted(Path(f["path"]).name for f in manifest["failures"]) == sorted(BAD)
     assert manifest["documents"] == 3
     for sub in ("vector", "bm25", "hypothesizer"):
-        assert (out / sub).is_dir(), sub
+        assert (live_dir(out) / sub).is_dir(), sub
     assert not list(out.rglob("*.pkl")) and not list(out.rglob("*.pickle"))
 
 
@@ -117,7 +118,7 @@ def test_index_missing_source_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
 
 # ----------------------------------------------------------------------------- query
 def _embed_texts(out: Path) -> tuple[list[str], dict[str, str]]:
-    store = json.loads((out / "vector" / "docstore.json").read_text(encoding="utf-8"))
+    store = json.loads((live_dir(out) / "vector" / "docstore.json").read_text(encoding="utf-8"))
     from llama_index.core.schema import MetadataMode, TextNode
 
     texts: dict[str, str] = {}
@@ -154,7 +155,7 @@ def test_query_dense_matches_numpy_cosine(index_run: dict[str, Any], capsys: Any
     from llama_index_car.embeddings.e5 import MultilingualE5Embedding
 
     out = index_run["out"]
-    store = json.loads((out / "vector" / "default__vector_store.json").read_text("utf-8"))
+    store = json.loads((live_dir(out) / "vector" / "default__vector_store.json").read_text("utf-8"))
     ids = sorted(store["embedding_dict"])
     matrix = np.asarray([store["embedding_dict"][i] for i in ids])
     question = "터널 안에서 차가 고장 나면 어디에 세워?"
@@ -335,13 +336,13 @@ def test_damaged_index_folder_is_named(
 ) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(index_run["out"], copy)
-    shutil.rmtree(copy / "bm25")
+    shutil.rmtree(live_dir(copy) / "bm25")
     rc, _, stderr = _query(capsys, str(copy), "질문")
     assert rc == 2 and "bm25" in stderr and "rebuild" in stderr
 
-    manifest = json.loads((copy / "car_index.json").read_text(encoding="utf-8"))
+    manifest = json.loads((live_dir(copy) / "car_index.json").read_text(encoding="utf-8"))
     manifest["format_version"] = 99
-    (copy / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (live_dir(copy) / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
     rc, _, stderr = _query(capsys, str(copy), "질문")
     assert rc == 2 and "format_version 99" in stderr
 
