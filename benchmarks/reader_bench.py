@@ -17,9 +17,26 @@ peak RSS (``VmHWM``) over all files, and for the largest file alone the peak's g
 the RSS after imports and a warm-up run on the smallest file (lxml allocates outside Python,
 so tracemalloc would undercount).
 
+``--scaling`` instead measures node parsing against document size (issue 13: it must be
+linear). A synthetic HWPX document (``HWPXBuilder``: per unit 40 sections of a heading,
+three paragraphs and a 6-row table, plus one 120-row table that must be split) is built at
+1x/2x/4x/8x units, read once, and parsed (fastest of ``--repeat``) by
+
+- ``HWPXNodeParser`` (this package);
+- ``pre-fix emulation``: the same parser with the pre-0.3 relationship handling put back
+  (each node's SOURCE built by ``Document.as_related_node_info()``, which hashes the text
+  and the whole structure metadata per node, and LlamaIndex's base
+  ``_postprocess_parsed_nodes``, which copies the Document metadata into every node,
+  searches the Document text per node and embeds each neighbour's metadata in the
+  PREVIOUS/NEXT links);
+- ``SentenceSplitter`` (chunk_size 1000, overlap 150) on the plain text, a linear peer.
+
+Each row prints seconds and the time ratio to 1x; linear means ratio ~ size ratio.
+
 Usage::
 
     python benchmarks/reader_bench.py [--corpus ../shared/corpus/hwpx] [--repeat 3]
+    python benchmarks/reader_bench.py --scaling [--repeat 3]
 """
 
 from __future__ import annotations
@@ -31,6 +48,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = ROOT / ".." / "shared" / "corpus" / "hwpx"
@@ -109,13 +127,86 @@ def measure_memory(name: str, warm: Path, files: list[Path]) -> dict[str, float]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def scaling_document(units: int) -> bytes:
+    """The ``--scaling`` input: ``units`` copies of the base unit (module docstring)."""
+    from llama_index.readers.hwpx import HWPXBuilder
+
+    b = HWPXBuilder(title="scaling")
+    s = b.add_section()
+    for u in range(units):
+        for i in range(40):
+            s.heading(f"{u}-{i}. 설치 기준", 1)
+            for j in range(3):
+                s.paragraph(f"제{j}항 배관은 {i}.{j} m 이하의 간격으로 지지하고 점검구를 둔다. " * 3)
+            s.table([["구분", "기준", "비고"]] + [[f"설비{k}", f"{k}.5 m", "-"] for k in range(6)])
+        s.heading(f"{u}. 부록 표", 1)
+        s.table([["번호", "항목", "값"]] + [[str(k), f"항목 {k} 기준값", f"{k} mm"] for k in range(120)])
+    return b.to_bytes()
+
+
+def _legacy_parser() -> Any:
+    """HWPXNodeParser with the pre-0.3 (quadratic) relationship handling put back."""
+    from llama_index.core.node_parser import NodeParser
+    from llama_index.core.schema import NodeRelationship
+    from llama_index.readers.hwpx import HWPXNodeParser
+
+    class PreFix(HWPXNodeParser):
+        def _split_one(self, node: Any) -> list[Any]:
+            out = super()._split_one(node)
+            for child in out:
+                child.relationships[NodeRelationship.SOURCE] = node.as_related_node_info()
+            return out
+
+        def _postprocess_parsed_nodes(self, nodes: Any, parent_doc_map: Any) -> Any:
+            return NodeParser._postprocess_parsed_nodes(self, nodes, parent_doc_map)
+
+    return PreFix()
+
+
+def scaling(repeat: int) -> None:
+    from llama_index.core.node_parser import SentenceSplitter
+    from llama_index.core.schema import Document
+    from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
+
+    sizes = (1, 2, 4, 8)
+    docs = {k: HWPXReader().load_bytes(scaling_document(k), f"scaling{k}x.hwpx") for k in sizes}
+    plain = {k: [Document(text=d.text) for d in v] for k, v in docs.items()}
+    runs: dict[str, Callable[[int], int]] = {
+        "HWPXNodeParser": lambda k: len(HWPXNodeParser().get_nodes_from_documents(docs[k])),
+        "pre-fix emulation": lambda k: len(_legacy_parser().get_nodes_from_documents(docs[k])),
+        "SentenceSplitter (peer)": lambda k: len(
+            SentenceSplitter(chunk_size=1000, chunk_overlap=150).get_nodes_from_documents(plain[k])
+        ),
+    }
+    text_kb = {k: sum(len(d.text.encode()) for d in v) / 1024 for k, v in docs.items()}
+    print("| parser | " + " | ".join(f"{k}x ({text_kb[k]:.0f} KB text)" for k in sizes)
+          + " | 8x/1x time |")
+    print("|---|" + "---:|" * (len(sizes) + 1))
+    for name, fn in runs.items():
+        fn(1)  # warm-up (tokenizer, imports)
+        secs, nodes = {}, {}
+        for k in sizes:
+            best = float("inf")
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                nodes[k] = fn(k)
+                best = min(best, time.perf_counter() - t0)
+            secs[k] = best
+        cells = " | ".join(f"{secs[k]:.3f} s ({nodes[k]} nodes)" for k in sizes)
+        print(f"| {name} | {cells} | {secs[8] / secs[1]:.1f}x |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--per-file", action="store_true", help="also print a per-file table")
     ap.add_argument("--memory-child", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--scaling", action="store_true", help="node parsing time vs document size")
     args = ap.parse_args(argv)
+    if args.scaling:
+        scaling(args.repeat)
+        return 0
     if args.memory_child:
         memory_child(args.memory_child[0], args.memory_child[1], args.memory_child[2:])
         return 0

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from llama_index.core import SimpleDirectoryReader
-from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
+from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader, node_cells
 
 from llama_index_car.demo import demo_corpus_files
 
@@ -37,4 +37,9 @@ nodes = HWPXNodeParser().get_nodes_from_documents(
 )
 table_node = next(n for n in nodes if n.metadata.get("table_index") is not None)
 print(f"{len(nodes)} section nodes; a table node: {table_node.metadata['section_title']}")
-print("cell coordinates [table, row, col, row_span, col_span]:", table_node.metadata["cells"][:4])
+cells = node_cells(table_node)  # decodes the node's "cells" JSON string
+print(
+    "cells (table, row, col, row_span, col_span, text):",
+    [(c.table, c.row, c.col, c.row_span, c.col_span, c.text) for c in cells[:2]],
+)
+print("node id (uuid5 of document id + chunk index):", table_node.node_id)

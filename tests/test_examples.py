@@ -27,7 +27,8 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "02_simple_directory_reader.py": (
         r"^dg2012_tunnel\.hwpx\s+tables=1$",
         r"README\.txt",
-        r"cell coordinates \[table, row, col, row_span, col_span\]: \[\[0, 0, 0, 1, 1\]",
+        r"cells \(table, row, col, row_span, col_span, text\): \[\(0, 0, 0, 1, 1, '",
+        r"^node id \(uuid5 of document id \+ chunk index\): [0-9a-f]{8}-[0-9a-f]{4}-5",
     ),
     "03_hybrid_weighted_rrf.py": (r"^alpha=0\.5$", r"^alpha=0\.8$", r"dense #\d+  bm25 #"),
     "05_chat_engine.py": (r"^  context: \S", r"memory holds 4 messages"),

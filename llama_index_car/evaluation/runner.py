@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,7 +154,10 @@ def beir_to_eval_data(ds: BeirDataset) -> EvalData:
 
 
 def _norm(s: str) -> str:
-    return " ".join(str(s).split())
+    """Whitespace-collapsed, without private-use glyphs (the node parser's clean titles)."""
+    from llama_index.readers.hwpx import clean_title
+
+    return clean_title(str(s))
 
 
 def _cells(node: BaseNode) -> list[list[int]]:
@@ -168,6 +171,15 @@ def _cells(node: BaseNode) -> list[list[int]]:
     return [[c.table, c.row, c.col, c.row_span, c.col_span] for c in cells]
 
 
+def _file_id_func(stem: str) -> Callable[[int, BaseNode], str]:
+    """``id_func`` naming a file's nodes ``<stem>-<nnnn>`` (readable run files)."""
+
+    def node_id(i: int, doc: BaseNode) -> str:
+        return f"{stem}-{i:04d}"
+
+    return node_id
+
+
 def load_hwpx_eval(
     folder: str | os.PathLike[str], qa_file: str | os.PathLike[str], *, show_progress: bool = False
 ) -> EvalData:
@@ -178,7 +190,7 @@ def load_hwpx_eval(
     files = sorted(root.rglob("*.hwpx"))
     if not files:
         raise EvaluationDataError(f"{root}: no .hwpx files found")
-    reader, parser = HWPXReader(), HWPXNodeParser()
+    reader = HWPXReader()
     nodes: list[BaseNode] = []
     by_file: dict[str, list[BaseNode]] = {}
     iterator: Iterable[Path] = files
@@ -191,10 +203,11 @@ def load_hwpx_eval(
             docs = reader.load_data(f)
         except HWPXError:
             continue
-        for i, node in enumerate(parser.get_nodes_from_documents(docs)):
-            copy = node.model_copy(update={"id_": f"{f.stem}-{i:04d}"})
-            nodes.append(copy)
-            by_file.setdefault(f.name, []).append(copy)
+        # one Document per file, so the chunk index is the node's position in the file
+        parser = HWPXNodeParser(id_func=_file_id_func(f.stem))
+        for node in parser.get_nodes_from_documents(docs):
+            nodes.append(node)
+            by_file.setdefault(f.name, []).append(node)
     qa = Path(qa_file)
     queries: dict[str, str] = {}
     qrels: Qrels = {}

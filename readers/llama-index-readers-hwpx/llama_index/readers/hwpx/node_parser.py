@@ -9,6 +9,7 @@ counts) at paragraph and table boundaries:
 - a table that does not fit is split between row groups (rows joined by a row span stay
   together; a table row is never cut) and every piece repeats the header row group and the
   caption; a single row group larger than a chunk becomes its own oversize chunk;
+  a header row group over half a chunk is not repeated (so output stays linear in the table);
 - consecutive chunks overlap by the trailing paragraphs (not tables) of up to
   ``chunk_overlap`` tokens.
 
@@ -361,6 +362,8 @@ class HWPXNodeParser(NodeParser):
 
         groups = row_groups(table)
         header, rest = groups[0], groups[1:]
+        if unit(header).tokens > budget // 2:  # repeated, it would dominate every piece
+            header, rest = [], groups  # (a hostile 1-row header x N rows: N copies)
         out: list[_Unit] = []
         current: list[int] = []
         for g in rest:
