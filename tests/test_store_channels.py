@@ -172,6 +172,8 @@ def test_bm25_over_a_store_backed_index_raises() -> None:
         KiwiBM25Retriever.from_defaults(index=index)
     with pytest.raises(EmptyIndexError):
         WeightedRRFRetriever.from_index(index)
+    with pytest.raises(EmptyIndexError, match="nodes="):
+        CriterionAwareRetriever.from_defaults(index=index)
 
 
 def test_settings_embed_model_is_respected() -> None:

@@ -288,8 +288,11 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                 nodes = list(getattr(docstore, "docs", {}).values()) if docstore else []
             node_list = list(nodes)
             if not node_list:
-                raise ConfigurationError(
-                    "the index's docstore holds no nodes; pass nodes=[...] along with index="
+                from llama_index_car._errors import EmptyIndexError
+
+                raise EmptyIndexError(
+                    "the index's docstore holds no nodes (a store-backed index keeps them in "
+                    "the store); pass nodes=[...] along with index="
                 )
         dense, lexical = index_channels(
             index, node_list, pool_top_k, filters=filters, tokenizer=tokenizer,
