@@ -98,6 +98,8 @@ VECTOR_DIR = "vector"
 BM25_DIR = "bm25"
 HYPOTHESIZER_DIR = "hypothesizer"
 TABLES_NAME = "tables.json"
+VECTORS_NAME = "embeddings.npy"
+IDS_NAME = "ids.json"
 RETRIEVER_KINDS: tuple[str, ...] = ("car", "hybrid", "bm25", "dense")
 
 
@@ -349,11 +351,93 @@ def _write_folder(
                 missing_ok=True)
     with _persist.replace_dir(out) as gen:
         if index is not None:
-            index.storage_context.persist(persist_dir=str(gen / VECTOR_DIR))
+            _write_vectors(gen / VECTOR_DIR, index, [n.node_id for n in bm25.nodes])
         bm25.persist(str(gen / BM25_DIR))
         hypothesizer.persist(str(gen / HYPOTHESIZER_DIR))
         _persist.write_json(gen / MANIFEST_NAME, manifest)
         _persist.write_manifest(gen, kind=FOLDER_KIND, format_version=FORMAT_VERSION)
+
+
+def _write_vectors(folder: Path, index: VectorStoreIndex, ids: list[str]) -> None:
+    """``embeddings.npy`` (float32, one row per id, BM25's node order) + ``ids.json``: the
+    nodes themselves are BM25's (one copy in the folder), the vectors binary."""
+    import numpy as np
+
+    from llama_index_car import _persist
+
+    table = _stored_embeddings(index) or {}
+    missing = [i for i in ids if i not in table]
+    if missing:
+        raise IndexPersistError(f"the vector index lacks vectors for {missing[:3]}")
+    folder.mkdir()
+    matrix = np.asarray([table[i] for i in ids], dtype=np.float32)
+    with open(folder / VECTORS_NAME, "wb") as fh:
+        np.save(fh, matrix, allow_pickle=False)
+    _persist.write_json(folder / IDS_NAME, ids)
+
+
+def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
+    """``{node_id: vector}`` stored in an index folder (format 2 ``embeddings.npy``, or the
+    ``SimpleVectorStore`` JSON of format-1 folders); ``{}`` for a store-backed folder."""
+    import numpy as np
+
+    from llama_index_car import _persist
+
+    folder = _persist.live_dir(persist_dir) / VECTOR_DIR
+    if (folder / VECTORS_NAME).is_file():
+        ids = json.loads((folder / IDS_NAME).read_text(encoding="utf-8"))
+        matrix = np.load(folder / VECTORS_NAME, allow_pickle=False)
+        if not isinstance(ids, list) or matrix.ndim != 2 or matrix.shape[0] != len(ids):
+            raise IndexPersistError(f"{folder}: {IDS_NAME} and {VECTORS_NAME} disagree; rebuild")
+        return {str(i): row.tolist() for i, row in zip(ids, matrix, strict=True)}
+    if (folder / "default__vector_store.json").is_file():
+        data = json.loads((folder / "default__vector_store.json").read_text(encoding="utf-8"))
+        return dict(data["embedding_dict"])
+    return {}
+
+
+def _index_from_vectors(
+    folder: Path, nodes: Sequence[BaseNode], embed_model: BaseEmbedding
+) -> VectorStoreIndex:
+    """An in-memory ``VectorStoreIndex`` over ``nodes`` with the stored vectors (no embedding)."""
+    from llama_index.core import StorageContext, VectorStoreIndex
+
+    vectors = read_vectors(folder.parent)
+    missing = [n.node_id for n in nodes if n.node_id not in vectors]
+    if missing or len(vectors) != len(nodes):
+        raise IndexPersistError(
+            f"{folder} holds {len(vectors)} vectors for {len(nodes)} BM25 nodes "
+            f"(missing {missing[:3]}); rebuild the index"
+        )
+    from llama_index.core.data_structs.data_structs import IndexDict
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+    from llama_index.core.storage.docstore.utils import doc_to_json
+    from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
+
+    # filled directly: VectorStoreIndex(nodes) re-serialises every node and its document's
+    # node list once per node (~1 s for 752 nodes); the stores hold the same entries
+    refs = {n.node_id: n.ref_doc_id or "None" for n in nodes}
+    data = SimpleVectorStoreData(
+        embedding_dict=vectors,
+        text_id_to_ref_doc_id=refs,
+        metadata_dict={
+            n.node_id: {**n.metadata, "_node_type": n.class_name(), "document_id": refs[n.node_id],
+                        "doc_id": refs[n.node_id], "ref_doc_id": refs[n.node_id]}
+            for n in nodes
+        },
+    )
+    docstore = SimpleDocumentStore()
+    docstore._kvstore.put_all(
+        [(n.node_id, doc_to_json(n)) for n in nodes], collection=docstore._node_collection
+    )
+    struct = IndexDict()
+    for n in nodes:
+        struct.nodes_dict[n.node_id] = n.node_id
+    storage = StorageContext.from_defaults(
+        docstore=docstore, vector_store=SimpleVectorStore(data=data)
+    )
+    return VectorStoreIndex(index_struct=struct, storage_context=storage,
+                            embed_model=embed_model)
 
 
 def build_index(
@@ -461,15 +545,15 @@ def build_index(
 def _sources(
     hashes: dict[str, str], nodes: Sequence[BaseNode], failed: set[str]
 ) -> dict[str, dict[str, Any]]:
-    """``{file: {"sha256", "node_ids"}}`` of the files that were indexed."""
+    """``{file: {"sha256", "node_ids", "failed"}}``: a file that failed keeps its hash, so
+    ``--update`` retries it only once its content changes."""
     by_file: dict[str, list[str]] = {}
     for n in nodes:
         by_file.setdefault(str(n.ref_doc_id or n.metadata.get("file_path", "")), []).append(
             n.node_id)
     return {
-        path: {"sha256": digest, "node_ids": by_file.get(path, [])}
+        path: {"sha256": digest, "node_ids": by_file.get(path, []), "failed": path in failed}
         for path, digest in hashes.items()
-        if path not in failed
     }
 
 
@@ -608,7 +692,8 @@ def update_index(
                     if f.get("path") in hashes and f.get("path") not in map(str, changed)]
     new_manifest = _folder_manifest(
         recorded, int(manifest["chunk_size"]), int(manifest["chunk_overlap"]),
-        manifest.get("store"), files, len(sources), all_nodes, old_failures + failures, sources,
+        manifest.get("store"), files, sum(1 for v in sources.values() if not v.get("failed")),
+        all_nodes, old_failures + failures, sources,
     )
     _write_folder(out, new_manifest, None if manifest.get("store") else car.index,
                   car.lexical_retriever, car.hypothesizer)
@@ -807,8 +892,14 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
     for sub in (BM25_DIR, HYPOTHESIZER_DIR) if store else (VECTOR_DIR, BM25_DIR, HYPOTHESIZER_DIR):
         if not (root / sub).is_dir():
             raise IndexPersistError(f"{root / sub} is missing; rebuild the index")
+    bm25 = KiwiBM25Retriever.from_persist_dir(str(root / BM25_DIR))
     if store:
         index = _open_store_index(str(store), embed_model, recorded.get("dimensions"))
+    elif (root / VECTOR_DIR / VECTORS_NAME).is_file():
+        try:
+            index = _index_from_vectors(root / VECTOR_DIR, bm25.nodes, embed_model)
+        except (OSError, ValueError, KeyError) as exc:
+            raise IndexPersistError(f"{root / VECTOR_DIR} is damaged ({exc}); rebuild") from exc
     else:
         try:
             storage = _load_storage(root / VECTOR_DIR)
@@ -818,7 +909,6 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
         if not isinstance(loaded, VectorStoreIndex):
             raise IndexPersistError(f"{root / VECTOR_DIR} does not hold a VectorStoreIndex")
         index = loaded
-    bm25 = KiwiBM25Retriever.from_persist_dir(str(root / BM25_DIR))
     nodes = sorted(bm25.nodes, key=lambda n: n.node_id)
     hypothesizer = CorpusCriterionHypothesizer.from_persist_dir(
         str(root / HYPOTHESIZER_DIR), embed_model=embed_model

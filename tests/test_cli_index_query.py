@@ -21,6 +21,7 @@ from llama_index_car._persist import live_dir
 from llama_index_car.cli import build_parser, main
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from llama_index_car.demo.spec import DOCUMENTS
+from llama_index_car.pipeline import read_vectors
 
 GOOD = ("dg2012_tunnel.hwpx", "dg2019_drainage.hwpx", "dg2022_safety.hwpx")
 BAD = ("broken.hwpx", "plain_text.hwpx", "empty_zip.hwpx")
@@ -118,13 +119,12 @@ def test_index_missing_source_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
 
 # ----------------------------------------------------------------------------- query
 def _embed_texts(out: Path) -> tuple[list[str], dict[str, str]]:
-    store = json.loads((live_dir(out) / "vector" / "docstore.json").read_text(encoding="utf-8"))
-    from llama_index.core.schema import MetadataMode, TextNode
+    from llama_index.core.schema import MetadataMode
 
-    texts: dict[str, str] = {}
-    for node_id, entry in store["docstore/data"].items():
-        node = TextNode.from_dict(entry["__data__"])
-        texts[node_id] = node.get_content(MetadataMode.EMBED)
+    from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+
+    nodes = KiwiBM25Retriever.from_persist_dir(live_dir(out) / "bm25").nodes  # one copy each
+    texts = {n.node_id: n.get_content(MetadataMode.EMBED) for n in nodes}
     return sorted(texts), texts
 
 
@@ -155,9 +155,9 @@ def test_query_dense_matches_numpy_cosine(index_run: dict[str, Any], capsys: Any
     from llama_index_car.embeddings.e5 import MultilingualE5Embedding
 
     out = index_run["out"]
-    store = json.loads((live_dir(out) / "vector" / "default__vector_store.json").read_text("utf-8"))
-    ids = sorted(store["embedding_dict"])
-    matrix = np.asarray([store["embedding_dict"][i] for i in ids])
+    vectors = read_vectors(out)  # vector/embeddings.npy + ids.json
+    ids = sorted(vectors)
+    matrix = np.asarray([vectors[i] for i in ids])
     question = "터널 안에서 차가 고장 나면 어디에 세워?"
     q = np.asarray(MultilingualE5Embedding().get_query_embedding(question))  # query: role
     cos = matrix @ q / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(q))

@@ -136,7 +136,9 @@ def test_use_built_index_is_still_queried_with_use(
         monkeypatch.setenv("CAR_EMBED_MODEL", env)
     local = load_index(use_index)
     assert type(local.index._embed_model).__name__ == USE
-    store = json.loads((live_dir(use_index) / "vector" / "default__vector_store.json").read_text("utf-8"))
+    from llama_index_car.pipeline import read_vectors
+
+    store = {"embedding_dict": read_vectors(use_index)}
     ids = sorted(store["embedding_dict"])
     matrix = np.asarray([store["embedding_dict"][i] for i in ids])
     question = "비 올 때 도로 옆 도랑은 얼마나 깊어야 해?"

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from llama_index_car._persist import live_dir
 from llama_index_car.cli import build_parser, main, show_progress
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from llama_index_car.pipeline import build_index
@@ -54,8 +53,9 @@ def src(tmp_path: Path) -> Path:
 
 
 def _vectors(folder: Path) -> dict[str, list[float]]:
-    store = json.loads((live_dir(folder) / "vector" / "default__vector_store.json").read_text("utf-8"))
-    return dict(store["embedding_dict"])
+    from llama_index_car.pipeline import read_vectors
+
+    return read_vectors(folder)
 
 
 # ----------------------------------------------------------------------------- library
