@@ -627,8 +627,6 @@ def update_index(
         IndexPersistError: the folder is missing or damaged.
     """
     from llama_index_car import _persist
-    from llama_index_car.retrievers._store import IndexDense
-    from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 
     start = time.perf_counter()
     out = Path(persist_dir)
@@ -663,6 +661,9 @@ def update_index(
     vanished = [p for p in sources if p not in hashes]
     if not changed and not vanished:
         return _summary(out, manifest, [], start, updated=0, removed=0, unchanged=len(files))
+
+    from llama_index_car.retrievers._store import IndexDense  # after the no-change exit
+    from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 
     local = load_index(out, embed_model=embed_model)
     model = local.index._embed_model
