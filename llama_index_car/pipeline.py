@@ -161,7 +161,8 @@ def find_hwpx_files(source: str | Path | Sequence[str | Path]) -> list[Path]:
     for src in sources:
         p = Path(src)
         if p.is_dir():
-            files.extend(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".hwpx")
+            # not only regular files: a directory or FIFO named *.hwpx is a listed failure
+            files.extend(q for q in p.rglob("*") if q.suffix.lower() == ".hwpx")
         elif p.is_file():
             files.append(p)
         else:
@@ -286,12 +287,19 @@ def _stored_embeddings(index: VectorStoreIndex) -> dict[str, list[float]] | None
 
 
 def _sha256_file(path: Path) -> str:
+    """The file's sha256; ``"unreadable:<reason>"`` for a directory, FIFO or unreadable path
+    named ``*.hwpx`` (listed as a failure, re-tried by ``--update`` once that changes)."""
     import hashlib
 
+    if not path.is_file():
+        return "unreadable:not-a-regular-file"
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    except OSError as exc:
+        return f"unreadable:{type(exc).__name__}"
     return h.hexdigest()
 
 

@@ -33,6 +33,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.cli.preserve",
     "llama_index_car.cli.probe",
     "llama_index_car.cli.query",
+    "llama_index_car.distributed",
     "llama_index_car.demo",
     "llama_index_car.demo.loader",
     "llama_index_car.demo.spec",

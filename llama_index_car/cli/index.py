@@ -37,6 +37,7 @@ EPILOG = """example:
   llama-car index ./guidelines --persist ./car-index
   llama-car index ./guidelines --persist ./car-index --update
   llama-car index ./guidelines --persist ./car-qdrant --store qdrant://./qdrant-data
+  llama-car index ./guidelines --persist ./car-index --ray   # on a local Ray cluster
   llama-car query ./car-index "측구 깊이 설치기준" --retriever car --explain
 """
 
@@ -77,6 +78,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--update", action="store_true",
         help="re-index only changed or new files, remove vanished ones (DIR must exist)",
     )
+    p.add_argument(
+        "--ray", metavar="ADDRESS", nargs="?", const="local", default=None,
+        help="read, parse, tokenize and embed on Ray (extra [ray]): no ADDRESS = a local "
+        "cluster on this machine; 'auto' or 'ray://HOST:10001' = join that cluster",
+    )
     add_cache_and_progress_options(p)
     p.set_defaults(command="index")
     return p
@@ -108,8 +114,13 @@ def run(args: argparse.Namespace) -> int:
     def report(failure: FileFailure) -> None:
         print(f"skipped {failure.path}: {failure.error}", file=sys.stderr)
 
+    build: Any = build_index
+    if args.ray is not None:  # same arguments, per-file work on Ray
+        from llama_index_car.distributed import ray_builder
+
+        build = ray_builder(args.ray)
     try:
-        summary = build_index(
+        summary = build(
             args.source,
             args.persist,
             embed=args.embed,

@@ -233,6 +233,43 @@ class KiwiBM25Retriever(BaseRetriever):
             callback_manager=callback_manager,
         )
 
+    @classmethod
+    def from_bm25(
+        cls,
+        nodes: Sequence[BaseNode],
+        bm25: BM25Okapi,
+        tokenizer: KiwiTokenizer | None = None,
+        similarity_top_k: int = 10,
+        filters: MetadataFilters | None = None,
+        callback_manager: CallbackManager | None = None,
+    ) -> KiwiBM25Retriever:
+        """Wrap a prebuilt index whose document ``i`` is ``nodes[i]`` (no tokenization).
+
+        For indexes built elsewhere from ``tokenizer``'s tokens of each node's EMBED text, e.g.
+        the merged shards of :func:`llama_index_car.distributed.merge_bm25_shards`.
+
+        Raises:
+            ConfigurationError: ``len(nodes) != bm25.corpus_size`` or duplicate node ids.
+        """
+        nodes = list(nodes)
+        if len(nodes) != bm25.corpus_size:
+            raise ConfigurationError(
+                f"{len(nodes)} nodes for a BM25 index of {bm25.corpus_size} documents"
+            )
+        cls._check_unique(nodes)
+        with warnings.catch_warnings():  # top_k > 0 nodes: the empty start is replaced below
+            warnings.simplefilter("ignore", UserWarning)
+            self = cls(nodes=(), tokenizer=tokenizer, similarity_top_k=similarity_top_k,
+                       filters=filters, token_cache=True, callback_manager=callback_manager)
+        self._nodes = nodes
+        self._text_hashes = [
+            _text_hash(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in nodes
+        ]
+        self._bm25 = bm25
+        self._reindex()
+        self._warn_if_small()
+        return self
+
     @staticmethod
     def _check_unique(nodes: Sequence[BaseNode], existing: Iterable[str] = ()) -> None:
         seen = set(existing)

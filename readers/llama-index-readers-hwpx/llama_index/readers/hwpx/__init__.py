@@ -1,6 +1,11 @@
 """LlamaIndex reader for HWPX (Hancom OWPML) documents with cell-coordinate tables."""
 
-from llama_index.readers.hwpx._errors import HWPXEncryptedError, HWPXError, HWPXFormatError
+from llama_index.readers.hwpx._errors import (
+    HWPXEncryptedError,
+    HWPXError,
+    HWPXFormatError,
+    HWPXLimitError,
+)
 from llama_index.readers.hwpx._model import HWPXCell, HWPXTable, HWPXTableParent
 from llama_index.readers.hwpx._node_meta import (
     NodeCell,
@@ -16,7 +21,7 @@ from llama_index.readers.hwpx.base import (
     HWPXReadWarning,
     ParsedHWPX,
 )
-from llama_index.readers.hwpx.hml import HMLFormatError, HMLReader
+from llama_index.readers.hwpx.hml import HMLFormatError, HMLLimitError, HMLReader
 from llama_index.readers.hwpx.hml_writer import HMLBuilder, HMLSectionBuilder
 from llama_index.readers.hwpx.node_parser import HWPXNodeParser
 from llama_index.readers.hwpx.writer import HWPXBuilder, SectionBuilder, TableSpec
@@ -35,6 +40,7 @@ __all__ = [
     "HWPXError",
     "HWPXEncryptedError",
     "HWPXFormatError",
+    "HWPXLimitError",
     "HWPXFailure",
     "HWPXReadWarning",
     "ParsedHWPX",
@@ -44,6 +50,7 @@ __all__ = [
     "TableSpec",
     "HMLReader",
     "HMLFormatError",
+    "HMLLimitError",
     "HMLBuilder",
     "HMLSectionBuilder",
 ]

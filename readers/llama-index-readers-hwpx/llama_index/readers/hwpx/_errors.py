@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["HWPXError", "HWPXEncryptedError", "HWPXFormatError"]
+__all__ = ["HWPXError", "HWPXEncryptedError", "HWPXFormatError", "HWPXLimitError"]
 
 
 class HWPXError(Exception):
@@ -36,3 +36,48 @@ class HWPXFormatError(HWPXError):
     missing that the spine lists; a size, compression-ratio or table-nesting limit exceeded;
     a DOCTYPE (entity declarations are refused: XXE / billion laughs).
     """
+
+
+class HWPXLimitError(HWPXFormatError):
+    """A resource limit of the reader was exceeded (hostile or unusually large input).
+
+    Raised before the offending structure is allocated: a declared table grid above
+    ``max_table_cells``, more cells in one table than ``max_table_cells``, rendered text above
+    ``max_text_chars``, nesting above ``max_table_depth``, a part or package above the size or
+    compression-ratio limits. The message names the file, the limit, the value found and the
+    reader field that raises the limit.
+
+    Attributes:
+        limit: the :class:`HWPXReader` field name (e.g. ``"max_table_cells"``).
+        value: the value found (or estimated) in the file.
+        maximum: the limit in force.
+        detail: the message without the file prefix and the "raise the limit" hint.
+    """
+
+    def __init__(
+        self,
+        file: str,
+        message: str,
+        *,
+        limit: str,
+        value: float,
+        maximum: float,
+        part: str | None = None,
+    ) -> None:
+        self.limit = limit
+        self.detail = message
+        self.value = value
+        self.maximum = maximum
+        super().__init__(
+            file,
+            f"{message}; raise the limit if the file is trusted, e.g. "
+            f"HWPXReader({limit}={_suggest(value)})",
+            part=part,
+        )
+
+
+def _suggest(value: float) -> str:
+    """A round limit above ``value`` for the error message's "how to raise it"."""
+    v = max(int(value), 1)
+    step = 10 ** (len(str(v)) - 1)
+    return f"{(v // step + 1) * step:_}"

@@ -87,7 +87,7 @@ class HWPXTable:
             for r in range(c.row, min(c.row + c.row_span, self.n_rows)):
                 row = grid[r]
                 for k in range(c.col, min(c.col + c.col_span, self.n_cols)):
-                    row[k] = c.text
+                    row[k] = _join(row[k], c.text)  # overlapping cells: keep both texts
         return grid
 
     def to_markdown(self) -> str:
@@ -119,6 +119,11 @@ def _md_cell(text: str) -> str:
 
 def _html_cell(text: str) -> str:
     return escape(text).replace("\n", "<br>")
+
+
+def _join(old: str, new: str) -> str:
+    """Text of a grid position two cells claim: both, in cell order (one if equal/empty)."""
+    return new if not old or old == new else (old if not new else f"{old}\n{new}")
 
 
 def _col(c: HWPXCell) -> int:
@@ -184,7 +189,9 @@ def render_table(
         )
     merged = any(c.row_span > 1 or c.col_span > 1 for c in chosen)
     if not merged:
-        by_pos = {(c.row, c.col): c.text for c in chosen}
+        by_pos: dict[tuple[int, int], str] = {}
+        for c in chosen:  # cells sharing an anchor (hostile files): keep every text
+            by_pos[(c.row, c.col)] = _join(by_pos.get((c.row, c.col), ""), c.text)
         lines: list[str] = []
         for i, r in enumerate(wanted):
             line = "| " + " | ".join(_md_cell(by_pos.get((r, k), "")) for k in range(n_cols))

@@ -2,7 +2,9 @@
 
 Order of checks: size of the raw file; OLE2/CFB signature (binary HWP 5); zip structure;
 per-entry encryption flag; per-part and total uncompressed size and compression ratio (checked
-on the declared sizes *and* while decompressing, since declared sizes can lie); mimetype;
+on the declared sizes *and* while decompressing, since declared sizes can lie; the ratio of
+every part above ``RATIO_FLOOR_BYTES``, and of everything read from the package against the
+file's size, so many small parts cannot add up to a bomb); mimetype;
 ``META-INF/manifest.xml`` ``encryption-data``; section order from the ``Contents/content.hpf``
 spine with a fallback to the number in ``Contents/section<N>.xml``.
 
@@ -23,6 +25,7 @@ from llama_index.readers.hwpx._errors import (
     HWPXEncryptedError,
     HWPXError,
     HWPXFormatError,
+    HWPXLimitError,
 )
 from lxml import etree
 
@@ -51,8 +54,11 @@ _CELL_LAYOUT = re.compile(
 SECTION_RE = re.compile(r"^Contents/section(\d+)\.xml$", re.IGNORECASE)
 HWPX_MIMETYPE_PREFIX = "application/hwp"
 _CHUNK = 1 << 20
-# Ratio checks only apply above this size: tiny XML parts legitimately compress > 100x.
-_RATIO_MIN_BYTES = 1 << 20
+# Compression-ratio checks apply to every part (and to the package total) once its
+# uncompressed size passes this floor: a few-KiB XML part can legitimately compress > 100x
+# (its zip entry overhead dominates), and a floor this small bounds what a hostile file of
+# N bytes can expand to at max(N * max_compression_ratio, 64 KiB) per part and in total.
+RATIO_FLOOR_BYTES = 64 << 10
 _ZIP_ERRORS = (
     zipfile.BadZipFile,
     zlib.error,
@@ -78,6 +84,7 @@ class Limits:
     max_compression_ratio: float
     max_table_depth: int
     max_table_cells: int
+    max_text_chars: int = 5_000_000
 
 
 def make_parser() -> etree.XMLParser:
@@ -139,6 +146,7 @@ class Package:
     limits: Limits
     entries: dict[str, zipfile.ZipInfo] = field(default_factory=dict)
     total_read: int = 0
+    file_bytes: int = 0
     warnings: list[str] = field(default_factory=list)
 
     def has(self, name: str) -> bool:
@@ -154,19 +162,12 @@ class Package:
                 self.file, "zip entry is encrypted; save an unprotected copy in Hangul", part=name
             )
         if info.file_size > cap:
-            raise HWPXFormatError(
+            raise HWPXLimitError(
                 self.file,
                 f"part declares {info.file_size} bytes, above max_part_bytes={cap}",
-                part=name,
+                limit="max_part_bytes", value=info.file_size, maximum=cap, part=name,
             )
-        declared_ratio = info.file_size / max(info.compress_size, 1)
-        if info.file_size > _RATIO_MIN_BYTES and declared_ratio > self.limits.max_compression_ratio:
-            raise HWPXFormatError(
-                self.file,
-                f"compression ratio {declared_ratio:.0f} exceeds max_compression_ratio="
-                f"{self.limits.max_compression_ratio:g} (zip bomb?)",
-                part=name,
-            )
+        self._check_ratio(name, info.file_size, info.compress_size, "declares")
         chunks: list[bytes] = []
         size = 0
         try:
@@ -177,19 +178,21 @@ class Package:
                         break
                     size += len(chunk)
                     if size > cap:
-                        raise HWPXFormatError(
+                        raise HWPXLimitError(
                             self.file,
-                            f"part exceeds max_part_bytes={cap} when decompressed "
-                            "(zip bomb?); raise the limit if the file is trusted",
-                            part=name,
+                            f"part exceeds max_part_bytes={cap} when decompressed (zip bomb?)",
+                            limit="max_part_bytes", value=size, maximum=cap, part=name,
                         )
-                    if self.total_read + size > self.limits.max_total_bytes:
-                        raise HWPXFormatError(
+                    total = self.limits.max_total_bytes
+                    if self.total_read + size > total:
+                        raise HWPXLimitError(
                             self.file,
-                            f"package exceeds max_total_bytes={self.limits.max_total_bytes} "
-                            "when decompressed; raise the limit if the file is trusted",
-                            part=name,
+                            f"package exceeds max_total_bytes={total} when decompressed",
+                            limit="max_total_bytes", value=self.total_read + size,
+                            maximum=total, part=name,
                         )
+                    # ratio while decompressing, so a lying declared size stops early
+                    self._check_ratio(name, size, info.compress_size, "expands to")
                     chunks.append(chunk)
         except HWPXError:
             raise
@@ -197,16 +200,26 @@ class Package:
             raise HWPXFormatError(
                 self.file, f"corrupt zip entry ({type(exc).__name__}: {exc})", part=name
             ) from exc
-        ratio = size / max(info.compress_size, 1)
-        if size > _RATIO_MIN_BYTES and ratio > self.limits.max_compression_ratio:
-            raise HWPXFormatError(
-                self.file,
-                f"compression ratio {ratio:.0f} exceeds max_compression_ratio="
-                f"{self.limits.max_compression_ratio:g} (zip bomb?)",
-                part=name,
-            )
         self.total_read += size
+        self._check_ratio(name, self.total_read, self.file_bytes, "package total")
         return b"".join(chunks)
+
+    def _check_ratio(self, name: str, size: int, compressed: int, what: str) -> None:
+        """Refuse ``size`` uncompressed bytes from ``compressed`` bytes above the ratio limit.
+
+        Applies to every part and to the package total (everything read so far against the
+        file size), once ``size`` passes :data:`RATIO_FLOOR_BYTES`."""
+        limit = self.limits.max_compression_ratio
+        if size <= RATIO_FLOOR_BYTES or size <= limit * max(compressed, 1):
+            return
+        ratio = size / max(compressed, 1)
+        scope = "package" if what == "package total" else "part"
+        raise HWPXLimitError(
+            self.file,
+            f"{scope} compression ratio {ratio:.0f} ({what} {size} bytes from {compressed}) "
+            f"exceeds max_compression_ratio={limit:g} (zip bomb?)",
+            limit="max_compression_ratio", value=ratio, maximum=limit, part=name,
+        )
 
     def xml(self, name: str, *, strip_layout: bool = False) -> etree._Element:
         """Parse a part. ``strip_layout`` drops Hangul's line-layout caches
@@ -244,8 +257,9 @@ def open_package(data: bytes, file: str, limits: Limits) -> Package:
     cannot cause a false alarm.
     """
     if len(data) > limits.max_file_bytes:
-        raise HWPXFormatError(
-            file, f"file is {len(data)} bytes, above max_file_bytes={limits.max_file_bytes}"
+        raise HWPXLimitError(
+            file, f"file is {len(data)} bytes, above max_file_bytes={limits.max_file_bytes}",
+            limit="max_file_bytes", value=len(data), maximum=limits.max_file_bytes,
         )
     if data[:8] == OLE2_MAGIC:
         raise HWPXFormatError(
@@ -265,7 +279,7 @@ def open_package(data: bytes, file: str, limits: Limits) -> Package:
             f"truncated or corrupt zip ({type(exc).__name__}: {exc}); the central directory "
             "could not be read",
         ) from exc
-    pkg = Package(file=file, zf=zf, limits=limits)
+    pkg = Package(file=file, zf=zf, limits=limits, file_bytes=len(data))
     for info in infos:
         name = info.filename.replace("\\", "/").lstrip("/")
         if "\\" in info.filename and "backslash entry names" not in pkg.warnings:

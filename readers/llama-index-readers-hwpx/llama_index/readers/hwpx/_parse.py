@@ -16,6 +16,15 @@ goes into the :class:`HWPXCell` only; a nested table's text only into the nested
 The table list is in document pre-order. A table anywhere inside a cell (also in a text box,
 footnote or page header/footer anchored there) has that cell as parent and depth + 1; page
 header/footer tables are always listed, their blocks kept only with ``include_headers_footers``.
+
+Limits (:class:`~._package.Limits`) are enforced during the walk, before anything large is
+built: a table's declared ``rowCnt`` x ``colCnt`` (each counted as at least 1), its grid as
+cells grow it, and its number of ``hp:tc`` are bounded by ``max_table_cells``; nesting by
+``max_table_depth``; the file's rendered text by ``max_text_chars``, charged as the walk goes
+(paragraph text, and for each table an upper bound of its markdown/HTML rendering computed
+from the grid and cell texts, see :func:`table_text_bound`). Violations raise
+:class:`HWPXLimitError`. Cells that overlap (same anchor, or inside another cell's span) keep
+their text (the renderers join it) and are recorded in :attr:`FileState.warnings`.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llama_index.readers.hwpx._errors import HWPXFormatError
+from llama_index.readers.hwpx._errors import HWPXFormatError, HWPXLimitError
 from llama_index.readers.hwpx._model import HWPXCell, HWPXTable, HWPXTableParent
 from llama_index.readers.hwpx._package import Limits
 from lxml import etree
@@ -102,6 +111,46 @@ class FileState:
     tables: list[HWPXTable | None] = field(default_factory=list)
     footnotes: int = 0
     endnotes: int = 0
+    text_chars: int = 0  # rendered text charged so far (see SectionWalker._charge)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _escaped_len(text: str) -> int:
+    r"""Upper bound of ``len`` of ``text`` escaped for a markdown or an HTML table cell
+    (``\n`` -> ``<br>``, ``|``/``\\`` -> 2 chars, ``&<>"'`` -> at most 6 chars)."""
+    if text.isalnum():
+        return len(text)
+    return (
+        len(text)
+        + 3 * text.count("\n")
+        + text.count("|")
+        + text.count("\\")
+        + 5 * (text.count("&") + text.count('"') + text.count("'"))
+        + 3 * (text.count("<") + text.count(">"))
+    )
+
+
+def table_text_bound(n_rows: int, n_cols: int, cells: Sequence[HWPXCell]) -> int:
+    """Upper bound of the characters :func:`~._model.render_table` writes for a table.
+
+    Following the renderer's choice of form: a sparse layout table (>= 12 cells, under a
+    third with text) writes its texts joined by `` | ``, one line per row; otherwise a
+    markdown pipe table writes every rendered row (at most the rows text covers) as ``| ``
+    + ``n_cols`` cells joined by `` | `` + `` |`` plus one ``|---|...`` line, and with
+    merged cells HTML writes at most 40 characters of ``<td rowspan=.. colspan=..>`` markup
+    per cell and 9 per row. Cell texts count escaped (:func:`_escaped_len`).
+    """
+    filled = [c for c in cells if c.text.strip()]
+    if not filled:
+        return 0
+    rows = min(sum(c.row_span for c in filled), max(n_rows, 1))
+    if len(cells) >= 12 and 3 * len(filled) < len(cells):
+        return sum(len(c.text) + 3 for c in filled) + rows
+    text = sum(_escaped_len(c.text) for c in cells)
+    markdown = text + rows * (3 * n_cols + 4) + 4 * n_cols + 1
+    if all(c.row_span == 1 and c.col_span == 1 for c in cells):
+        return markdown
+    return max(markdown, text + 20 + 9 * rows + 40 * len(cells))
 
 
 class SectionWalker:
@@ -115,6 +164,28 @@ class SectionWalker:
         self._in_note = 0
 
     # ------------------------------------------------------------------ helpers
+    def _charge(self, n: int, what: str, line: int | None) -> None:
+        """Count ``n`` characters of rendered text against ``max_text_chars``."""
+        st = self.st
+        st.text_chars += n
+        cap = st.limits.max_text_chars
+        if st.text_chars > cap:
+            raise HWPXLimitError(
+                st.file,
+                f"rendered text would exceed max_text_chars={cap} (at least {st.text_chars} "
+                f"characters by the {what}" + ("" if line is None else f" at line {line}") + ")",
+                limit="max_text_chars", value=st.text_chars, maximum=cap, part=self.part,
+            )
+
+    def _limit_cells(self, tbl: etree._Element, what: str, value: int) -> None:
+        cap = self.st.limits.max_table_cells
+        if value > cap:
+            raise HWPXLimitError(
+                self.st.file,
+                f"table {what} {value} exceeds max_table_cells={cap} (line {tbl.sourceline})",
+                limit="max_table_cells", value=value, maximum=cap, part=self.part,
+            )
+
     def _int(self, el: etree._Element, attr: str, default: int) -> int:
         raw = el.get(attr)
         if raw is None:
@@ -251,7 +322,9 @@ class SectionWalker:
         return [head] + [b for b in sub if b["type"] != "paragraph"]
 
     def _paragraph_block(self, text: str, location: str, outline: int) -> Block:
-        """A paragraph block of the current section."""
+        """A paragraph block of the current section (its text charged to ``max_text_chars``;
+        8 more for a heading's ``#`` prefix and the blank line between blocks)."""
+        self._charge(len(text) + 8, "paragraphs", None)
         return {
             "type": "paragraph",
             "text": text,
@@ -375,16 +448,22 @@ class SectionWalker:
     ) -> None:
         limits = self.st.limits
         if depth >= limits.max_table_depth:
-            raise HWPXFormatError(
+            raise HWPXLimitError(
                 self.st.file,
                 f"tables nested deeper than max_table_depth={limits.max_table_depth} "
-                f"(line {tbl.sourceline}); raise the limit if the file is trusted",
+                f"(line {tbl.sourceline})",
+                limit="max_table_depth", value=depth + 1, maximum=limits.max_table_depth,
                 part=self.part,
             )
         index = len(self.st.tables)
         self.st.tables.append(None)  # reserve: a parent precedes its nested tables
         n_rows = self._int(tbl, "rowCnt", 0)
         n_cols = self._int(tbl, "colCnt", 0)
+        # the declared grid, before any cell is read (an empty table with rowCnt=10^9 would
+        # otherwise reach consumers that allocate per row); 0 counts as 1
+        self._limit_cells(
+            tbl, f"declares a {n_rows}x{n_cols} grid:", max(n_rows, 1) * max(n_cols, 1)
+        )
         caption = self._caption(tbl)
         cells: list[HWPXCell] = []
         after: list[Block] = []
@@ -394,6 +473,9 @@ class SectionWalker:
         lines_of = self._lines
         # per-cell collector, shared by the cells of this table and emptied after each cell
         nested: list[tuple[str, etree._Element]] = []
+        # grid positions taken so far; overlap checks stop at the first overlap found (each
+        # position is then marked at most once: O(grid) work, whatever the spans)
+        taken: set[tuple[int, int]] | None = set()
         for tr in tbl.iterchildren("{*}tr"):
             row_no += 1
             col_no = 0
@@ -425,6 +507,8 @@ class SectionWalker:
                         rs = rs if rs > 1 else 1
                         cs = cs if cs > 1 else 1
                 col_no = c + cs
+                if len(cells) >= max_cells:
+                    self._limit_cells(tbl, "cell count", len(cells) + 1)
                 cell = HWPXCell(r, c, rs, cs, "\n".join(lines))
                 cells.append(cell)
                 if r + rs > n_rows:
@@ -432,15 +516,13 @@ class SectionWalker:
                 if c + cs > n_cols:
                     n_cols = c + cs
                 if n_rows * n_cols > max_cells:
-                    raise HWPXFormatError(
-                        self.st.file,
-                        f"table grid {n_rows}x{n_cols} exceeds max_table_cells="
-                        f"{limits.max_table_cells} (line {tbl.sourceline})",
-                        part=self.part,
-                    )
+                    self._limit_cells(tbl, f"grid {n_rows}x{n_cols}:", n_rows * n_cols)
+                if taken is not None and self._overlaps(taken, cell, index, tc):
+                    taken = None
                 if nested:
                     self._cell_objects(nested[:], after, location, depth + 1, index, cell)
                     nested.clear()
+        self._charge(table_text_bound(n_rows, n_cols, cells), "table", tbl.sourceline)
         self.st.tables[index] = HWPXTable(
             n_rows=n_rows,
             n_cols=n_cols,
@@ -454,6 +536,22 @@ class SectionWalker:
         )
         blocks.append({"type": "table", "index": index, "section": self.section})
         blocks.extend(after)
+
+    def _overlaps(
+        self, taken: set[tuple[int, int]], cell: HWPXCell, index: int, tc: etree._Element
+    ) -> bool:
+        """Mark ``cell``'s grid positions in ``taken``; on the first position already taken,
+        record a warning (the cell and its text are kept) and return True."""
+        for r in range(cell.row, cell.row + cell.row_span):
+            for c in range(cell.col, cell.col + cell.col_span):
+                if (r, c) in taken:
+                    self.st.warnings.append(
+                        f"table {index}: cell at ({cell.row}, {cell.col}) (line {tc.sourceline}) "
+                        f"overlaps another cell at ({r}, {c}); both texts are kept"
+                    )
+                    return True
+                taken.add((r, c))
+        return False
 
     def _cell_objects(
         self,

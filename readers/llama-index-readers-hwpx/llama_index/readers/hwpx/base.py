@@ -20,11 +20,11 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, ClassVar
 
 from llama_index.core.readers.base import BasePydanticReader
 from llama_index.core.schema import Document
-from llama_index.readers.hwpx._errors import HWPXError, HWPXFormatError
+from llama_index.readers.hwpx._errors import HWPXError, HWPXFormatError, HWPXLimitError
 from llama_index.readers.hwpx._headings import classify
 from llama_index.readers.hwpx._model import HWPXTable
 from llama_index.readers.hwpx._package import (
@@ -98,6 +98,8 @@ class HWPXReader(BasePydanticReader):
     """
 
     is_remote: bool = False
+    #: what a directory load collects; a directory with this suffix is a (bad) file, not a batch
+    file_suffix: ClassVar[str] = ".hwpx"
     split_sections: bool = Field(
         default=False, description="One Document per section instead of one per file."
     )
@@ -125,13 +127,23 @@ class HWPXReader(BasePydanticReader):
     max_compression_ratio: float = Field(
         default=200.0,
         gt=1.0,
-        description="Largest uncompressed/compressed ratio of a part above 1 MiB (zip bombs).",
+        description="Largest uncompressed/compressed ratio of any part above 64 KiB, and of "
+        "all parts read against the file size (zip bombs).",
     )
     max_table_depth: int = Field(
         default=32, ge=1, description="Deepest table nesting (1 = no nested tables allowed)."
     )
     max_table_cells: int = Field(
-        default=1_000_000, gt=0, description="Largest rowCnt x colCnt grid of one table."
+        default=100_000,
+        gt=0,
+        description="Largest grid of one table (declared rowCnt x colCnt, each at least 1, "
+        "and as cells grow it) and most hp:tc cells in one table.",
+    )
+    max_text_chars: int = Field(
+        default=5_000_000,
+        gt=0,
+        description="Most characters of rendered text per file (paragraphs plus an upper "
+        "bound of each table's markdown/HTML), checked while parsing, before rendering.",
     )
     _failures: list[HWPXFailure] = PrivateAttr(default_factory=list)
 
@@ -153,6 +165,7 @@ class HWPXReader(BasePydanticReader):
             max_compression_ratio=self.max_compression_ratio,
             max_table_depth=self.max_table_depth,
             max_table_cells=self.max_table_cells,
+            max_text_chars=self.max_text_chars,
         )
 
     def parse_bytes(self, data: bytes, file: str = "<bytes>") -> ParsedHWPX:
@@ -178,6 +191,7 @@ class HWPXReader(BasePydanticReader):
                 del root
         finally:
             pkg.zf.close()
+        _warn_structure(file, state.warnings)
         tables = [t for t in state.tables if t is not None]
         flat = [b for sec in raw_sections for b in sec]
         classified = classify(
@@ -191,7 +205,9 @@ class HWPXReader(BasePydanticReader):
         for b in classified:
             sections[b["section"]].append(b)
         title = _pick_title(classified, package_title, file, self.heading_max_chars)
-        return ParsedHWPX(file, title, package_title, sections, tables, list(pkg.warnings))
+        return ParsedHWPX(
+            file, title, package_title, sections, tables, pkg.warnings + state.warnings
+        )
 
     def load_tables(self, path: str | PurePath, fs: Any | None = None) -> list[HWPXTable]:
         """Every ``hp:tbl`` of one file: sections in spine order, a parent before the tables
@@ -256,14 +272,17 @@ class HWPXReader(BasePydanticReader):
         if isinstance(file, (list, tuple)):
             return list(file)
         path = file if isinstance(file, (str, PurePath)) else str(file)
+        suffix = self.file_suffix
         if fs is not None:
-            if fs.isdir(str(path)):
-                found = fs.glob(str(PurePath(path) / "**" / "*.hwpx"))
+            if fs.isdir(str(path)) and PurePath(path).suffix.lower() != suffix:
+                found = fs.glob(str(PurePath(path) / "**" / f"*{suffix}"))
                 return sorted(str(f) for f in found)
             return None
         p = Path(path)
-        if p.is_dir():
-            return sorted(q for q in p.rglob("*") if q.suffix.lower() == ".hwpx" and q.is_file())
+        if p.is_dir() and p.suffix.lower() != suffix:
+            # every entry named *.hwpx, files or not: a directory or FIFO so named becomes a
+            # recorded failure (see _read), never a silent skip
+            return sorted(q for q in p.rglob("*") if q.suffix.lower() == suffix)
         return None
 
     def _read(self, file: str | PurePath, fs: Any | None) -> tuple[bytes, str]:
@@ -274,13 +293,20 @@ class HWPXReader(BasePydanticReader):
         else:
             p = Path(file)
             size = p.stat().st_size
+            if not p.is_file():  # checked before opening: reading a FIFO would block
+                kind = "a directory" if p.is_dir() else "not a regular file"
+                raise HWPXFormatError(label, f"is {kind}, not an {suffix_name(self)} file")
             if size > self.max_file_bytes:
-                raise HWPXFormatError(
-                    label, f"file is {size} bytes, above max_file_bytes={self.max_file_bytes}"
+                raise HWPXLimitError(
+                    label, f"file is {size} bytes, above max_file_bytes={self.max_file_bytes}",
+                    limit="max_file_bytes", value=size, maximum=self.max_file_bytes,
                 )
             data = p.read_bytes()
         if len(data) > self.max_file_bytes:
-            raise HWPXFormatError(label, f"file is above max_file_bytes={self.max_file_bytes}")
+            raise HWPXLimitError(
+                label, f"file is above max_file_bytes={self.max_file_bytes}",
+                limit="max_file_bytes", value=len(data), maximum=self.max_file_bytes,
+            )
         return bytes(data), label
 
     def _documents(
@@ -322,6 +348,17 @@ class HWPXReader(BasePydanticReader):
                 if "path" in b:
                     path_before = list(b["path"])
         return docs
+
+
+def suffix_name(reader: HWPXReader) -> str:
+    """``HWPX`` / ``HML``: the format a reader reads, for messages."""
+    return reader.file_suffix.lstrip(".").upper()
+
+
+def _warn_structure(file: str, messages: Sequence[str]) -> None:
+    """Emit one :class:`HWPXReadWarning` per structural oddity the walk recorded."""
+    for msg in messages:
+        warnings.warn(f"{file}: {msg}", HWPXReadWarning, stacklevel=3)
 
 
 def _pick_title(blocks: Sequence[Block], package_title: str, file: str, max_chars: int) -> str:

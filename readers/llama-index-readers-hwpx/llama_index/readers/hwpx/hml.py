@@ -27,18 +27,16 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path, PurePath
-from typing import Any
+from typing import ClassVar
 
-from llama_index.readers.hwpx._errors import HWPXError, HWPXFormatError
+from llama_index.readers.hwpx._errors import HWPXError, HWPXFormatError, HWPXLimitError
 from llama_index.readers.hwpx._headings import classify
 from llama_index.readers.hwpx._package import local, parse_xml
 from llama_index.readers.hwpx._parse import Block, FileState, SectionWalker
-from llama_index.readers.hwpx.base import HWPXReader, ParsedHWPX, _pick_title
+from llama_index.readers.hwpx.base import HWPXReader, ParsedHWPX, _pick_title, _warn_structure
 from lxml import etree
 
-__all__ = ["HMLReader", "HMLFormatError"]
+__all__ = ["HMLReader", "HMLFormatError", "HMLLimitError"]
 
 _PART = "HWPML"
 
@@ -49,6 +47,20 @@ class HMLFormatError(HWPXFormatError):
 
     A subclass of :class:`HWPXFormatError`, so code catching the HWPX reader's errors also
     catches these; the message names the file."""
+
+
+class HMLLimitError(HMLFormatError, HWPXLimitError):
+    """A reader limit was exceeded by an HWPML file: both an :class:`HMLFormatError` and an
+    :class:`HWPXLimitError` (``limit``, ``value``, ``maximum`` name what to raise)."""
+
+
+def _as_hml(exc: HWPXFormatError, file: str, part: str) -> HMLFormatError:
+    """``exc`` as the HML error of the same kind (limit errors keep their limit fields)."""
+    if isinstance(exc, HWPXLimitError):
+        return HMLLimitError(
+            file, exc.detail, limit=exc.limit, value=exc.value, maximum=exc.maximum, part=part
+        )
+    return HMLFormatError(file, _message(exc), part=part)
 
 
 # HWPML element -> OWPML local name read by SectionWalker. Elements not listed keep their
@@ -171,6 +183,8 @@ class HMLReader(HWPXReader):
     (``**/*.hml``) or a list skip bad files into :attr:`failures` like the HWPX reader.
     """
 
+    file_suffix: ClassVar[str] = ".hml"
+
     @classmethod
     def class_name(cls) -> str:
         return "HMLReader"
@@ -178,13 +192,16 @@ class HMLReader(HWPXReader):
     def parse_bytes(self, data: bytes, file: str = "<bytes>") -> ParsedHWPX:
         """Parse an HWPML document held in memory; ``file`` names it in errors."""
         if len(data) > self.max_file_bytes:
-            raise HMLFormatError(file, f"file is above max_file_bytes={self.max_file_bytes}")
+            raise HMLLimitError(
+                file, f"file is {len(data)} bytes, above max_file_bytes={self.max_file_bytes}",
+                limit="max_file_bytes", value=len(data), maximum=self.max_file_bytes,
+            )
         try:
             root = parse_xml(data, file, _PART)
         except HMLFormatError:
             raise
         except HWPXFormatError as exc:
-            raise HMLFormatError(file, _message(exc), part=_PART) from exc
+            raise _as_hml(exc, file, _PART) from exc
         if local(root.tag) != "HWPML":
             raise HMLFormatError(
                 file, f"root element is <{local(root.tag)}>, not <HWPML> (not an HML file)"
@@ -211,9 +228,10 @@ class HMLReader(HWPXReader):
             except HMLFormatError:
                 raise
             except HWPXFormatError as exc:
-                raise HMLFormatError(file, _message(exc), part=part) from exc
+                raise _as_hml(exc, file, part) from exc
             except RecursionError as exc:
                 raise HMLFormatError(file, "XML nested too deeply", part=part) from exc
+        _warn_structure(file, state.warnings)
         tables = [t for t in state.tables if t is not None]
         flat = [b for sec in raw_sections for b in sec]
         classified = classify(
@@ -227,21 +245,4 @@ class HMLReader(HWPXReader):
         for b in classified:
             by_section[b["section"]].append(b)
         title = _pick_title(classified, package_title, file, self.heading_max_chars)
-        return ParsedHWPX(file, title, package_title, by_section, tables, [])
-
-    def _batch_inputs(
-        self, file: str | PurePath | Sequence[str | PurePath], fs: Any | None
-    ) -> list[str | PurePath] | None:
-        if isinstance(file, (list, tuple)):
-            return list(file)
-        path = file if isinstance(file, (str, PurePath)) else str(file)
-        if fs is not None:
-            if fs.isdir(str(path)):
-                found = fs.glob(str(PurePath(path) / "**" / "*.hml"))
-                return sorted(str(f) for f in found)
-            return None
-        p = Path(path)
-        if p.is_dir():
-            return sorted(q for q in p.rglob("*") if q.suffix.lower() == ".hml" and q.is_file())
-        return None
-
+        return ParsedHWPX(file, title, package_title, by_section, tables, list(state.warnings))

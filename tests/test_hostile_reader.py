@@ -1,0 +1,109 @@
+"""Issue 13, reader defects, end to end: ``llama-car index`` over good HWPX files plus hostile
+ones (built here in code) exits 0, indexes the good files, names each bad one on stderr and
+in the manifest, within 60 s and 2 GB (wall time and the child's peak RSS are measured)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from llama_index_car._persist import live_dir
+from llama_index_car.demo.loader import DEMO_CORPUS_DIR
+
+GOOD = ("dg2012_tunnel.hwpx", "dg2019_drainage.hwpx", "dg2022_safety.hwpx")
+SEC = (
+    '<hs:sec xmlns:hs="http://www.hancom.co.kr/hwpml/2011/section" '
+    'xmlns:hp="http://www.hancom.co.kr/hwpml/2011/paragraph">{}</hs:sec>'
+)
+
+
+def _package(sections: list[str]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        zf.writestr("mimetype", "application/hwp+zip", compress_type=zipfile.ZIP_STORED)
+        for i, sec in enumerate(sections):
+            zf.writestr(f"Contents/section{i}.xml", SEC.format(sec))
+    return buf.getvalue()
+
+
+def _p(text: str) -> str:
+    return f"<hp:p><hp:run><hp:t>{text}</hp:t></hp:run></hp:p>"
+
+
+def _tc(row: int, col: int, text: str) -> str:
+    return (
+        f'<hp:tc><hp:subList>{_p(text)}</hp:subList><hp:cellAddr rowAddr="{row}" '
+        f'colAddr="{col}"/></hp:tc>'
+    )
+
+
+def _tbl(rows: int, cols: int, cells: str = "") -> str:
+    tr = f"<hp:tr>{cells}</hp:tr>" if cells else ""
+    return f'<hp:p><hp:run><hp:tbl rowCnt="{rows}" colCnt="{cols}">{tr}</hp:tbl></hp:run></hp:p>'
+
+
+def _wide(n: int, cols: int) -> bytes:
+    return _package([_p("표") + _tbl(1, cols, _tc(0, 0, "a") + _tc(0, cols - 1, "b")) * n])
+
+
+#: name -> (bytes, the error type llama-car must report for it)
+HOSTILE: dict[str, tuple[bytes, str]] = {
+    "rows_1e9.hwpx": (_package([_p("본문") + _tbl(1_000_000_000, 1)]), "HWPXLimitError"),
+    "wide_1x1e6_x20.hwpx": (_wide(20, 1_000_000), "HWPXLimitError"),
+    "wide_1x99999_x20.hwpx": (_wide(20, 99_999), "HWPXLimitError"),  # max_text_chars
+    "part_ratio.hwpx": (_package([_p("x") + "<hp:p/>" * 140_000]), "HWPXLimitError"),
+    "package_ratio.hwpx": (_package([_p("x") + " " * 63_000] * 400), "HWPXLimitError"),
+}
+
+
+def _run_measured(argv: list[str], logs: Path) -> tuple[int, str, str, float, int]:
+    """Run ``argv``; return code, stdout, stderr, wall seconds and the peak RSS in bytes of
+    that child alone (``os.wait4`` reaps it with its own rusage)."""
+    start = time.perf_counter()
+    with open(logs / "stdout", "w") as fo, open(logs / "stderr", "w") as fe:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe)
+        _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out = (logs / "stdout").read_text(encoding="utf-8")
+    err = (logs / "stderr").read_text(encoding="utf-8")
+    return proc.returncode, out, err, seconds, usage.ru_maxrss * 1024  # Linux: KiB
+
+
+@pytest.mark.slow
+def test_index_lists_each_hostile_file_and_indexes_the_good_ones(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in GOOD:
+        shutil.copy(DEMO_CORPUS_DIR / name, src / name)
+    for name, (data, _) in HOSTILE.items():
+        (src / name).write_bytes(data)
+    (src / "folder.hwpx").mkdir()  # a directory named like a file: a listed failure
+    out = tmp_path / "index"
+    rc, stdout, stderr, seconds, peak = _run_measured(
+        [sys.executable, "-m", "llama_index_car", "index", str(src), "--persist", str(out),
+         "--embed", "use", "--no-progress", "--cache-dir", str(tmp_path / "cache")],
+        tmp_path,
+    )
+    print(f"llama-car index: {seconds:.1f} s, peak RSS {peak / 2**20:.0f} MiB")
+    assert rc == 0, stderr
+    n_bad = len(HOSTILE) + 1
+    assert f"{len(GOOD) + n_bad} files → {len(GOOD)} documents" in stdout
+    assert f"{n_bad} failed" in stdout
+    for name, (_, error_type) in HOSTILE.items():
+        assert f"skipped {src / name}: {error_type}: " in stderr
+    assert f"skipped {src / 'folder.hwpx'}: HWPXFormatError: " in stderr
+    manifest = json.loads((live_dir(out) / "car_index.json").read_text(encoding="utf-8"))
+    failed = {Path(f["path"]).name for f in manifest["failures"]}
+    assert failed == set(HOSTILE) | {"folder.hwpx"}
+    assert seconds < 60, f"{seconds:.1f} s"
+    assert peak < 2 << 30, f"peak RSS {peak / 2**20:.0f} MiB"
