@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "CarError": "llama_index_car._errors",
     "ConfigurationError": "llama_index_car._errors",
     "MissingDependencyError": "llama_index_car._errors",
+    "EmptyIndexError": "llama_index_car._errors",
     "MissingCredentialsError": "llama_index_car._errors",
     "IndexPersistError": "llama_index_car._errors",
     "HypothesisError": "llama_index_car._errors",

@@ -15,6 +15,11 @@ class ConfigurationError(CarError, ValueError):
     """An option has an invalid value; the message names the allowed values."""
 
 
+class EmptyIndexError(ConfigurationError):
+    """An index or docstore holds no nodes where some are needed (e.g. BM25 over a
+    store-backed ``VectorStoreIndex``, whose docstore is empty): pass ``nodes=``."""
+
+
 class MissingDependencyError(CarError, ImportError):
     """An optional dependency is not installed; the message says what to ``pip install``."""
 

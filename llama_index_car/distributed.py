@@ -41,7 +41,7 @@ import time
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -409,8 +409,8 @@ def build_index_ray(
     *,
     embed_model: BaseEmbedding | None = None,
     embed: str | None = None,
-    chunk_size: int = 1000,
-    chunk_overlap: int = 150,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
     show_progress: bool = False,
     overwrite: bool = False,
     on_error: Callable[[FileFailure], None] | None = None,
@@ -435,19 +435,19 @@ def build_index_ray(
 
     from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
     from llama_index_car.pipeline import (
-        BM25_DIR,
-        FORMAT_VERSION,
-        HYPOTHESIZER_DIR,
-        MANIFEST_NAME,
-        TABLES_NAME,
-        VECTOR_DIR,
-        BuildSummary,
         NothingToIndexError,
+        _folder_manifest,
         _resolve_embed,
+        _sha256_file,
+        _sources,
+        _summary,
+        _write_folder,
         embed_spec,
     )
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
+    chunk_size = 1000 if chunk_size is None else chunk_size
+    chunk_overlap = 150 if chunk_overlap is None else chunk_overlap
     start = time.perf_counter()
     out = Path(persist_dir)
     if out.exists() and not out.is_dir():
@@ -468,47 +468,25 @@ def build_index_ray(
             f"no text could be indexed from {len(res.files)} file(s) "
             f"({len(res.failures)} failed to parse); check the files listed above"
         )
-    out.mkdir(parents=True, exist_ok=True)
     embedded = [
         n.model_copy(update={"embedding": e}) for n, e in zip(nodes, res.embeddings, strict=True)
     ]
-    # TODO(stores): pass the --store vector store here (StorageContext.from_defaults(
-    # vector_store=open_vector_store(uri))) once llama_index_car.stores is merged.
     index = VectorStoreIndex(
         embedded, storage_context=StorageContext.from_defaults(), embed_model=model
     )
-    index.storage_context.persist(persist_dir=str(out / VECTOR_DIR))
     bm25 = KiwiBM25Retriever.from_bm25(nodes, res.bm25)
-    bm25.persist(str(out / BM25_DIR))
-    (out / TABLES_NAME).unlink(missing_ok=True)  # an older build's copy (overwrite=True)
     stored = {n.node_id: e for n, e in zip(nodes, res.embeddings, strict=True)}
     hypothesizer = CorpusCriterionHypothesizer.from_nodes(
         nodes, embed_model=model, embeddings=stored
     )
-    hypothesizer.persist(str(out / HYPOTHESIZER_DIR))
     spec = embed_spec(model, provider) | {"dimensions": len(res.embeddings[0])}
-    table_nodes = sum(1 for n in nodes if n.metadata.get("table_index") is not None)
-    summary = BuildSummary(
-        persist_dir=str(out), files=len(res.files), documents=res.documents, nodes=len(nodes),
-        table_nodes=table_nodes, failures=res.failures, embed=spec,
+    hashes = {str(f): _sha256_file(Path(f)) for f in res.files}
+    manifest = _folder_manifest(
+        spec, chunk_size, chunk_overlap, None, [Path(f) for f in res.files], res.documents,
+        nodes, res.failures, _sources(hashes, nodes, failed={f.path for f in res.failures}),
     )
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "created_by": "llama-index-car",
-        "embed": spec,
-        "chunk_size": chunk_size,
-        "chunk_overlap": chunk_overlap,
-        "files": [str(f) for f in res.files],
-        "documents": res.documents,
-        "nodes": len(nodes),
-        "table_nodes": table_nodes,
-        "failures": [asdict(f) for f in res.failures],
-    }
-    (out / MANIFEST_NAME).write_text(
-        json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
-    )
-    summary.seconds = time.perf_counter() - start
-    return summary
+    _write_folder(out, manifest, index, bm25, hypothesizer)  # the same format-2 folder
+    return _summary(out, manifest, list(res.failures), start)
 
 
 def ray_builder(address: str) -> Callable[..., BuildSummary]:

@@ -85,14 +85,21 @@ __all__ = [
     "load_retriever",
     "parse_nodes",
     "read_documents",
+    "update_index",
 ]
 
-FORMAT_VERSION = 1
+#: 2: generations (``CURRENT`` + ``gen-*/``) bound by ``manifest.json``, per-file hashes,
+#: optional external store; 1: a flat folder (still read)
+FORMAT_VERSION = 2
+READ_VERSIONS: tuple[int, ...] = (1, 2)
+FOLDER_KIND = "LlamaCarIndexFolder"
 MANIFEST_NAME = "car_index.json"
 VECTOR_DIR = "vector"
 BM25_DIR = "bm25"
 HYPOTHESIZER_DIR = "hypothesizer"
 TABLES_NAME = "tables.json"
+VECTORS_NAME = "embeddings.npy"
+IDS_NAME = "ids.json"
 RETRIEVER_KINDS: tuple[str, ...] = ("car", "hybrid", "bm25", "dense")
 
 
@@ -120,9 +127,19 @@ class BuildSummary:
     failures: list[FileFailure] = field(default_factory=list)
     embed: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    #: ``--update`` only: files re-indexed (changed or new), removed (vanished), unchanged
+    updated: int | None = None
+    removed: int = 0
+    unchanged: int = 0
 
     def line(self) -> str:
         """One-line human summary, e.g. ``10 files → 10 documents → 52 nodes (12 table) …``."""
+        if self.updated is not None:
+            return (
+                f"update: {self.updated} changed or new, {self.removed} removed, "
+                f"{self.unchanged} unchanged → {self.documents} documents, {self.nodes} nodes; "
+                f"{len(self.failures)} failed; {self.persist_dir} in {self.seconds:.1f} s"
+            )
         return (
             f"{self.files} files → {self.documents} documents → {self.nodes} nodes "
             f"({self.table_nodes} table); {len(self.failures)} failed; "
@@ -269,25 +286,189 @@ def _stored_embeddings(index: VectorStoreIndex) -> dict[str, list[float]] | None
     return dict(table) if isinstance(table, dict) and table else None
 
 
+def _sha256_file(path: Path) -> str:
+    """The file's sha256; ``"unreadable:<reason>"`` for a directory, FIFO or unreadable path
+    named ``*.hwpx`` (listed as a failure, re-tried by ``--update`` once that changes)."""
+    import hashlib
+
+    if not path.is_file():
+        return "unreadable:not-a-regular-file"
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    except OSError as exc:
+        return f"unreadable:{type(exc).__name__}"
+    return h.hexdigest()
+
+
+def _store_uri(store: str | None) -> str | None:
+    """``store`` with file paths made absolute and any password removed (it is read from
+    ``PGPASSWORD`` at query time, never written to the folder)."""
+    if not store:
+        return None
+    from llama_index_car.stores import store_kind
+
+    kind = store_kind(store)
+    if kind in ("milvus", "qdrant", "chroma", "pgserver"):
+        path = store.split("://", 1)[1].split("?", 1)[0]
+        return f"{kind}://{Path(path).expanduser().resolve()}"
+    from sqlalchemy.engine import make_url
+
+    return str(make_url(store).set(password=None).render_as_string(hide_password=False))
+
+
+def _vectors(
+    model: BaseEmbedding, nodes: Sequence[BaseNode], cache_dir: str | Path | None,
+    use_cache: bool, show_progress: bool,
+) -> dict[str, list[float]]:
+    """``{node_id: vector}`` of the nodes' EMBED text (through the shared cache if enabled)."""
+    from llama_index.core.schema import MetadataMode
+
+    texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+    emb = _cached_node_embedding(model, nodes, cache_dir, show_progress) if use_cache else model
+    vecs = emb.get_text_embedding_batch(texts, show_progress=show_progress and not use_cache)
+    return {n.node_id: list(v) for n, v in zip(nodes, vecs, strict=True)}
+
+
+def _open_store_index(
+    store: str, model: BaseEmbedding, dims: int | None, overwrite: bool = False
+) -> VectorStoreIndex:
+    from llama_index.core import VectorStoreIndex
+
+    from llama_index_car.stores import open_vector_store
+
+    vs = open_vector_store(store, dim=dims, overwrite=overwrite)
+    return VectorStoreIndex.from_vector_store(vs, embed_model=model)
+
+
+def _write_folder(
+    out: Path, manifest: dict[str, Any], index: VectorStoreIndex | None, bm25: Any,
+    hypothesizer: Any,
+) -> None:
+    """One crash-safe generation of the folder (see :mod:`llama_index_car._persist`)."""
+    from llama_index_car import _persist
+
+    legacy = [out / n for n in (VECTOR_DIR, BM25_DIR, HYPOTHESIZER_DIR, TABLES_NAME)]
+    if (out / MANIFEST_NAME).is_file() and not (out / _persist.CURRENT_NAME).exists():
+        import shutil
+
+        for path in [*legacy, out / MANIFEST_NAME]:  # a flat folder of an older version
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(
+                missing_ok=True)
+    with _persist.replace_dir(out) as gen:
+        if index is not None:
+            _write_vectors(gen / VECTOR_DIR, index, [n.node_id for n in bm25.nodes])
+        bm25.persist(str(gen / BM25_DIR))
+        hypothesizer.persist(str(gen / HYPOTHESIZER_DIR))
+        _persist.write_json(gen / MANIFEST_NAME, manifest)
+        _persist.write_manifest(gen, kind=FOLDER_KIND, format_version=FORMAT_VERSION)
+
+
+def _write_vectors(folder: Path, index: VectorStoreIndex, ids: list[str]) -> None:
+    """``embeddings.npy`` (float32, one row per id, BM25's node order) + ``ids.json``: the
+    nodes themselves are BM25's (one copy in the folder), the vectors binary."""
+    import numpy as np
+
+    from llama_index_car import _persist
+
+    table = _stored_embeddings(index) or {}
+    missing = [i for i in ids if i not in table]
+    if missing:
+        raise IndexPersistError(f"the vector index lacks vectors for {missing[:3]}")
+    folder.mkdir()
+    matrix = np.asarray([table[i] for i in ids], dtype=np.float32)
+    with open(folder / VECTORS_NAME, "wb") as fh:
+        np.save(fh, matrix, allow_pickle=False)
+    _persist.write_json(folder / IDS_NAME, ids)
+
+
+def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
+    """``{node_id: vector}`` stored in an index folder (format 2 ``embeddings.npy``, or the
+    ``SimpleVectorStore`` JSON of format-1 folders); ``{}`` for a store-backed folder."""
+    import numpy as np
+
+    from llama_index_car import _persist
+
+    folder = _persist.live_dir(persist_dir) / VECTOR_DIR
+    if (folder / VECTORS_NAME).is_file():
+        ids = json.loads((folder / IDS_NAME).read_text(encoding="utf-8"))
+        matrix = np.load(folder / VECTORS_NAME, allow_pickle=False)
+        if not isinstance(ids, list) or matrix.ndim != 2 or matrix.shape[0] != len(ids):
+            raise IndexPersistError(f"{folder}: {IDS_NAME} and {VECTORS_NAME} disagree; rebuild")
+        return {str(i): row.tolist() for i, row in zip(ids, matrix, strict=True)}
+    if (folder / "default__vector_store.json").is_file():
+        data = json.loads((folder / "default__vector_store.json").read_text(encoding="utf-8"))
+        return dict(data["embedding_dict"])
+    return {}
+
+
+def _index_from_vectors(
+    folder: Path, nodes: Sequence[BaseNode], embed_model: BaseEmbedding
+) -> VectorStoreIndex:
+    """An in-memory ``VectorStoreIndex`` over ``nodes`` with the stored vectors (no embedding)."""
+    from llama_index.core import StorageContext, VectorStoreIndex
+
+    vectors = read_vectors(folder.parent)
+    missing = [n.node_id for n in nodes if n.node_id not in vectors]
+    if missing or len(vectors) != len(nodes):
+        raise IndexPersistError(
+            f"{folder} holds {len(vectors)} vectors for {len(nodes)} BM25 nodes "
+            f"(missing {missing[:3]}); rebuild the index"
+        )
+    from llama_index.core.data_structs.data_structs import IndexDict
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+    from llama_index.core.storage.docstore.utils import doc_to_json
+    from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
+
+    # filled directly: VectorStoreIndex(nodes) re-serialises every node and its document's
+    # node list once per node (~1 s for 752 nodes); the stores hold the same entries
+    refs = {n.node_id: n.ref_doc_id or "None" for n in nodes}
+    data = SimpleVectorStoreData(
+        embedding_dict=vectors,
+        text_id_to_ref_doc_id=refs,
+        metadata_dict={
+            n.node_id: {**n.metadata, "_node_type": n.class_name(), "document_id": refs[n.node_id],
+                        "doc_id": refs[n.node_id], "ref_doc_id": refs[n.node_id]}
+            for n in nodes
+        },
+    )
+    docstore = SimpleDocumentStore()
+    docstore._kvstore.put_all(
+        [(n.node_id, doc_to_json(n)) for n in nodes], collection=docstore._node_collection
+    )
+    struct = IndexDict()
+    for n in nodes:
+        struct.nodes_dict[n.node_id] = n.node_id
+    storage = StorageContext.from_defaults(
+        docstore=docstore, vector_store=SimpleVectorStore(data=data)
+    )
+    return VectorStoreIndex(index_struct=struct, storage_context=storage,
+                            embed_model=embed_model)
+
+
 def build_index(
     source: str | Path | Sequence[str | Path],
     persist_dir: str | Path,
     *,
     embed_model: BaseEmbedding | None = None,
     embed: str | None = None,
-    chunk_size: int = 1000,
-    chunk_overlap: int = 150,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
     show_progress: bool = False,
     overwrite: bool = False,
     on_error: Callable[[FileFailure], None] | None = None,
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
+    store: str | None = None,
+    update: bool = False,
 ) -> BuildSummary:
     """Index HWPX files into ``persist_dir`` (see the module docstring for the layout).
 
     Args:
         source: a folder (searched recursively for ``*.hwpx``) or a list of files.
-        persist_dir: output folder; must be empty or absent unless ``overwrite``.
+        persist_dir: output folder; must be empty or absent unless ``overwrite``/``update``.
         embed_model: any LlamaIndex embedding; default: ``embed`` resolved by
             :func:`llama_index_car.providers.resolve_embed_model` (``"e5"`` = offline
             multilingual-e5-small, ``"use"`` = offline USE, ``"openai"``; ``None`` reads
@@ -301,25 +482,41 @@ def build_index(
             :func:`~llama_index_car.evaluation.cache.default_cache_dir`, shared with
             ``llama-car eval``/``probe``); texts already in it are not embedded again.
         use_cache: ``False`` embeds every node afresh and writes no cache.
+        store: a vector-store URI (:func:`~llama_index_car.stores.open_vector_store`); the
+            vectors go there (collection replaced) instead of ``vector/``.
+        update: re-index only files whose sha256 changed or that are new, and remove the
+            nodes of files that vanished (:func:`update_index`).
 
     Raises:
-        ConfigurationError: no ``.hwpx`` files, nothing parseable, or a non-empty
-            ``persist_dir`` without ``overwrite``.
+        ConfigurationError: no ``.hwpx`` files, nothing parseable, a non-empty
+            ``persist_dir`` without ``overwrite``, or (``update``) options that differ from
+            the folder's manifest.
     """
+    if update:
+        return update_index(
+            source, persist_dir, embed_model=embed_model, embed=embed, chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap, show_progress=show_progress, on_error=on_error,
+            cache_dir=cache_dir, use_cache=use_cache, store=store,
+        )
     from llama_index.core import StorageContext, VectorStoreIndex
 
     from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
+    chunk_size = 1000 if chunk_size is None else chunk_size
+    chunk_overlap = 150 if chunk_overlap is None else chunk_overlap
     start = time.perf_counter()
     out = Path(persist_dir)
     if out.exists() and not out.is_dir():
         raise ConfigurationError(f"--persist {out} is a file; pass a folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise ConfigurationError(
-            f"{out} is not empty; choose a new folder or pass overwrite=True (--overwrite)"
+            f"{out} is not empty; choose a new folder, pass overwrite=True (--overwrite) "
+            "or update it (--update)"
         )
+    store = _store_uri(store)
     files = find_hwpx_files(source)
+    hashes = {str(f): _sha256_file(f) for f in files}
     documents, failures = read_documents(files, show_progress=show_progress, on_error=on_error)
     nodes = parse_nodes(
         documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap, show_progress=show_progress
@@ -330,67 +527,203 @@ def build_index(
             f"({len(failures)} failed to parse); check the files listed above"
         )
     model, provider = _resolve_embed(embed_model, embed)
-    out.mkdir(parents=True, exist_ok=True)
-
-    storage = StorageContext.from_defaults()
-    if use_cache:
-        index = VectorStoreIndex(
-            nodes, storage_context=storage,
-            embed_model=_cached_node_embedding(model, nodes, cache_dir, show_progress),
-        )
+    vectors = _vectors(model, nodes, cache_dir, use_cache, show_progress)
+    dims = len(next(iter(vectors.values())))
+    embedded = [n.model_copy(update={"embedding": vectors[n.node_id]}) for n in nodes]
+    if store:
+        index = _open_store_index(store, model, dims, overwrite=True)
+        index.insert_nodes(embedded)
     else:
         index = VectorStoreIndex(
-            nodes, storage_context=storage, embed_model=model, show_progress=show_progress
+            embedded, storage_context=StorageContext.from_defaults(), embed_model=model
         )
-    index.storage_context.persist(persist_dir=str(out / VECTOR_DIR))
     bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes, show_progress=show_progress)
-    bm25.persist(str(out / BM25_DIR))
-    (out / TABLES_NAME).unlink(missing_ok=True)  # an older build's copy (overwrite=True)
-    stored = _stored_embeddings(index)
     hypothesizer = CorpusCriterionHypothesizer.from_nodes(
-        nodes, embed_model=model, embeddings=stored
+        nodes, embed_model=model, embeddings=vectors
     )
-    hypothesizer.persist(str(out / HYPOTHESIZER_DIR))
-
-    dims = len(next(iter(stored.values()))) if stored else len(model.get_text_embedding("차원"))
     spec = embed_spec(model, provider) | {"dimensions": dims}
-    table_nodes = sum(1 for n in nodes if n.metadata.get("table_index") is not None)
-    summary = BuildSummary(
-        persist_dir=str(out),
-        files=len(files),
-        documents=len(documents),
-        nodes=len(nodes),
-        table_nodes=table_nodes,
-        failures=failures,
-        embed=spec,
+    manifest = _folder_manifest(
+        spec, chunk_size, chunk_overlap, store, files, len(documents), nodes, failures,
+        _sources(hashes, nodes, failed={f.path for f in failures}),
     )
-    manifest = {
+    _write_folder(out, manifest, None if store else index, bm25, hypothesizer)
+    return _summary(out, manifest, failures, start)
+
+
+def _sources(
+    hashes: dict[str, str], nodes: Sequence[BaseNode], failed: set[str]
+) -> dict[str, dict[str, Any]]:
+    """``{file: {"sha256", "node_ids", "failed"}}``: a file that failed keeps its hash, so
+    ``--update`` retries it only once its content changes."""
+    by_file: dict[str, list[str]] = {}
+    for n in nodes:
+        by_file.setdefault(str(n.ref_doc_id or n.metadata.get("file_path", "")), []).append(
+            n.node_id)
+    return {
+        path: {"sha256": digest, "node_ids": by_file.get(path, []), "failed": path in failed}
+        for path, digest in hashes.items()
+    }
+
+
+def _folder_manifest(
+    spec: dict[str, Any], chunk_size: int, chunk_overlap: int, store: str | None,
+    files: Sequence[Path], documents: int, nodes: Sequence[BaseNode],
+    failures: Sequence[FileFailure], sources: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    return {
         "format_version": FORMAT_VERSION,
         "created_by": "llama-index-car",
         "embed": spec,
         "chunk_size": chunk_size,
         "chunk_overlap": chunk_overlap,
+        "store": store,
         "files": [str(f) for f in files],
-        "documents": len(documents),
+        "documents": documents,
         "nodes": len(nodes),
-        "table_nodes": table_nodes,
+        "table_nodes": sum(1 for n in nodes if n.metadata.get("table_index") is not None),
         "failures": [asdict(f) for f in failures],
+        "sources": sources,
     }
-    (out / MANIFEST_NAME).write_text(
-        json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+
+
+def _summary(
+    out: Path, manifest: dict[str, Any], failures: list[FileFailure], start: float,
+    **extra: Any,
+) -> BuildSummary:
+    return BuildSummary(
+        persist_dir=str(out), files=len(manifest["files"]), documents=manifest["documents"],
+        nodes=manifest["nodes"], table_nodes=manifest["table_nodes"], failures=failures,
+        embed=manifest["embed"], seconds=time.perf_counter() - start, **extra,
     )
-    summary.seconds = time.perf_counter() - start
-    return summary
+
+
+def _check_same(manifest: dict[str, Any], root: Path, **given: Any) -> None:
+    """``--update`` refuses options that differ from the folder's manifest (named)."""
+    for option, (recorded, value) in given.items():
+        if value is not None and value != recorded:
+            raise ConfigurationError(
+                f"--update: {option} {value!r} differs from {recorded!r} recorded in "
+                f"{root / MANIFEST_NAME}; drop the option or rebuild without --update"
+            )
+
+
+def update_index(
+    source: str | Path | Sequence[str | Path],
+    persist_dir: str | Path,
+    *,
+    embed_model: BaseEmbedding | None = None,
+    embed: str | None = None,
+    chunk_size: int | None = None,
+    chunk_overlap: int | None = None,
+    show_progress: bool = False,
+    on_error: Callable[[FileFailure], None] | None = None,
+    cache_dir: str | Path | None = None,
+    use_cache: bool = True,
+    store: str | None = None,
+) -> BuildSummary:
+    """Bring ``persist_dir`` up to date with ``source``: files whose sha256 changed (or that
+    are new) are read, parsed and embedded again; the nodes of vanished or changed files are
+    removed — in the store, BM25 and the hypothesizer, as one update
+    (:meth:`CriterionAwareRetriever.insert_nodes` semantics) — and a new generation of the
+    folder is written. With nothing changed, no model is loaded and nothing is written.
+
+    Options left ``None`` come from the folder's manifest; given ones must match it.
+
+    Raises:
+        ConfigurationError: ``chunk_size``/``chunk_overlap``/``embed``/``store`` differ from
+            the manifest, or the folder predates per-file hashes (rebuild it once).
+        IndexPersistError: the folder is missing or damaged.
+    """
+    from llama_index_car import _persist
+
+    start = time.perf_counter()
+    out = Path(persist_dir)
+    root = _persist.live_dir(out)
+    manifest = read_manifest(out)
+    if "sources" not in manifest:
+        raise ConfigurationError(
+            f"{root / MANIFEST_NAME} has no per-file hashes (built by an older version); "
+            "rebuild it once without --update"
+        )
+    recorded = manifest.get("embed", {})
+    _check_same(
+        manifest, root,
+        **{
+            "--chunk-size": (manifest.get("chunk_size"), chunk_size),
+            "--chunk-overlap": (manifest.get("chunk_overlap"), chunk_overlap),
+            "--embed": (recorded.get("provider"), embed),
+            "--store": (manifest.get("store"), _store_uri(store)),
+        },
+    )
+    if embed_model is not None and recorded.get("model_name") and (
+        getattr(embed_model, "model_name", "") != recorded["model_name"]
+    ):
+        raise ConfigurationError(
+            f"--update: embedding {getattr(embed_model, 'model_name', '')!r} differs from "
+            f"{recorded['model_name']!r} recorded in {root / MANIFEST_NAME}"
+        )
+    files = find_hwpx_files(source)
+    hashes = {str(f): _sha256_file(f) for f in files}
+    sources: dict[str, dict[str, Any]] = dict(manifest["sources"])
+    changed = [f for f in files if sources.get(str(f), {}).get("sha256") != hashes[str(f)]]
+    vanished = [p for p in sources if p not in hashes]
+    if not changed and not vanished:
+        return _summary(out, manifest, [], start, updated=0, removed=0, unchanged=len(files))
+
+    from llama_index_car.retrievers._store import IndexDense  # after the no-change exit
+    from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+
+    local = load_index(out, embed_model=embed_model)
+    model = local.index._embed_model
+    ids = frozenset(n.node_id for n in local.bm25.nodes)
+    car = CriterionAwareRetriever(
+        IndexDense(local.index, 50, None, ids), local.bm25, hypothesizer=local.hypothesizer
+    )
+    car._bind(local.index, None)
+    documents, failures = read_documents(changed, show_progress=show_progress, on_error=on_error)
+    nodes = parse_nodes(
+        documents, chunk_size=int(manifest["chunk_size"]),
+        chunk_overlap=int(manifest["chunk_overlap"]), show_progress=show_progress,
+    )
+    vectors = _vectors(model, nodes, cache_dir, use_cache, show_progress) if nodes else {}
+    stale = [i for p in [*map(str, changed), *vanished] for i in sources.get(p, {}).get(
+        "node_ids", [])]
+    car._update(
+        [i for i in stale if i in ids],
+        [n.model_copy(update={"embedding": vectors[n.node_id]}) for n in nodes],
+    )
+    for p in [*map(str, changed), *vanished]:
+        sources.pop(p, None)
+    sources.update(_sources({str(f): hashes[str(f)] for f in changed}, nodes,
+                            failed={f.path for f in failures}))
+    all_nodes = car.lexical_retriever.nodes
+    old_failures = [FileFailure(**f) for f in manifest.get("failures", [])
+                    if f.get("path") in hashes and f.get("path") not in map(str, changed)]
+    new_manifest = _folder_manifest(
+        recorded, int(manifest["chunk_size"]), int(manifest["chunk_overlap"]),
+        manifest.get("store"), files, sum(1 for v in sources.values() if not v.get("failed")),
+        all_nodes, old_failures + failures, sources,
+    )
+    _write_folder(out, new_manifest, None if manifest.get("store") else car.index,
+                  car.lexical_retriever, car.hypothesizer)
+    return _summary(out, new_manifest, failures, start, updated=len(changed),
+                    removed=len(vanished), unchanged=len(files) - len(changed))
 
 
 # ----------------------------------------------------------------------------- load
 def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
-    """The folder's ``car_index.json``.
+    """The folder's ``car_index.json`` (of its live generation; flat folders of format 1 are
+    read in place). Generations are checked against their ``manifest.json`` (sizes, sha256).
 
     Raises:
-        IndexPersistError: missing, unreadable or of another ``format_version``.
+        IndexPersistError: missing, unreadable, damaged or of another ``format_version``.
     """
-    path = Path(persist_dir) / MANIFEST_NAME
+    from llama_index_car import _persist
+
+    if not Path(persist_dir).is_dir():
+        raise IndexPersistError(f"{persist_dir} is not an index folder (no such directory)")
+    root = _persist.live_dir(persist_dir)
+    path = root / MANIFEST_NAME
     if not path.is_file():
         raise IndexPersistError(
             f"{path} not found; {persist_dir} is not an index folder "
@@ -400,13 +733,21 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise IndexPersistError(f"{path} is damaged ({exc}); rebuild the index") from exc
-    if not isinstance(manifest, dict) or manifest.get("format_version") != FORMAT_VERSION:
-        found = manifest.get("format_version") if isinstance(manifest, dict) else None
+    found = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if found not in READ_VERSIONS:
         raise IndexPersistError(
-            f"{path} has format_version {found!r}, this version reads {FORMAT_VERSION}; "
-            "rebuild the index with llama-car index"
+            f"{path} has format_version {found!r}, this version reads "
+            f"{list(READ_VERSIONS)}; rebuild the index with llama-car index"
         )
-    return manifest
+    if found >= 2:
+        try:
+            _persist.read_manifest(root, kind=FOLDER_KIND, format_versions=(found,),
+                                   required=(MANIFEST_NAME,))
+        except IndexPersistError as exc:
+            raise IndexPersistError(
+                f"{exc}; or rebuild the index with llama-car index"
+            ) from exc
+    return dict(manifest)
 
 
 @dataclass
@@ -479,10 +820,12 @@ class LocalIndex:
 
         if kind == "bm25":
             return self.bm25_retriever(similarity_top_k)
-        if kind == "dense":
-            return self.index.as_retriever(similarity_top_k=similarity_top_k)
+        from llama_index_car.retrievers._store import IndexDense
+
+        if kind == "dense":  # no node-id list frozen at load time (any store)
+            return IndexDense(self.index, similarity_top_k)
         pool = max(pool_top_k, similarity_top_k)
-        dense = self.index.as_retriever(similarity_top_k=pool)
+        dense = IndexDense(self.index, pool)
         lexical = self.bm25_retriever(pool)
         if kind == "hybrid":
             return WeightedRRFRetriever.from_alpha(
@@ -523,17 +866,21 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
             than the ``provider`` field; ``openai`` needs ``OPENAI_API_KEY``). A model whose
             name differs from the recorded one is refused, since its vectors are not comparable.
 
+    A folder built with ``store=`` reopens that store (a PostgreSQL password comes from
+    ``PGPASSWORD``); its nodes are BM25's.
+
     Raises:
         IndexPersistError: a file is missing or damaged (named in the message).
         ConfigurationError: ``embed_model`` does not match the recorded embedding.
     """
     from llama_index.core import VectorStoreIndex, load_index_from_storage
 
+    from llama_index_car import _persist
     from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
-    root = Path(persist_dir)
-    manifest = read_manifest(root)
+    manifest = read_manifest(persist_dir)
+    root = _persist.live_dir(persist_dir)
     recorded = manifest.get("embed", {})
     if embed_model is None:
         provider = str(recorded.get("provider", "use"))
@@ -550,18 +897,28 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
             f"{root} was indexed with embedding {recorded['model_name']!r} but the query "
             f"embedding is {name!r}; use the same model (--embed {recorded.get('provider')})"
         )
-    for sub in (VECTOR_DIR, BM25_DIR, HYPOTHESIZER_DIR):
+    store = manifest.get("store")
+    for sub in (BM25_DIR, HYPOTHESIZER_DIR) if store else (VECTOR_DIR, BM25_DIR, HYPOTHESIZER_DIR):
         if not (root / sub).is_dir():
             raise IndexPersistError(f"{root / sub} is missing; rebuild the index")
-    try:
-        storage = _load_storage(root / VECTOR_DIR)
-        index = load_index_from_storage(storage, embed_model=embed_model)
-    except (OSError, ValueError, KeyError) as exc:
-        raise IndexPersistError(f"{root / VECTOR_DIR} is damaged ({exc}); rebuild") from exc
-    if not isinstance(index, VectorStoreIndex):
-        raise IndexPersistError(f"{root / VECTOR_DIR} does not hold a VectorStoreIndex")
-    nodes = sorted(index.docstore.docs.values(), key=lambda n: n.node_id)
     bm25 = KiwiBM25Retriever.from_persist_dir(str(root / BM25_DIR))
+    if store:
+        index = _open_store_index(str(store), embed_model, recorded.get("dimensions"))
+    elif (root / VECTOR_DIR / VECTORS_NAME).is_file():
+        try:
+            index = _index_from_vectors(root / VECTOR_DIR, bm25.nodes, embed_model)
+        except (OSError, ValueError, KeyError) as exc:
+            raise IndexPersistError(f"{root / VECTOR_DIR} is damaged ({exc}); rebuild") from exc
+    else:
+        try:
+            storage = _load_storage(root / VECTOR_DIR)
+            loaded = load_index_from_storage(storage, embed_model=embed_model)
+        except (OSError, ValueError, KeyError) as exc:
+            raise IndexPersistError(f"{root / VECTOR_DIR} is damaged ({exc}); rebuild") from exc
+        if not isinstance(loaded, VectorStoreIndex):
+            raise IndexPersistError(f"{root / VECTOR_DIR} does not hold a VectorStoreIndex")
+        index = loaded
+    nodes = sorted(bm25.nodes, key=lambda n: n.node_id)
     hypothesizer = CorpusCriterionHypothesizer.from_persist_dir(
         str(root / HYPOTHESIZER_DIR), embed_model=embed_model
     )
@@ -573,7 +930,7 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise IndexPersistError(f"{tables_path} is damaged ({exc}); rebuild") from exc
     return LocalIndex(
-        persist_dir=root,
+        persist_dir=Path(persist_dir),
         manifest=manifest,
         index=index,
         nodes=list(nodes),

@@ -18,7 +18,8 @@ resolve_reranker   ``none`` (default) → ``None``               —            
                    ``cohere`` → ``rerank-multilingual-v3.0``   ``COHERE_API_KEY``     ``cohere``
 =================  =========================================  =====================  ==========
 
-``name=None`` reads ``CAR_EMBED_MODEL`` / ``CAR_LLM`` / ``CAR_RERANKER``; every ``llama-car``
+``name=None`` reads ``CAR_EMBED_MODEL`` / ``CAR_LLM`` / ``CAR_RERANKER`` (for the embedding,
+LlamaIndex's ``Settings.embed_model`` comes first when the application set it); every ``llama-car``
 subcommand and every library default (``CriterionAwareRetriever.from_defaults``, the corpus
 hypothesizer, ``build_index``) resolves the embedding through :func:`resolve_embed_model`, so
 one variable switches them all. Base URLs come from the variables the SDKs read —
@@ -109,7 +110,10 @@ def embed_provider(name: str | None = None) -> str:
 
 def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
                         max_retries: int = 3) -> BaseEmbedding:
-    """The dense embedding for ``name`` (see :func:`embed_provider` for ``None``).
+    """The dense embedding for ``name``.
+
+    ``name=None``: LlamaIndex's ``Settings.embed_model`` when the application has set one,
+    else :func:`embed_provider` (``$CAR_EMBED_MODEL``, else ``e5``).
 
     ``e5`` (default) → :class:`~llama_index_car.embeddings.e5.MultilingualE5Embedding`
     (multilingual-e5-small, 4-bit, offline, 384 dims; ``query:``/``passage:`` roles);
@@ -122,6 +126,10 @@ def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
         ConfigurationError: unknown name. MissingCredentialsError: no ``OPENAI_API_KEY``.
         MissingDependencyError: ``pip install 'llama-index-car[openai]'`` needed.
     """
+    if name is None:
+        configured = _settings_embed_model()
+        if configured is not None:
+            return configured
     choice = embed_provider(name)
     if choice == "e5":
         from llama_index_car.embeddings.e5 import MultilingualE5Embedding
@@ -145,6 +153,14 @@ def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
         timeout=timeout,
         max_retries=max_retries,
     )
+
+
+def _settings_embed_model() -> BaseEmbedding | None:
+    """``Settings.embed_model`` if the application set it (never LlamaIndex's OpenAI default)."""
+    from llama_index.core import Settings
+
+    configured = getattr(Settings, "_embed_model", None)
+    return configured if configured is not None else None
 
 
 def resolve_llm(name: str | None = None, *, model: str | None = None,

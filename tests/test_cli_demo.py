@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from llama_index_car._persist import live_dir
 from llama_index_car.cli import main
 from llama_index_car.cli.demo import gold_rank, print_table, reciprocal_rank, summarise
 from llama_index_car.demo.loader import (
@@ -166,13 +167,17 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def oracle_data(demo: dict[str, Any]) -> dict[str, Any]:
     """Node ids, section keys, vectors and embed texts read straight from the kept folder."""
-    from llama_index.core.schema import MetadataMode, TextNode
+    from llama_index.core.schema import MetadataMode
 
     keep: Path = demo["keep"]
-    docstore = json.loads((keep / "vector" / "docstore.json").read_text("utf-8"))
-    vectors = json.loads((keep / "vector" / "default__vector_store.json").read_text("utf-8"))
-    ids = sorted(vectors["embedding_dict"])
-    nodes = {i: TextNode.from_dict(docstore["docstore/data"][i]["__data__"]) for i in ids}
+    from llama_index_car.pipeline import read_vectors
+    from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+
+    stored = read_vectors(keep)
+    vectors = {"embedding_dict": stored}
+    ids = sorted(stored)
+    bm25_nodes = KiwiBM25Retriever.from_persist_dir(live_dir(keep) / "bm25").nodes
+    nodes = {n.node_id: n for n in bm25_nodes}
     return {
         "ids": ids,
         "section": {

@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from llama_index_car._persist import live_dir
 from llama_index_car.cli import build_parser, main
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from llama_index_car.demo.spec import DOCUMENTS
+from llama_index_car.pipeline import read_vectors
 
 GOOD = ("dg2012_tunnel.hwpx", "dg2019_drainage.hwpx", "dg2022_safety.hwpx")
 BAD = ("broken.hwpx", "plain_text.hwpx", "empty_zip.hwpx")
@@ -77,15 +79,15 @@ def test_index_skips_bad_files_and_summarises(index_run: dict[str, Any]) -> None
 
 def test_index_manifest_and_layout(index_run: dict[str, Any]) -> None:
     out: Path = index_run["out"]
-    manifest = json.loads((out / "car_index.json").read_text(encoding="utf-8"))
-    assert manifest["format_version"] == 1
+    manifest = json.loads((live_dir(out) / "car_index.json").read_text(encoding="utf-8"))
+    assert manifest["format_version"] == 2
     assert manifest["embed"]["provider"] == "e5"  # the offline default
     assert manifest["embed"]["class_name"] == "MultilingualE5Embedding"
     assert manifest["embed"]["dimensions"] == 384
     assert sorted(Path(f["path"]).name for f in manifest["failures"]) == sorted(BAD)
     assert manifest["documents"] == 3
     for sub in ("vector", "bm25", "hypothesizer"):
-        assert (out / sub).is_dir(), sub
+        assert (live_dir(out) / sub).is_dir(), sub
     assert not list(out.rglob("*.pkl")) and not list(out.rglob("*.pickle"))
 
 
@@ -117,13 +119,12 @@ def test_index_missing_source_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
 
 # ----------------------------------------------------------------------------- query
 def _embed_texts(out: Path) -> tuple[list[str], dict[str, str]]:
-    store = json.loads((out / "vector" / "docstore.json").read_text(encoding="utf-8"))
-    from llama_index.core.schema import MetadataMode, TextNode
+    from llama_index.core.schema import MetadataMode
 
-    texts: dict[str, str] = {}
-    for node_id, entry in store["docstore/data"].items():
-        node = TextNode.from_dict(entry["__data__"])
-        texts[node_id] = node.get_content(MetadataMode.EMBED)
+    from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+
+    nodes = KiwiBM25Retriever.from_persist_dir(live_dir(out) / "bm25").nodes  # one copy each
+    texts = {n.node_id: n.get_content(MetadataMode.EMBED) for n in nodes}
     return sorted(texts), texts
 
 
@@ -154,9 +155,9 @@ def test_query_dense_matches_numpy_cosine(index_run: dict[str, Any], capsys: Any
     from llama_index_car.embeddings.e5 import MultilingualE5Embedding
 
     out = index_run["out"]
-    store = json.loads((out / "vector" / "default__vector_store.json").read_text("utf-8"))
-    ids = sorted(store["embedding_dict"])
-    matrix = np.asarray([store["embedding_dict"][i] for i in ids])
+    vectors = read_vectors(out)  # vector/embeddings.npy + ids.json
+    ids = sorted(vectors)
+    matrix = np.asarray([vectors[i] for i in ids])
     question = "터널 안에서 차가 고장 나면 어디에 세워?"
     q = np.asarray(MultilingualE5Embedding().get_query_embedding(question))  # query: role
     cos = matrix @ q / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(q))
@@ -335,13 +336,13 @@ def test_damaged_index_folder_is_named(
 ) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(index_run["out"], copy)
-    shutil.rmtree(copy / "bm25")
+    shutil.rmtree(live_dir(copy) / "bm25")
     rc, _, stderr = _query(capsys, str(copy), "질문")
     assert rc == 2 and "bm25" in stderr and "rebuild" in stderr
 
-    manifest = json.loads((copy / "car_index.json").read_text(encoding="utf-8"))
+    manifest = json.loads((live_dir(copy) / "car_index.json").read_text(encoding="utf-8"))
     manifest["format_version"] = 99
-    (copy / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (live_dir(copy) / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
     rc, _, stderr = _query(capsys, str(copy), "질문")
     assert rc == 2 and "format_version 99" in stderr
 

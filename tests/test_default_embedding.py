@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from llama_index_car._persist import live_dir
 from llama_index_car.cli import build_parser, main
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from llama_index_car.providers import EMBED_MODELS, embed_provider
@@ -52,7 +53,7 @@ def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _manifest(folder: Path) -> dict[str, Any]:
-    return dict(json.loads((folder / "car_index.json").read_text(encoding="utf-8")))
+    return dict(json.loads((live_dir(folder) / "car_index.json").read_text(encoding="utf-8")))
 
 
 # ----------------------------------------------------------------------------- resolution
@@ -135,7 +136,9 @@ def test_use_built_index_is_still_queried_with_use(
         monkeypatch.setenv("CAR_EMBED_MODEL", env)
     local = load_index(use_index)
     assert type(local.index._embed_model).__name__ == USE
-    store = json.loads((use_index / "vector" / "default__vector_store.json").read_text("utf-8"))
+    from llama_index_car.pipeline import read_vectors
+
+    store = {"embedding_dict": read_vectors(use_index)}
     ids = sorted(store["embedding_dict"])
     matrix = np.asarray([store["embedding_dict"][i] for i in ids])
     question = "비 올 때 도로 옆 도랑은 얼마나 깊어야 해?"
@@ -162,9 +165,11 @@ def test_manifest_without_provider_means_use(
     from llama_index_car.pipeline import load_index
 
     monkeypatch.setenv("CAR_EMBED_MODEL", "e5")
-    old = tmp_path / "old"
-    shutil.copytree(use_index, old)
+    old = tmp_path / "old"  # a flat folder of format 1, as such versions wrote it
+    shutil.copytree(live_dir(use_index), old)
+    (old / "manifest.json").unlink()
     manifest = _manifest(old)
+    manifest["format_version"] = 1
     del manifest["embed"]["provider"]
     (old / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
     assert type(load_index(old).index._embed_model).__name__ == USE

@@ -32,6 +32,7 @@ from llama_index.core.schema import MetadataMode
 from llama_index.core.storage.docstore.utils import doc_to_json
 from llama_index.readers.hwpx.writer import HWPXBuilder
 
+from llama_index_car._persist import live_dir
 from llama_index_car.bm25 import BM25Okapi
 from llama_index_car.distributed import (
     BM25Shard,
@@ -198,10 +199,10 @@ def test_same_nodes_ids_texts_metadata(built: dict[str, Any]) -> None:
     a, b = _load(built["out"] / "local"), _load(built["out"] / "ray")
     assert [doc_to_json(n) for n in b.nodes] == [doc_to_json(n) for n in a.nodes]
     assert [n.node_id for n in b.bm25.nodes] == [n.node_id for n in a.bm25.nodes]
-    assert json.loads((built["out"] / "ray" / "car_index.json").read_text()) == json.loads(
-        (built["out"] / "local" / "car_index.json").read_text())
-    assert sorted(p.name for p in (built["out"] / "ray").iterdir()) == sorted(
-        p.name for p in (built["out"] / "local").iterdir())
+    assert json.loads((live_dir(built["out"] / "ray") / "car_index.json").read_text()) == json.loads(
+        (live_dir(built["out"] / "local") / "car_index.json").read_text())
+    assert sorted(p.name for p in live_dir(built["out"] / "ray").iterdir()) == sorted(
+        p.name for p in live_dir(built["out"] / "local").iterdir())
     assert any(n.metadata.get("cells") for n in b.nodes)  # table cells travel in the nodes
 
 
@@ -211,8 +212,8 @@ def test_same_embeddings_and_hypothesizer(built: dict[str, Any]) -> None:
     ea = a.index.vector_store.data.embedding_dict
     eb = b.index.vector_store.data.embedding_dict
     assert eb == ea  # exact: float32 values on both paths
-    for f in sorted((built["out"] / "local" / "hypothesizer").iterdir()):
-        assert (built["out"] / "ray" / "hypothesizer" / f.name).read_bytes() == f.read_bytes()
+    for f in sorted((live_dir(built["out"] / "local") / "hypothesizer").iterdir()):
+        assert (live_dir(built["out"] / "ray") / "hypothesizer" / f.name).read_bytes() == f.read_bytes()
 
 
 @pytest.mark.slow
@@ -249,12 +250,12 @@ def test_cli_index_ray_writes_the_same_folder(
     assert rc == 0
     printed = capsys.readouterr()
     assert "skipped" in printed.err and "d_broken.hwpx" in printed.err
-    manifest = json.loads((out / "car_index.json").read_text())
+    manifest = json.loads((live_dir(out) / "car_index.json").read_text())
     assert manifest["embed"]["provider"] == "use"
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
-    cli_bm25 = KiwiBM25Retriever.from_persist_dir(out / "bm25")
-    ref = KiwiBM25Retriever.from_persist_dir(built["out"] / "local" / "bm25")
+    cli_bm25 = KiwiBM25Retriever.from_persist_dir(live_dir(out) / "bm25")
+    ref = KiwiBM25Retriever.from_persist_dir(live_dir(built["out"] / "local") / "bm25")
     assert [doc_to_json(n) for n in cli_bm25.nodes] == [doc_to_json(n) for n in ref.nodes]
     assert (cli_bm25.bm25.counts != ref.bm25.counts).nnz == 0
 

@@ -53,8 +53,9 @@ def src(tmp_path: Path) -> Path:
 
 
 def _vectors(folder: Path) -> dict[str, list[float]]:
-    store = json.loads((folder / "vector" / "default__vector_store.json").read_text("utf-8"))
-    return dict(store["embedding_dict"])
+    from llama_index_car.pipeline import read_vectors
+
+    return read_vectors(folder)
 
 
 # ----------------------------------------------------------------------------- library

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from llama_index_car._persist import live_dir
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 
 GOOD = ("dg2012_tunnel.hwpx", "dg2019_drainage.hwpx", "dg2022_safety.hwpx")
@@ -101,7 +102,7 @@ def test_index_lists_each_hostile_file_and_indexes_the_good_ones(tmp_path: Path)
     for name, (_, error_type) in HOSTILE.items():
         assert f"skipped {src / name}: {error_type}: " in stderr
     assert f"skipped {src / 'folder.hwpx'}: HWPXFormatError: " in stderr
-    manifest = json.loads((out / "car_index.json").read_text(encoding="utf-8"))
+    manifest = json.loads((live_dir(out) / "car_index.json").read_text(encoding="utf-8"))
     failed = {Path(f["path"]).name for f in manifest["failures"]}
     assert failed == set(HOSTILE) | {"folder.hwpx"}
     assert seconds < 60, f"{seconds:.1f} s"

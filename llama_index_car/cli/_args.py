@@ -34,6 +34,7 @@ __all__ = [
     "positive_int",
     "positive_seconds",
     "query_text",
+    "store_uri",
     "unit_float",
 ]
 
@@ -171,4 +172,22 @@ def query_text(value: str) -> str:
             f"the question has {len(value)} characters; the limit is {limit} "
             "(raise it with CAR_MAX_QUERY_CHARS)"
         )
+    return value
+
+
+#: URI schemes of ``--store`` (kept in step with ``llama_index_car.stores.STORE_KINDS``)
+STORE_SCHEMES: tuple[str, ...] = ("milvus", "postgresql", "postgres", "pgserver", "qdrant", "chroma")
+
+
+def store_uri(value: str) -> str:
+    """A vector-store URI: ``milvus://F.db``, ``postgresql://…``, ``pgserver://DIR``,
+    ``qdrant://DIR`` or ``chroma://DIR``."""
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme.lower() not in STORE_SCHEMES or not rest.strip():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a store URI; use milvus://FILE.db, postgresql://USER@HOST/DB, "
+            "pgserver://DIR, qdrant://DIR or chroma://DIR"
+        )
+    if scheme.lower() == "milvus" and not rest.split("?", 1)[0].endswith(".db"):
+        raise argparse.ArgumentTypeError(f"{value!r}: a Milvus Lite file must end in .db")
     return value

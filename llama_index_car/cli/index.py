@@ -1,5 +1,13 @@
 """``llama-car index HWPX_DIR --persist DIR``: build a local criterion-aware index folder.
 
+``--update`` re-indexes only the files whose content (sha256) changed or that are new, and
+removes the nodes of files that vanished; options it is given must match the folder's
+manifest (``--chunk-size``, ``--chunk-overlap``, ``--embed``, ``--store``), and omitted ones
+are taken from it. ``--store URI`` keeps the vectors in a real vector store
+(``milvus://PATH.db``, ``postgresql://USER@HOST:PORT/DB`` with ``PGPASSWORD``,
+``pgserver://DIR``, ``qdrant://DIR``, ``chroma://DIR``; ``pip install 'llama-index-car[stores]'``)
+and BM25, the hypothesizer and the manifest in ``DIR``.
+
 Reads every ``*.hwpx`` under ``HWPX_DIR`` (recursively), splits it into section, paragraph
 and table nodes, embeds them (offline multilingual-e5-small by default, through the
 shared embedding cache so a rebuild re-embeds nothing) and writes the vector store, the Kiwi
@@ -17,10 +25,18 @@ import sys
 from typing import Any
 
 from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
-from llama_index_car.cli._args import existing_path, nonneg_int, output_dir, positive_int
+from llama_index_car.cli._args import (
+    existing_path,
+    nonneg_int,
+    output_dir,
+    positive_int,
+    store_uri,
+)
 
 EPILOG = """example:
   llama-car index ./guidelines --persist ./car-index
+  llama-car index ./guidelines --persist ./car-index --update
+  llama-car index ./guidelines --persist ./car-qdrant --store qdrant://./qdrant-data
   llama-car index ./guidelines --persist ./car-index --ray   # on a local Ray cluster
   llama-car query ./car-index "측구 깊이 설치기준" --retriever car --explain
 """
@@ -44,13 +60,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     add_embed_option(p)
     p.add_argument(
-        "--chunk-size", type=positive_int, default=1000, help="tokens per chunk (1000)"
+        "--chunk-size", type=positive_int, default=None,
+        help="tokens per chunk (1000; --update: the folder's)",
     )
     p.add_argument(
-        "--chunk-overlap", type=nonneg_int, default=150,
-        help="token overlap, < --chunk-size (150)",
+        "--chunk-overlap", type=nonneg_int, default=None,
+        help="token overlap, < --chunk-size (150; --update: the folder's)",
     )
-    p.add_argument("--overwrite", action="store_true", help="write into a non-empty DIR")
+    p.add_argument(
+        "--store", metavar="URI", type=store_uri, default=None,
+        help="keep vectors in milvus://F.db | postgresql://… | pgserver://DIR | qdrant://DIR "
+        "| chroma://DIR (needs the [stores] extra)",
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--overwrite", action="store_true", help="write into a non-empty DIR")
+    mode.add_argument(
+        "--update", action="store_true",
+        help="re-index only changed or new files, remove vanished ones (DIR must exist)",
+    )
     p.add_argument(
         "--ray", metavar="ADDRESS", nargs="?", const="local", default=None,
         help="read, parse, tokenize and embed on Ray (extra [ray]): no ADDRESS = a local "
@@ -62,14 +89,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Cross-option checks, before anything is read: ``--chunk-overlap < --chunk-size``."""
+    """Cross-option checks, before anything is read: ``--chunk-overlap < --chunk-size``;
+    ``--update`` needs an index folder."""
     from llama_index_car._errors import ConfigurationError
 
-    if args.chunk_overlap >= args.chunk_size:
+    size = 1000 if args.chunk_size is None else args.chunk_size
+    overlap = 150 if args.chunk_overlap is None else args.chunk_overlap
+    if (args.chunk_size is not None or args.chunk_overlap is not None or not args.update) and (
+        overlap >= size
+    ):
         raise ConfigurationError(
-            f"--chunk-overlap {args.chunk_overlap} must be smaller than --chunk-size "
-            f"{args.chunk_size}"
+            f"--chunk-overlap {overlap} must be smaller than --chunk-size {size}"
         )
+    if args.update:
+        from llama_index_car.pipeline import read_manifest
+
+        read_manifest(args.persist)  # --update needs an existing, intact index folder
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
             cache_dir=args.cache_dir,
             overwrite=args.overwrite,
             on_error=report,
+            store=args.store,
+            update=args.update,
         )
     except NothingToIndexError as exc:
         print(f"llama-car index: {exc}", file=sys.stderr)

@@ -70,6 +70,12 @@ from llama_index_car.hypothesizers.base import (
 )
 from llama_index_car.hypothesizers.events import emit_hypothesis_event
 from llama_index_car.query_guard import guarded_retrieve
+from llama_index_car.retrievers._store import (
+    IndexDense,
+    StoreChannels,
+    channel_property,
+    index_channels,
+)
 from llama_index_car.retrievers.routing import LexicalOverlapRouter, RouteDecision
 from llama_index_car.retrievers.weighted_rrf import (
     aretrieve_channels,
@@ -111,8 +117,12 @@ def _check_seconds(name: str, value: Any, *, positive: bool) -> float:
     return seconds
 
 
-class CriterionAwareRetriever(BaseRetriever):
+class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     """Criterion-aware retrieval: weighted RRF of hypothesis-expanded dense and lexical channels.
+
+    Over a ``VectorStoreIndex`` (``from_defaults(index=...)``, ``from_persist_dir``) it also
+    has ``persist``, ``insert_nodes`` / ``delete_nodes`` / ``delete_ref_doc`` and ``filters``
+    (see :mod:`llama_index_car.retrievers._store`).
 
     Args:
         dense_retriever: a retriever over a vector index (honours ``custom_embedding_strs``).
@@ -136,6 +146,10 @@ class CriterionAwareRetriever(BaseRetriever):
             hybrid (default 0.005): a cached hypothesis arrives within it, so no hybrid is run
             in vain; an uncached LLM call pays at most this delay.
     """
+
+    dense_retriever = channel_property(0, "The dense channel (of the pinned snapshot).")
+    lexical_retriever = channel_property(1, "The lexical channel (of the pinned snapshot).")
+    hypothesizer = channel_property(None, "The hypothesizer (of the pinned snapshot).")
 
     def __init__(
         self,
@@ -229,6 +243,8 @@ class CriterionAwareRetriever(BaseRetriever):
         hypothesizer: BaseCriterionHypothesizer | None = None,
         tokenizer: Any | None = None,
         show_progress: bool = False,
+        filters: Any | None = None,
+        token_cache: Any = True,
         **kwargs: Any,
     ) -> CriterionAwareRetriever:
         """Build the whole thing in one line.
@@ -241,7 +257,12 @@ class CriterionAwareRetriever(BaseRetriever):
         * hypothesizer: ``hypothesizer`` if given; else ``LLMCriterionHypothesizer(llm=llm)``
           when ``llm`` is given; else ``CorpusCriterionHypothesizer.from_nodes(nodes)`` reusing
           the index's embeddings.
+        * ``filters``: LlamaIndex ``MetadataFilters`` applied by the store (dense) and by
+          BM25 on node metadata (lexical); ``token_cache``: BM25's token cache (a shared
+          dict tokenizes each text once across builds).
         * ``**kwargs`` go to the constructor (``alpha``, ``route``, ``strict`` …).
+
+        The result is bound to the index: ``persist``/``insert_nodes``/``delete_nodes`` work.
         """
         if nodes is None and index is None:
             raise ConfigurationError("pass nodes=[...] or index=<VectorStoreIndex>")
@@ -267,17 +288,15 @@ class CriterionAwareRetriever(BaseRetriever):
                 nodes = list(getattr(docstore, "docs", {}).values()) if docstore else []
             node_list = list(nodes)
             if not node_list:
-                raise ConfigurationError(
-                    "the index's docstore holds no nodes; pass nodes=[...] along with index="
-                )
-        dense = index.as_retriever(similarity_top_k=pool_top_k)
-        from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+                from llama_index_car._errors import EmptyIndexError
 
-        lexical = KiwiBM25Retriever.from_defaults(
-            nodes=node_list,
-            tokenizer=tokenizer,
-            similarity_top_k=max(1, min(pool_top_k, len(node_list))),
-            show_progress=show_progress,
+                raise EmptyIndexError(
+                    "the index's docstore holds no nodes (a store-backed index keeps them in "
+                    "the store); pass nodes=[...] along with index="
+                )
+        dense, lexical = index_channels(
+            index, node_list, pool_top_k, filters=filters, tokenizer=tokenizer,
+            show_progress=show_progress, token_cache=token_cache,
         )
         if hypothesizer is None:
             if llm is not None:
@@ -294,7 +313,54 @@ class CriterionAwareRetriever(BaseRetriever):
                     embeddings=_index_embeddings(index),
                     show_progress=show_progress,
                 )
-        return cls(dense, lexical, hypothesizer=hypothesizer, **kwargs)
+        car = cls(dense, lexical, hypothesizer=hypothesizer, **kwargs)
+        car._bind(index, filters)
+        return car
+
+    @classmethod
+    def from_persist_dir(
+        cls,
+        persist_dir: Any,
+        index: Any,
+        *,
+        embed_model: Any | None = None,
+        hypothesizer: BaseCriterionHypothesizer | None = None,
+        llm: Any | None = None,
+        tokenizer: Any | None = None,
+        **overrides: Any,
+    ) -> CriterionAwareRetriever:
+        """Reopen what :meth:`persist` wrote, over ``index`` (the same vector store).
+
+        The hypothesizer is the persisted one unless ``hypothesizer`` or ``llm`` is given
+        (an LLM hypothesizer is not persisted: pass one of them). ``overrides`` replace
+        persisted constructor arguments (e.g. ``similarity_top_k``).
+
+        Raises:
+            IndexPersistError: missing, damaged or foreign files (named).
+        """
+        spec, lexical, stored = cls._load_parts(persist_dir, index, embed_model, tokenizer)
+        if hypothesizer is None and llm is not None:
+            from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
+
+            hypothesizer = LLMCriterionHypothesizer(llm=llm)
+        hypothesizer = hypothesizer if hypothesizer is not None else stored
+        if hypothesizer is None:
+            raise ConfigurationError(
+                f"{persist_dir} holds no persisted hypothesizer; pass hypothesizer= or llm="
+            )
+        config = dict(spec.get("config") or {}) | overrides
+        router = config.pop("router", None)
+        if isinstance(router, dict):
+            router = LexicalOverlapRouter(**router)
+        filters = cls._store_filters(spec)
+        pool = int(config.get("pool_top_k", 50))
+        ids = frozenset(n.node_id for n in lexical.nodes)
+        car = cls(
+            IndexDense(index, pool, filters, ids), lexical,
+            hypothesizer=hypothesizer, router=router, **config,
+        )
+        car._bind(index, filters)
+        return car
 
     # ------------------------------------------------------------------ helpers
     def _car_bundles(self, query: str, h: CriterionHypothesis) -> tuple[QueryBundle, QueryBundle]:

@@ -191,7 +191,12 @@ class KiwiBM25Retriever(BaseRetriever):
         token_cache: bool | MutableMapping[str, list[str]] | None = True,
         callback_manager: CallbackManager | None = None,
     ) -> KiwiBM25Retriever:
-        """Build from exactly one of ``nodes``, ``docstore`` or ``index`` (its docstore)."""
+        """Build from exactly one of ``nodes``, ``docstore`` or ``index`` (its docstore).
+
+        Raises:
+            EmptyIndexError: ``index``/``docstore`` holds no nodes (a store-backed index):
+                a BM25 channel over nothing would make a "hybrid" silently dense-only.
+        """
         given = [x is not None for x in (nodes, docstore, index)]
         if sum(given) != 1:
             raise ConfigurationError(
@@ -205,6 +210,16 @@ class KiwiBM25Retriever(BaseRetriever):
                 )
         if docstore is not None:
             nodes = list(docstore.docs.values())
+            if not nodes:
+                from llama_index_car._errors import EmptyIndexError
+
+                where = f"index {type(index).__name__}" if index is not None else "docstore"
+                raise EmptyIndexError(
+                    f"the {where} holds no nodes in its docstore (a VectorStoreIndex over an "
+                    "external vector store keeps them in the store), so BM25 would index "
+                    "nothing; pass nodes= (the nodes you indexed) or load a persisted "
+                    "KiwiBM25Retriever with from_persist_dir"
+                )
         return cls(
             nodes=list(nodes or ()),
             tokenizer=tokenizer,

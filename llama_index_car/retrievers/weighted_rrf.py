@@ -40,6 +40,12 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.fusion import DEFAULT_RRF_K, validate_weights, weighted_rrf
 from llama_index_car.query_guard import guarded_retrieve
+from llama_index_car.retrievers._store import (
+    IndexDense,
+    StoreChannels,
+    channel_property,
+    index_channels,
+)
 
 __all__ = [
     "EXPLAIN_KEY",
@@ -220,8 +226,12 @@ def fuse_channel_results(
 
 
 # ----------------------------------------------------------------------------- retriever
-class WeightedRRFRetriever(BaseRetriever):
+class WeightedRRFRetriever(StoreChannels, BaseRetriever):
     """Weighted RRF over any LlamaIndex retrievers (channels run concurrently).
+
+    Built over a ``VectorStoreIndex`` with :meth:`from_index` (dense + Kiwi BM25) it also has
+    ``persist`` / :meth:`from_persist_dir`, ``insert_nodes`` / ``delete_nodes`` /
+    ``delete_ref_doc`` and ``filters`` (see :mod:`llama_index_car.retrievers._store`).
 
     score(d) = Σ_i w_i / (rrf_k + rank_i(d)), ranks 1-based within each channel's top
     ``pool_top_k``; absent documents contribute 0; ties by ``node_id`` ascending.
@@ -246,6 +256,15 @@ class WeightedRRFRetriever(BaseRetriever):
     >>> hybrid.weights  # doctest: +SKIP
     [0.7, 0.3]
     """
+
+    def _get_retrievers(self) -> list[BaseRetriever]:
+        return list(self._current().retrievers)
+
+    def _set_retrievers(self, value: Sequence[BaseRetriever]) -> None:
+        for position, retriever in enumerate(value):
+            channel_property(position, "").__set__(self, retriever)
+
+    retrievers = property(_get_retrievers, _set_retrievers, doc="The channels (pinned snapshot).")
 
     def __init__(
         self,
@@ -307,6 +326,53 @@ class WeightedRRFRetriever(BaseRetriever):
             channel_names=["dense", "lexical"],
             **kwargs,
         )
+
+    @classmethod
+    def from_index(
+        cls,
+        index: Any,
+        nodes: Sequence[Any] | None = None,
+        alpha: float = 0.5,
+        rrf_k: int = DEFAULT_RRF_K,
+        pool_top_k: int = 50,
+        similarity_top_k: int = 10,
+        filters: Any | None = None,
+        tokenizer: Any | None = None,
+        show_progress: bool = False,
+        token_cache: Any = True,
+    ) -> WeightedRRFRetriever:
+        """The dense + Kiwi BM25 hybrid over a ``VectorStoreIndex`` (:meth:`from_alpha`).
+
+        BM25 indexes ``nodes`` (default: the index's docstore; a store-backed index has an
+        empty one, so pass the nodes: :class:`~llama_index_car._errors.EmptyIndexError`
+        otherwise). ``filters`` (``MetadataFilters``) apply to both channels; ``token_cache``
+        is BM25's (share a dict to tokenize each text once across builds).
+        """
+        dense, lexical = index_channels(
+            index, nodes, pool_top_k, filters=filters, tokenizer=tokenizer,
+            show_progress=show_progress, token_cache=token_cache,
+        )
+        hybrid = cls.from_alpha(
+            dense, lexical, alpha=alpha, rrf_k=rrf_k, pool_top_k=pool_top_k,
+            similarity_top_k=similarity_top_k,
+        )
+        hybrid._bind(index, filters)
+        return hybrid
+
+    @classmethod
+    def from_persist_dir(
+        cls, persist_dir: Any, index: Any, *, tokenizer: Any | None = None, **overrides: Any
+    ) -> WeightedRRFRetriever:
+        """Reopen what :meth:`persist` wrote over ``index``; ``overrides`` replace persisted
+        constructor arguments. Raises :class:`IndexPersistError` on missing/damaged files."""
+        spec, lexical, _ = cls._load_parts(persist_dir, index, None, tokenizer)
+        config = dict(spec.get("config") or {}) | overrides
+        filters = cls._store_filters(spec)
+        ids = frozenset(n.node_id for n in lexical.nodes)
+        dense = IndexDense(index, int(config.get("pool_top_k", 50)), filters, ids)
+        hybrid = cls([dense, lexical], **config)
+        hybrid._bind(index, filters)
+        return hybrid
 
     def _jobs(self, query_bundle: QueryBundle) -> list[tuple[BaseRetriever, QueryBundle]]:
         return [(r, query_bundle) for r in self.retrievers]

@@ -26,3 +26,20 @@ class VecEmbedding(BaseEmbedding):
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._vec(text)
+
+
+class HashedBigramEmbedding(VecEmbedding):
+    """Unit-norm hashed character-bigram counts (64-d): a fast, deterministic stand-in for a
+    real model (same vector in every process)."""
+
+    model_name: str = "hashed-bigram-64"
+
+    def _vec(self, text: str) -> list[float]:
+        import hashlib
+        import math
+
+        v = [0.0] * 64
+        for a, b in zip(text, text[1:], strict=False):
+            v[hashlib.md5((a + b).encode()).digest()[0] % 64] += 1.0
+        norm = math.sqrt(sum(x * x for x in v)) or 1.0
+        return [x / norm for x in v]

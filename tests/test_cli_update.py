@@ -1,0 +1,135 @@
+"""``llama-car index --update`` and ``--store``: only changed files are re-indexed, vanished
+ones removed, and the result equals a fresh build of the same files (oracle: that build).
+
+Uses the offline USE embedding (``--embed use``, fast) on demo files copied into a temporary
+folder; a file is "changed" by overwriting it with another demo document's bytes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llama_index_car._persist import CURRENT_NAME
+from llama_index_car.cli import main
+from llama_index_car.demo.loader import DEMO_CORPUS_DIR
+
+FIRST = ("dg2012_tunnel.hwpx", "dg2015_rest.hwpx", "dg2016_slope.hwpx")
+QUESTIONS = ("측구 깊이 기준", "터널 조명", "휴게소 주차", "교량 점검")
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def _hits(capsys: pytest.CaptureFixture[str], folder: Path, kind: str) -> dict[str, list[Any]]:
+    out = {}
+    for q in QUESTIONS:
+        rc, stdout, stderr = _run(capsys, "query", str(folder), q, "--retriever", kind,
+                                  "--top-k", "20", "--json")
+        assert rc == 0, stderr
+        out[q] = sorted((h["node_id"], round(h["score"], 6)) for h in json.loads(stdout)["hits"])
+    return out
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    folder = tmp_path / "src"
+    folder.mkdir()
+    for name in FIRST:
+        shutil.copy(DEMO_CORPUS_DIR / name, folder / name)
+    return folder
+
+
+def _change(src: Path) -> None:
+    """One file changed in place, one new, one removed."""
+    shutil.copy(DEMO_CORPUS_DIR / "dg2019_drainage.hwpx", src / "dg2016_slope.hwpx")
+    shutil.copy(DEMO_CORPUS_DIR / "dg2018_bridge.hwpx", src / "dg2018_bridge.hwpx")
+    (src / "dg2015_rest.hwpx").unlink()
+
+
+def test_update_reindexes_only_changes_and_equals_a_fresh_build(
+    src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    idx = tmp_path / "idx"
+    rc, _, err = _run(capsys, "index", str(src), "--persist", str(idx), "--embed", "use",
+                      "--no-progress")
+    assert rc == 0, err
+    pointer = (idx / CURRENT_NAME).read_text()
+    rc, out, err = _run(capsys, "index", str(src), "--persist", str(idx), "--update",
+                        "--no-progress")
+    assert rc == 0, err
+    assert "0 changed or new, 0 removed, 3 unchanged" in out
+    assert (idx / CURRENT_NAME).read_text() == pointer  # nothing rewritten
+
+    _change(src)
+    rc, out, err = _run(capsys, "index", str(src), "--persist", str(idx), "--update",
+                        "--no-progress")
+    assert rc == 0, err
+    assert "2 changed or new, 1 removed, 1 unchanged" in out
+    fresh = tmp_path / "fresh"
+    rc, _, err = _run(capsys, "index", str(src), "--persist", str(fresh), "--embed", "use",
+                      "--no-progress")
+    assert rc == 0, err
+    for kind in ("bm25", "dense"):
+        assert _hits(capsys, idx, kind) == _hits(capsys, fresh, kind), kind
+    from llama_index_car.pipeline import read_manifest
+
+    updated, built = read_manifest(idx), read_manifest(fresh)
+    assert updated["sources"] == built["sources"]
+    assert (updated["nodes"], updated["documents"]) == (built["nodes"], built["documents"])
+
+
+def test_update_refuses_options_that_differ_from_the_manifest(
+    src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    idx = tmp_path / "idx"
+    assert _run(capsys, "index", str(src), "--persist", str(idx), "--embed", "use",
+                "--no-progress")[0] == 0
+    for extra, option in (
+        (["--chunk-size", "500"], "--chunk-size"),
+        (["--chunk-overlap", "10"], "--chunk-overlap"),
+        (["--embed", "e5"], "--embed"),
+        (["--store", f"qdrant://{tmp_path / 'q'}"], "--store"),
+    ):
+        rc, _, err = _run(capsys, "index", str(src), "--persist", str(idx), "--update", *extra)
+        assert rc == 2 and option in err and "differs" in err, (extra, err)
+        assert len(err.strip().splitlines()) == 1
+    rc, _, err = _run(capsys, "index", str(src), "--persist", str(tmp_path / "none"), "--update")
+    assert rc == 2 and "index folder" in err
+    rc, _, err = _run(capsys, "index", str(src), "--persist", str(idx), "--store", "redis://x")
+    assert rc == 2 and "store URI" in err
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("qdrant_client") is None
+    or importlib.util.find_spec("llama_index.vector_stores.qdrant") is None,
+    reason="qdrant-client / llama-index-vector-stores-qdrant not installed ([stores] extra)",
+)
+def test_store_build_update_and_query(
+    src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    idx, qdir = tmp_path / "idx", tmp_path / "qdrant"
+    rc, _, err = _run(capsys, "index", str(src), "--persist", str(idx), "--embed", "use",
+                      "--store", f"qdrant://{qdir}", "--no-progress")
+    assert rc == 0, err
+    assert not list(idx.rglob("default__vector_store.json"))  # vectors live in the store
+    _change(src)
+    rc, out, err = _run(capsys, "index", str(src), "--persist", str(idx), "--update",
+                        "--no-progress")
+    assert rc == 0 and "2 changed or new, 1 removed" in out, err
+    fresh = tmp_path / "fresh"
+    assert _run(capsys, "index", str(src), "--persist", str(fresh), "--embed", "use",
+                "--no-progress")[0] == 0
+    dense = _hits(capsys, idx, "dense")
+    expected = _hits(capsys, fresh, "dense")
+    for q in QUESTIONS:  # same nodes, same vectors; store scores equal to 1e-4
+        assert [i for i, _ in dense[q]] == [i for i, _ in expected[q]]
+    assert _hits(capsys, idx, "bm25") == _hits(capsys, fresh, "bm25")

@@ -1,0 +1,190 @@
+"""CAR and the hybrid over a ``VectorStoreIndex``: snapshots, updates, filters, persistence.
+
+Small in-code corpus, in-memory ``SimpleVectorStore`` and a deterministic hashed-bigram
+embedding; the real stores are exercised in ``tests/test_stores.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_index.core import Settings, StorageContext, VectorStoreIndex
+from llama_index.core.schema import QueryBundle, TextNode
+from llama_index.core.vector_stores.simple import SimpleVectorStore
+from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+
+from llama_index_car import (
+    ConfigurationError,
+    CriterionAwareRetriever,
+    EmptyIndexError,
+    KiwiBM25Retriever,
+)
+from llama_index_car.retrievers.weighted_rrf import WeightedRRFRetriever
+from tests.fakes.embeddings import HashedBigramEmbedding
+
+TEXTS = [
+    ("a", "배수시설 설치기준은 강우강도를 고려한다.", "drain.hwpx"),
+    ("b", "배수시설 설치기준에 따라 집수정 간격을 정한다.", "drain.hwpx"),
+    ("c", "방호울타리 설치기준은 설계속도에 따른다.", "guard.hwpx"),
+    ("d", "방호울타리 성능기준을 만족하여야 한다.", "guard.hwpx"),
+    ("e", "터널 환기설비 설계기준은 교통량에 따른다.", "tunnel.hwpx"),
+    ("f", "터널 조명 설계기준은 입구부 휘도를 기준으로 한다.", "tunnel.hwpx"),
+]
+NEW = TextNode(id_="n", text="교량 점검통로 설치기준은 교량 형식에 따른다.",
+               metadata={"file_name": "bridge.hwpx"})
+
+
+def _nodes() -> list[TextNode]:
+    from llama_index.core.schema import NodeRelationship, RelatedNodeInfo
+
+    return [
+        TextNode(id_=i, text=t, metadata={"file_name": f},
+                 relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f)})
+        for i, t, f in TEXTS
+    ]
+
+
+def _index(nodes: list[TextNode]) -> VectorStoreIndex:
+    return VectorStoreIndex(nodes, embed_model=HashedBigramEmbedding())
+
+
+def _car(**kw: Any) -> CriterionAwareRetriever:
+    nodes = _nodes()
+    return CriterionAwareRetriever.from_defaults(
+        index=_index(nodes), nodes=nodes, similarity_top_k=6, pool_top_k=6,
+        embed_model=HashedBigramEmbedding(), **kw,
+    )
+
+
+def _ids(hits: Any) -> list[str]:
+    return [h.node.node_id for h in hits]
+
+
+def test_insert_and_delete_reach_both_channels() -> None:
+    car = _car()
+    car.insert_nodes([NEW])
+    hit = car.retrieve("교량 점검통로 설치기준")[0]
+    assert hit.node.node_id == "n"
+    channels = hit.node.metadata["car_explain"]["channels"]
+    assert channels["dense"]["rank"] == 1 and channels["lexical"]["rank"] == 1
+    assert "n" in {n.node_id for n in car.lexical_retriever.nodes}
+    car.delete_ref_doc("guard.hwpx")
+    for q in ("방호울타리 설치기준", "교량 점검통로 설치기준"):
+        assert not {"c", "d"} & set(_ids(car.retrieve(q)))
+    assert not {"c", "d"} & set(_ids(car.index.as_retriever(similarity_top_k=10).retrieve("방호울타리")))
+    car.delete_nodes(["n"])
+    assert "n" not in _ids(car.retrieve("교량 점검통로 설치기준"))
+    with pytest.raises(ConfigurationError, match="unknown node ids"):
+        car.delete_nodes(["zzz"])
+
+
+def test_the_hypothesizer_is_refitted_with_the_corpus() -> None:
+    car = _car()
+    assert car.hypothesizer.terms == ["설치기준", "설계기준"]
+    car.insert_nodes([TextNode(id_="n1", text="교량 안전점검기준은 교량 형식에 따른다."),
+                      TextNode(id_="n2", text="교량 안전점검기준을 확인한다.")])
+    assert "안전점검기준" in car.hypothesizer.terms  # new vocabulary learnt (df 2 >= min_df)
+    car.delete_nodes(["n1", "n2"])
+    assert car.hypothesizer.terms == ["설치기준", "설계기준"]
+
+
+def test_a_query_in_flight_keeps_its_snapshot() -> None:
+    """Readers never see half an update: a pinned query keeps the old state for both
+    channels; the store deletion waits for it; the next query sees the new state."""
+    car = _car()
+    with car._pinned():
+        car_thread = threading.Thread(target=car.delete_nodes, args=(["a"],))
+        car_thread.start()
+        time.sleep(0.3)
+        assert car_thread.is_alive()  # the store deletion waits for the pinned query
+        assert "a" in {n.node_id for n in car.lexical_retriever.nodes}
+        assert "a" in _ids(car.dense_retriever.retrieve("배수시설 설치기준 강우강도"))
+    car_thread.join(timeout=30)
+    assert not car_thread.is_alive()
+    assert "a" not in _ids(car.retrieve("배수시설 설치기준 강우강도"))
+
+    with car._pinned():  # an insert: written to the store but hidden from the old snapshot
+        car.insert_nodes([NEW])
+        assert "n" in _ids(car.index.as_retriever(similarity_top_k=10).retrieve("교량 점검통로"))
+        assert "n" not in _ids(car.dense_retriever.retrieve(QueryBundle("교량 점검통로")))
+        assert "n" not in {n.node_id for n in car.lexical_retriever.nodes}
+    assert _ids(car.retrieve("교량 점검통로 설치기준"))[0] == "n"
+
+
+def test_filters_apply_to_both_channels() -> None:
+    filters = MetadataFilters(filters=[MetadataFilter(key="file_name", value="tunnel.hwpx")])
+    car = _car(filters=filters)
+    hits = car.retrieve("설치기준 설계기준")
+    assert hits and {h.node.metadata["file_name"] for h in hits} == {"tunnel.hwpx"}
+    assert car.filters == filters
+    assert car.lexical_retriever.filters == filters
+    assert {h.node.metadata["file_name"] for h in car.dense_retriever.retrieve("설치기준")} == {
+        "tunnel.hwpx"}
+    with pytest.raises(ConfigurationError, match="MetadataFilters"):
+        _car(filters={"file_name": "x"})
+
+
+def test_persist_and_reload_give_the_same_results(tmp_path: Path) -> None:
+    nodes = _nodes()
+    index = _index(nodes)
+    car = CriterionAwareRetriever.from_defaults(index=index, nodes=nodes, similarity_top_k=4,
+                                                pool_top_k=6, alpha=0.7)
+    hybrid = WeightedRRFRetriever.from_index(index, nodes, alpha=0.3, similarity_top_k=4)
+    car.persist(tmp_path / "car")
+    hybrid.persist(tmp_path / "hybrid")
+    car2 = CriterionAwareRetriever.from_persist_dir(tmp_path / "car", index=index)
+    hybrid2 = WeightedRRFRetriever.from_persist_dir(tmp_path / "hybrid", index=index)
+    assert (car2.alpha, car2.similarity_top_k, car2.pool_top_k) == (0.7, 4, 6)
+    assert hybrid2.weights == [0.3, 0.7]
+    for q in ("배수시설 설치기준", "터널 조명"):
+        assert _ids(car2.retrieve(q)) == _ids(car.retrieve(q))
+        assert [h.score for h in hybrid2.retrieve(q)] == [h.score for h in hybrid.retrieve(q)]
+    assert not list(tmp_path.rglob("*.pkl"))
+    car2.insert_nodes([NEW])  # the reloaded retriever is bound to the index too
+    assert _ids(car2.retrieve("교량 점검통로 설치기준"))[0] == "n"
+
+
+def test_persist_needs_an_index_bound_retriever(tmp_path: Path) -> None:
+    nodes = _nodes()
+    car = _car()
+    plain = CriterionAwareRetriever(
+        car.index.as_retriever(), KiwiBM25Retriever(nodes), hypothesizer=car.hypothesizer
+    )
+    with pytest.raises(ConfigurationError, match="VectorStoreIndex"):
+        plain.persist(tmp_path / "x")
+    with pytest.raises(ConfigurationError, match="VectorStoreIndex"):
+        plain.insert_nodes([NEW])
+
+
+def test_bm25_over_a_store_backed_index_raises() -> None:
+    store = SimpleVectorStore()
+    store.stores_text = True  # what external stores say: the docstore stays empty
+    index = VectorStoreIndex(
+        _nodes(), storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=HashedBigramEmbedding(),
+    )
+    assert not index.docstore.docs
+    with pytest.raises(EmptyIndexError, match="pass nodes="):
+        KiwiBM25Retriever.from_defaults(index=index)
+    with pytest.raises(EmptyIndexError):
+        WeightedRRFRetriever.from_index(index)
+    with pytest.raises(EmptyIndexError, match="nodes="):
+        CriterionAwareRetriever.from_defaults(index=index)
+
+
+def test_settings_embed_model_is_respected() -> None:
+    from llama_index_car.providers import resolve_embed_model
+
+    emb = HashedBigramEmbedding()
+    Settings.embed_model = emb
+    try:
+        assert resolve_embed_model() is emb
+        car = CriterionAwareRetriever.from_defaults(nodes=_nodes(), pool_top_k=6)
+        assert car.index._embed_model is emb
+        assert type(resolve_embed_model("use")).__name__ == "UniversalSentenceEncoderEmbedding"
+    finally:
+        Settings._embed_model = None
