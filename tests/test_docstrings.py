@@ -59,6 +59,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.hypothesizers.base",
     "llama_index_car.hypothesizers.corpus",
     "llama_index_car.hypothesizers.events",
+    "llama_index_car.hypothesizers.feedback",
     "llama_index_car.hypothesizers.llm",
     "llama_index_car.hypothesizers.prompts",
     "llama_index_car.pipeline",

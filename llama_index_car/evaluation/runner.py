@@ -451,8 +451,10 @@ def run_evaluation(
     )
 
     hyp_timing: dict[str, float] = {}
-    if kind == "corpus" and any(s.needs_hypothesizer and s.base != "car-hyde" for s in specs):
-        for reframe in sorted({s.reframe or "" for s in specs if s.needs_hypothesizer}):
+    if kind == "corpus" and any(s.needs_hypothesizer and s.base not in ("car", "car-hyde") for s in specs):
+        for reframe in sorted(
+            {s.reframe or "" for s in specs if s.needs_hypothesizer and s.base != "car"}
+        ):
             memo = factory.hypothesizer(reframe or None, "corpus")
             t0 = time.perf_counter()
             dense_strings = []

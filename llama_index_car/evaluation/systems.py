@@ -478,10 +478,11 @@ class SystemFactory:
             from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 
             kind = "hyde" if base == "car-hyde" else self.hypothesizer_kind
+            offline = base == "car" and kind == "corpus"  # the recommended offline CAR
             retriever = CriterionAwareRetriever(
                 v.dense,
                 v.bm25,
-                hypothesizer=self.hypothesizer(spec.reframe, kind),
+                hypothesizer=None if offline else self.hypothesizer(spec.reframe, kind),
                 alpha=alpha,
                 rrf_k=self.rrf_k,
                 pool_top_k=self.depth,
