@@ -6,7 +6,6 @@ One call turns a folder of HWPX files into a self-contained directory::
       car_index.json      manifest: format_version, embedding spec, chunking, counts, failures
       vector/             VectorStoreIndex storage (SimpleVectorStore + docstore, plain JSON)
       bm25/               KiwiBM25Retriever.persist() output (JSON + .npz, tokenizer spec)
-      hypothesizer/       CorpusCriterionHypothesizer state (JSON + .npy/.npz)
       tables.json         cell text and coordinates of every table in an indexed table node
 
 Pipeline: HWPX files → :class:`~llama_index.readers.hwpx.HWPXReader` → documents →
@@ -16,7 +15,9 @@ tokens) → nodes → dense vectors (default: the offline
 ``CAR_EMBED_MODEL`` names; computed through the shared
 :class:`~llama_index_car.evaluation.cache.EmbeddingCache`, so rebuilding an index, or indexing
 texts an evaluation already embedded, re-embeds nothing) and a Kiwi BM25 index
-(``k1=1.5, b=0.75, epsilon=0.25``) → the criterion hypothesizer learnt from the nodes.
+(``k1=1.5, b=0.75, epsilon=0.25``). Nothing else is learnt at index time: the offline CAR reads
+its feedback terms from these two indexes at query time. (Folders written by earlier versions
+also hold a ``hypothesizer/`` folder; it is ignored.)
 
 The manifest records the embedding provider (``e5``, ``use``, ``openai`` or ``custom``), and
 :func:`load_index` embeds queries with that provider by default, so a folder built with USE
@@ -29,8 +30,8 @@ keeps being queried with USE whatever the current default is.
 * ``"hybrid"`` — weighted RRF of the two (``alpha`` weights dense, ``1 - alpha`` BM25,
   ``rrf_k = 60``);
 * ``"car"`` — :class:`~llama_index_car.retrievers.criterion_aware.CriterionAwareRetriever`
-  (hybrid over hypothesis-expanded queries; offline corpus hypothesizer unless an ``llm``
-  is given).
+  (offline: dense + BM25 + the pseudo-relevance-feedback channel; with an ``llm``, the
+  hybrid over LLM-hypothesis-expanded queries).
 
 Files that cannot be read are reported (``BuildSummary.failures`` and the ``on_error``
 callback) and skipped; they never abort the build.
@@ -88,7 +89,6 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "car_index.json"
 VECTOR_DIR = "vector"
 BM25_DIR = "bm25"
-HYPOTHESIZER_DIR = "hypothesizer"
 TABLES_NAME = "tables.json"
 RETRIEVER_KINDS: tuple[str, ...] = ("car", "hybrid", "bm25", "dense")
 
@@ -340,7 +340,6 @@ def build_index(
     """
     from llama_index.core import StorageContext, VectorStoreIndex
 
-    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
     start = time.perf_counter()
@@ -383,10 +382,6 @@ def build_index(
         encoding="utf-8",
     )
     stored = _stored_embeddings(index)
-    hypothesizer = CorpusCriterionHypothesizer.from_nodes(
-        nodes, embed_model=model, embeddings=stored
-    )
-    hypothesizer.persist(str(out / HYPOTHESIZER_DIR))
 
     dims = len(next(iter(stored.values()))) if stored else len(model.get_text_embedding("차원"))
     spec = embed_spec(model, provider) | {"dimensions": dims}
@@ -447,7 +442,7 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
 
 @dataclass
 class LocalIndex:
-    """A loaded index folder: the vector index, nodes, BM25 retriever and hypothesizer.
+    """A loaded index folder: the vector index, nodes and BM25 retriever.
 
     Use :meth:`as_retriever` to get any of the four retrievers over the same data (the demo
     loads the folder once and compares all four).
@@ -458,7 +453,6 @@ class LocalIndex:
     index: VectorStoreIndex
     nodes: list[BaseNode]
     bm25: KiwiBM25Retriever
-    hypothesizer: BaseCriterionHypothesizer
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def cells_for(self, metadata: dict[str, Any]) -> list[dict[str, Any]]:
@@ -502,8 +496,9 @@ class LocalIndex:
         """A retriever of ``kind`` (``car``, ``hybrid``, ``bm25``, ``dense``).
 
         ``pool_top_k`` is the per-channel candidate pool for the fused kinds; for ``dense``
-        and ``bm25`` only ``similarity_top_k`` matters. ``hypothesizer`` overrides the
-        persisted offline one for ``car`` (e.g. an :class:`LLMCriterionHypothesizer`).
+        and ``bm25`` only ``similarity_top_k`` matters. ``hypothesizer`` (e.g. an
+        :class:`LLMCriterionHypothesizer`) turns ``car`` into the LLM-hypothesis CAR; without
+        it ``car`` is the offline configuration.
 
         Raises:
             ConfigurationError: unknown ``kind``.
@@ -534,7 +529,7 @@ class LocalIndex:
         return CriterionAwareRetriever(
             dense_retriever=dense,
             lexical_retriever=lexical,
-            hypothesizer=hypothesizer or self.hypothesizer,
+            hypothesizer=hypothesizer,
             alpha=alpha,
             rrf_k=rrf_k,
             pool_top_k=pool,
@@ -567,7 +562,6 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
     """
     from llama_index.core import StorageContext, VectorStoreIndex, load_index_from_storage
 
-    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
     root = Path(persist_dir)
@@ -588,7 +582,7 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
             f"{root} was indexed with embedding {recorded['model_name']!r} but the query "
             f"embedding is {name!r}; use the same model (--embed {recorded.get('provider')})"
         )
-    for sub in (VECTOR_DIR, BM25_DIR, HYPOTHESIZER_DIR):
+    for sub in (VECTOR_DIR, BM25_DIR):
         if not (root / sub).is_dir():
             raise IndexPersistError(f"{root / sub} is missing; rebuild the index")
     try:
@@ -600,9 +594,6 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
         raise IndexPersistError(f"{root / VECTOR_DIR} does not hold a VectorStoreIndex")
     nodes = sorted(index.docstore.docs.values(), key=lambda n: n.node_id)
     bm25 = KiwiBM25Retriever.from_persist_dir(str(root / BM25_DIR))
-    hypothesizer = CorpusCriterionHypothesizer.from_persist_dir(
-        str(root / HYPOTHESIZER_DIR), embed_model=embed_model
-    )
     tables: dict[str, list[dict[str, Any]]] = {}
     tables_path = root / TABLES_NAME
     if tables_path.is_file():
@@ -616,7 +607,6 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
         index=index,
         nodes=list(nodes),
         bm25=bm25,
-        hypothesizer=hypothesizer,
         tables=tables,
     )
 
@@ -635,7 +625,7 @@ def load_retriever(
     """Open ``persist_dir`` and return a ``kind`` retriever (``car|hybrid|bm25|dense``).
 
     With ``llm`` the ``car`` retriever uses an :class:`LLMCriterionHypothesizer` over it
-    instead of the offline corpus hypothesizer.
+    instead of the offline feedback configuration.
 
     >>> r = load_retriever("./car-index", "hybrid", similarity_top_k=5)  # doctest: +SKIP
     """

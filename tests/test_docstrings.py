@@ -57,7 +57,6 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.fusion",
     "llama_index_car.hypothesizers",
     "llama_index_car.hypothesizers.base",
-    "llama_index_car.hypothesizers.corpus",
     "llama_index_car.hypothesizers.events",
     "llama_index_car.hypothesizers.feedback",
     "llama_index_car.hypothesizers.llm",

@@ -52,8 +52,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_embed_option(p)
     p.add_argument("--llm", default="none", choices=CLI_LLMS,
                    help="LLM for the criterion hypothesis and car-hyde (default: %(default)s)")
-    p.add_argument("--hypothesizer", default="auto", choices=("auto", "corpus", "llm"),
-                   help="CAR hypothesizer; auto = llm when --llm is set, else corpus")
+    p.add_argument("--hypothesizer", default="auto", choices=("auto", "offline", "llm"),
+                   help="CAR hypothesizer; auto = llm when --llm is set, else offline "
+                        "(car = the offline CAR: dense + BM25 + feedback channel)")
     p.add_argument("--rerank", default="none", choices=RERANKERS,
                    help="reranker for '+rerank' systems (default: %(default)s)")
     p.add_argument("--alpha", type=unit_float, default=0.5,

@@ -1,7 +1,28 @@
-"""``CriterionAwareRetriever`` (CAR): criterion-hypothesis expansion fused by weighted RRF.
+"""``CriterionAwareRetriever`` (CAR): weighted-RRF fusion of channels that bridge low overlap.
 
 The paper's §5.8 remedy for queries that share few words with the clause that answers them.
-A hypothesizer guesses the criterion the query seeks, in the vocabulary of the standards
+Two configurations share one class.
+
+**Offline** (``hypothesizer=None``, the default of :meth:`CriterionAwareRetriever.from_defaults`
+without an LLM; nothing is learnt at index time). Three channels:
+
+* dense: ``dense(query)``; lexical: ``lexical(query)`` (both ``pool_top_k`` deep);
+* feedback: ``lexical(query + " " + terms)`` where ``terms`` are the 10 terms with the largest
+  ``idf × tf`` summed over the top-5 dense hits (:mod:`llama_index_car.hypothesizers.feedback`,
+  read from the BM25 index's own counts): dense retrieval bridges the paraphrase, its best hits
+  supply the vocabulary of the standards;
+* fusion weights ``[α, (1 − α)(1 − p), (1 − α)p]`` with the per-query feedback share
+  ``p = feedback_scale · (1 − s) · (1 − a)`` (:func:`~llama_index_car.retrievers.routing.feedback_share`):
+  ``s`` is the router signal (share of the query's content morphemes in its top-3 BM25 hits)
+  and ``a`` the top-5 agreement of the dense and lexical rankings. When the query's words are
+  all in its best BM25 hits (``s = 1``) or both channels agree (``a = 1``), ``p = 0`` and the
+  result is exactly the α-hybrid. ``feedback_scale`` defaults to :data:`DEFAULT_FEEDBACK_SCALE`
+  (0.7), measured in ``benchmarks/car_ablation.py`` (README Results): the corpus-mined hypothesis
+  of earlier versions, a query-adaptive α, criterion sentences and a Rocchio dense channel were
+  measured there too and not kept.
+
+**With a hypothesizer** (the paper's CAR; e.g. ``LLMCriterionHypothesizer``). A hypothesizer
+guesses the criterion the query seeks, in the vocabulary of the standards
 (``CriterionHypothesis(text, criteria)``), and two channels are fused:
 
 * dense: ``QueryBundle(query, custom_embedding_strs=[query + "\\n" + hypothesis.text])``
@@ -9,16 +30,14 @@ A hypothesizer guesses the criterion the query seeks, in the vocabulary of the s
 * lexical: ``query + " " + hypothesis.expansion_terms()``;
 * fusion: :func:`~llama_index_car.fusion.weighted_rrf` with weights ``[alpha, 1 - alpha]``
   (alpha weights dense; default 0.5), ``rrf_k`` (default 60), ``pool_top_k`` candidates per
-  channel (default 50), ``similarity_top_k`` results (default 10).
+  channel (default 50), ``similarity_top_k`` results (default 10). The feedback channel is off
+  here (``feedback_scale=0`` unless given; it has not been measured with an LLM hypothesis).
 
 Resilience. The hypothesis is produced concurrently with a plain hybrid retrieval
 (dense(query) + lexical(query), same fusion). If the hypothesizer raises (``HypothesisError`` or
 any other ``Exception``, e.g. from an LLM client), exceeds ``hypothesis_timeout`` seconds or
 returns an empty hypothesis, CAR logs a warning and returns the hybrid result with
 ``car_explain["fallback"] = True`` — unless ``strict=True``, which raises ``HypothesisError``.
-With the offline :class:`~llama_index_car.hypothesizers.corpus.CorpusCriterionHypothesizer`
-(milliseconds, no network) the speculative hybrid is skipped by default
-(``speculative_hybrid="auto"``) and only run on failure.
 
 Routing. ``route="auto"`` first runs the lexical channel on the plain query and asks a
 :class:`~llama_index_car.retrievers.routing.LexicalOverlapRouter` whether low lexical overlap is
@@ -27,7 +46,9 @@ default 0.5); only then is the hypothesizer called, otherwise the hybrid result 
 (``car_explain["routed"] = "hybrid"``).
 
 Every result carries ``car_explain`` (hypothesis, criteria, per-channel ranks and scores,
-fallback, routed, router signal), excluded from embedding and LLM text. The hypothesis step
+fallback, routed, router signal; offline also ``feedback``: share, agreement, terms — the
+terms are reported as the hypothesis, source ``"feedback"``), excluded from embedding and LLM
+text. The hypothesis step (offline: a feedback step that produced terms)
 dispatches a :class:`~llama_index_car.hypothesizers.events.CriterionHypothesisEvent` (query,
 hypothesis, source ``llm``/``offline``/``fallback``, latency) to LlamaIndex instrumentation.
 
@@ -41,8 +62,8 @@ characters and lone surrogates removed, longer than ``QueryLimits.max_chars`` (2
 ``QueryError``.
 
 >>> car = CriterionAwareRetriever.from_defaults(nodes=nodes)  # doctest: +SKIP
->>> car.retrieve("온도에 따라 늘었다 줄었다 하는 이음부 기준")[0].node.metadata["car_explain"]["hypothesis"]  # doctest: +SKIP
-'신축이음장치 설치기준'
+>>> car.retrieve("비 오는 날 압접 작업")[0].node.metadata["car_explain"]["feedback"]  # doctest: +SKIP
+{'share': 0.31, 'agreement': 0.2, 'terms': ['우천', '가스압접', ...]}
 """
 
 from __future__ import annotations
@@ -171,8 +192,8 @@ class CriterionAwareRetriever(BaseRetriever):
         hypothesis_timeout: seconds to wait for the hypothesis (default 30).
         router: the router for ``route="auto"`` (default ``LexicalOverlapRouter()``).
         speculative_hybrid: run the plain hybrid concurrently with the hypothesis (``True``),
-            only on failure (``False``), or ``"auto"`` (default): ``False`` for the offline
-            corpus hypothesizer, ``True`` otherwise.
+            only on failure (``False``), or ``"auto"`` (default): ``True`` with a hypothesizer
+            (unused offline).
         speculation_delay: seconds to wait for the hypothesis before starting the speculative
             hybrid (default 0.005): a cached hypothesis arrives within it, so no hybrid is run
             in vain; an uncached LLM call pays at most this delay.
@@ -244,11 +265,7 @@ class CriterionAwareRetriever(BaseRetriever):
                 f"speculative_hybrid={speculative_hybrid!r} is invalid; use True, False or 'auto'"
             )
         if speculative_hybrid == "auto":
-            from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
-
-            speculative_hybrid = hypothesizer is not None and not isinstance(
-                hypothesizer, CorpusCriterionHypothesizer
-            )
+            speculative_hybrid = hypothesizer is not None
         self.speculative_hybrid = bool(speculative_hybrid)
         self.speculation_delay = _check_seconds(
             "speculation_delay", speculation_delay, positive=False

@@ -16,8 +16,8 @@ largely absent even from its best BM25 hits is unlikely to share them with its g
 ``signal <= threshold`` routes the query to CAR and anything above to the plain hybrid.
 
 The default ``threshold = 0.5`` was chosen on ``../shared/eval/lhcs_construction`` (the set
-with all three strata) and checked on the other two sets; ``benchmarks/car_quality.py``
-reports the router's agreement with the true strata and the hypothesizer calls it saves.
+with all three strata) and checked on the other two sets. The offline CAR uses the signal
+itself, not the decision: it scales the feedback channel's share (:func:`feedback_share`).
 A query without content morphemes gets signal 1.0 (nothing for a hypothesis to bridge).
 
 >>> router = LexicalOverlapRouter(threshold=0.5)  # doctest: +SKIP
