@@ -23,6 +23,9 @@ Rows:
 * ``car``               the final offline CAR, run through ``CriterionAwareRetriever`` itself:
                         feedback channel with p = 0.7·(1 − s)(1 − a)
 
+At low overlap the Δ on two halves of the queries (split by sha256 of the query id) is shown
+in brackets: how stable a gain is.
+
 Tests (one-sided Wilcoxon, :mod:`llama_index_car.evaluation.stats`), Holm-corrected per set:
 family ``gain`` — every row > hybrid at low overlap; family ``loss`` — hybrid > ``car`` on
 each stratum (the issue's "never worse" condition: no significant loss).
@@ -37,6 +40,7 @@ it is warm)::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -164,6 +168,17 @@ def evaluate(folder: str) -> dict[str, Any]:
             for s in STRATA if strata[s]
         }
     base = scores["hybrid"]
+    # stability: the low-overlap Δ on two halves of the queries (sha256 of the query id, parity)
+    halves = [
+        [q for q in strata["low"] if hashlib.sha256(q.encode()).digest()[0] % 2 == h]
+        for h in (0, 1)
+    ]
+    for name, sc in scores.items():
+        if name != "hybrid" and strata["low"]:
+            table[name]["low"]["delta_halves"] = [
+                float(np.mean([sc[q] - base[q] for q in half])) if half else None
+                for half in halves
+            ]
 
     def test(a: dict[str, float], b: dict[str, float], stratum: str) -> float:
         qs = strata[stratum]
@@ -192,6 +207,8 @@ def markdown(result: dict[str, Any]) -> str:
             text = f"{m:.3f}"
             if name != "hybrid":
                 text += f" ({m - rows['hybrid'][s]['mrr']:+.3f})"
+            if cells[s].get("delta_halves"):
+                text += " [" + "/".join(f"{d:+.3f}" for d in cells[s]["delta_halves"]) + "]"
             if "p_holm_gain" in cells[s]:
                 text += f" p↑={cells[s]['p_holm_gain']:.3f}"
             if "p_holm_loss" in cells[s]:

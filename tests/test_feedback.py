@@ -42,6 +42,12 @@ def test_feedback_terms_skips_nonpositive_idf_and_breaks_ties_by_term() -> None:
         feedback_terms([], docs, idf, 0)
 
 
+def test_feedback_terms_leave_out_table_markup() -> None:
+    docs = [{"td": 9, "tr": 9, "colspan": 3, "측구": 1}]
+    idf = {"td": 2.0, "tr": 2.0, "colspan": 2.0, "측구": 1.0}
+    assert feedback_terms([], docs, idf, 10) == ["측구"]
+
+
 def test_top_agreement_hand_computed() -> None:
     a, b = ["a", "b", "c", "d", "e", "f"], ["e", "x", "a", "y", "z", "b"]
     assert top_agreement(a, b) == pytest.approx(2 / 5)  # top 5: {a, e}
@@ -127,7 +133,12 @@ def test_offline_car_fuses_three_channels_as_specified(bm25: KiwiBM25Retriever) 
     for i in dense_order[:5]:
         tf.update(corpus[int(i[1:])])
     q_tokens = set(tok.tokenize(query))
-    weights = {t: oracle.idf[t] * c for t, c in tf.items() if t not in q_tokens and oracle.idf[t] > 0}
+    markup = {"table", "thead", "tbody", "tr", "td", "th", "colspan", "rowspan", "br", "caption"}
+    weights = {
+        t: oracle.idf[t] * c
+        for t, c in tf.items()
+        if t not in q_tokens and t not in markup and oracle.idf[t] > 0
+    }
     expected_terms = [t for t, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:10]]
     assert info["feedback"]["terms"] == expected_terms
     assert info["hypothesis"] == " ".join(expected_terms)

@@ -13,8 +13,10 @@ For the query tokens ``Q`` (the lexical index's own tokens), the top ``n_docs`` 
 
     w(t) = \\mathrm{idf}(t) \\cdot \\sum_{d \\in D} \\mathrm{tf}(t, d)
 
-and the ``n_terms`` best terms (ties: term ascending) are the feedback terms. The feedback
-channel is BM25 over ``query + " " + " ".join(terms)``.
+and the ``n_terms`` best terms (ties: term ascending) are the feedback terms, leaving out the
+HTML table markup that table nodes carry (:data:`MARKUP_TOKENS`: ``td``, ``tr``, ``colspan`` …,
+frequent in table nodes and rare elsewhere, so their idf would otherwise rank them high). The
+feedback channel is BM25 over ``query + " " + " ".join(terms)``.
 
 >>> feedback_terms(["비"], [{"비": 2, "우천": 3, "작업": 1}, {"우천": 1}], {"비": 1.0, "우천": 2.0, "작업": 0.5}, 1)
 ['우천']
@@ -26,12 +28,16 @@ from collections.abc import Iterable, Mapping
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = ["DEFAULT_FEEDBACK_DOCS", "DEFAULT_FEEDBACK_TERMS", "feedback_terms"]
+__all__ = ["DEFAULT_FEEDBACK_DOCS", "DEFAULT_FEEDBACK_TERMS", "MARKUP_TOKENS", "feedback_terms"]
 
 #: dense hits read per query (top 5)
 DEFAULT_FEEDBACK_DOCS = 5
 #: terms added to the lexical query (10)
 DEFAULT_FEEDBACK_TERMS = 10
+#: tokens of the HTML tables in table nodes (Kiwi tokenizes ``<td colspan="2">`` as td, colspan)
+MARKUP_TOKENS = frozenset(
+    {"table", "thead", "tbody", "tr", "td", "th", "colspan", "rowspan", "br", "caption"}
+)
 
 
 def feedback_terms(
@@ -43,7 +49,8 @@ def feedback_terms(
     """The ``n_terms`` terms of ``doc_counts`` with the largest ``idf × summed tf``.
 
     Args:
-        query_tokens: the query's tokens (excluded from the result).
+        query_tokens: the query's tokens (excluded from the result, as are
+            :data:`MARKUP_TOKENS`).
         doc_counts: one ``{term: count}`` per feedback document.
         idf: idf per term; terms without an idf or with ``idf <= 0`` are skipped.
         n_terms: how many terms to return (>= 1).
@@ -53,7 +60,7 @@ def feedback_terms(
     """
     if isinstance(n_terms, bool) or not isinstance(n_terms, int) or n_terms < 1:
         raise ConfigurationError(f"n_terms={n_terms!r} is invalid; use an integer >= 1")
-    skip = set(query_tokens)
+    skip = set(query_tokens) | MARKUP_TOKENS
     tf: dict[str, int] = {}
     for counts in doc_counts:
         for term, count in counts.items():
