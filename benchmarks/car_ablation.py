@@ -185,9 +185,10 @@ def evaluate(folder: str) -> dict[str, Any]:
         return paired_test([a[q] for q in qs], [b[q] for q in qs]).p
 
     gain_rows = [n for n in ROWS if n != "hybrid"]
-    gain = holm([test(scores[n], base, "low") for n in gain_rows]) if strata["low"] else []
-    for n, ph in zip(gain_rows, gain, strict=True):
-        table[n]["low"]["p_holm_gain"] = ph
+    if strata["low"]:
+        gain = holm([test(scores[n], base, "low") for n in gain_rows])
+        for n, ph in zip(gain_rows, gain, strict=True):
+            table[n]["low"]["p_holm_gain"] = ph
     loss_strata = [s for s in STRATA if strata[s]]
     loss = holm([test(base, scores["car"], s) for s in loss_strata])
     for s, ph in zip(loss_strata, loss, strict=True):
