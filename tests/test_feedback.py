@@ -182,3 +182,36 @@ def test_offline_configuration_errors(bm25: KiwiBM25Retriever) -> None:
     with pytest.raises(ConfigurationError, match="token_counts"):
         CriterionAwareRetriever(dense, FixedDense(["n0"]))
     CriterionAwareRetriever(dense, FixedDense(["n0"]), feedback_scale=0)  # no feedback: fine
+
+
+def test_feedback_knob_on_the_hypothesis_path(bm25: KiwiBM25Retriever) -> None:
+    """With a hypothesizer the channel is off by default; switched on, it reads the
+    hypothesis channels (dense(q + hypothesis) hits, lexical(q + criteria) hits)."""
+    from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+
+    class Fixed(BaseCriterionHypothesizer):
+        name = "fixed"
+
+        def hypothesize(self, query: str) -> CriterionHypothesis:
+            return CriterionHypothesis(text="조명 조도기준", criteria=("조도기준",), source="stub")
+
+    query = "비탈 옆 물 빠지는 배수 길 만드는 법"
+    dense_order = ["n1", "n0", "n4", "n6", "n2", "n3", "n5"]
+    off = CriterionAwareRetriever(FixedDense(dense_order), bm25, hypothesizer=Fixed())
+    assert off.feedback_scale == 0.0
+    assert "feedback" not in off.retrieve(query)[0].node.metadata[EXPLAIN_KEY]
+
+    on = CriterionAwareRetriever(
+        FixedDense(dense_order), bm25, hypothesizer=Fixed(), feedback_scale=0.7
+    )
+    info = on.retrieve(query)[0].node.metadata[EXPLAIN_KEY]
+    expanded = [h.node.node_id for h in bm25.retrieve(query + " 조도기준")]
+    assert info["hypothesis"] == "조명 조도기준" and info["routed"] == "car"
+    assert info["feedback"]["agreement"] == pytest.approx(
+        len(set(dense_order[:5]) & set(expanded[:5])) / 5
+    )
+    share = info["feedback"]["share"]
+    assert 0 < share < 0.7 and info["feedback"]["terms"]
+    assert info["weights"] == pytest.approx(
+        {"dense": 0.5, "lexical": 0.5 * (1 - share), "feedback": 0.5 * share}
+    )

@@ -26,8 +26,8 @@ examples:
       --max-queries 300 --out out/legal
   llama-car eval docs/ --qa questions.jsonl --systems bm25,dense,reframe:first:dense --out out/x
 
-systems: bm25 dense hybrid dense+hyp bm25+exp car car-hyde car-auto, each optionally
-  prefixed 'reframe:<first|all|most_frequent>:', suffixed '@<alpha>' (fusion) or '+rerank'.
+systems: bm25 dense hybrid car (offline: dense + BM25 + feedback channel), and with --llm:
+  dense+hyp bm25+exp car car-hyde car-auto; each optionally prefixed 'reframe:<first|all|most_frequent>:', suffixed '@<alpha>' (fusion) or '+rerank'.
 outputs: DIR/results.json DIR/runs/<system>.trec DIR/report.md DIR/*.png DIR/per_query.json
 """
 
