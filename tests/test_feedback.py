@@ -177,8 +177,9 @@ def test_offline_configuration_errors(bm25: KiwiBM25Retriever) -> None:
     dense = FixedDense(["n0"])
     with pytest.raises(ConfigurationError, match="route='always'"):
         CriterionAwareRetriever(dense, bm25, route="auto")
-    with pytest.raises(ConfigurationError, match="feedback_scale"):
-        CriterionAwareRetriever(dense, bm25, feedback_scale=1.5)
+    for bad in (1.5, -0.1, float("nan"), True, "x"):
+        with pytest.raises(ConfigurationError, match="feedback_scale"):
+            CriterionAwareRetriever(dense, bm25, feedback_scale=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="token_counts"):
         CriterionAwareRetriever(dense, FixedDense(["n0"]))
     CriterionAwareRetriever(dense, FixedDense(["n0"]), feedback_scale=0)  # no feedback: fine

@@ -120,6 +120,8 @@ DEFAULT_FEEDBACK_SCALE = 0.7
 
 
 def _check_scale(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ConfigurationError(f"feedback_scale={value!r} is not a number in [0, 1]")
     try:
         scale = float(value)
     except (TypeError, ValueError) as exc:
