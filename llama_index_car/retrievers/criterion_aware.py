@@ -18,8 +18,8 @@ without an LLM; nothing is learnt at index time). Three channels:
   all in its best BM25 hits (``s = 1``) or both channels agree (``a = 1``), ``p = 0`` and the
   result is exactly the α-hybrid. ``feedback_scale`` defaults to :data:`DEFAULT_FEEDBACK_SCALE`
   (0.7), measured in ``benchmarks/car_ablation.py`` (README Results): the corpus-mined hypothesis
-  of earlier versions, a query-adaptive α, criterion sentences and a Rocchio dense channel were
-  measured there too and not kept.
+  of earlier versions, a query-adaptive α, criterion sentences, a Rocchio dense channel and a
+  title-debiased body-vector channel were measured there too and not kept.
 
 **With a hypothesizer** (the paper's CAR; e.g. ``LLMCriterionHypothesizer``). A hypothesizer
 guesses the criterion the query seeks, in the vocabulary of the standards
