@@ -7,8 +7,8 @@ cache (``--cache-dir``); query embeddings are computed live (not cached), as in 
 
 Measured per query (median and p95 over ``--queries`` queries, after a warm-up):
 
-1. bm25, dense, hybrid, the offline ``CorpusCriterionHypothesizer`` alone, CAR with it
-   (no speculative hybrid, the default for the offline hypothesizer) → CAR overhead;
+1. bm25, dense, hybrid and the offline CAR (dense + BM25 + the pseudo-relevance-feedback
+   channel, ``hypothesizer=None``) → CAR overhead;
 2. a stub LLM hypothesizer answering after ``--llm-delay`` s (default 2) with an LRU cache:
    first call (total ≈ max(LLM, hybrid) + expanded channels + fusion, since the hybrid runs
    concurrently), a failing stub (total ≈ max(LLM, hybrid): the speculative hybrid is returned)
@@ -42,7 +42,6 @@ from llama_index_car._errors import HypothesisError
 from llama_index_car.evaluation.cache import EmbeddingCache
 from llama_index_car.evaluation.io import load_beir
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
-from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
 from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 from llama_index_car.retrievers.weighted_rrf import WeightedRRFRetriever
@@ -157,14 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokenizer = KiwiTokenizer()
     dense = index.as_retriever(similarity_top_k=50)
     lexical = KiwiBM25Retriever.from_defaults(nodes=nodes, tokenizer=tokenizer, similarity_top_k=50)
-    log("building the offline hypothesizer …")
-    hyp = CorpusCriterionHypothesizer.from_nodes(
-        nodes, tokenizer=tokenizer, embed_model=use, embeddings=matrix
-    )
     hybrid = WeightedRRFRetriever.from_alpha(dense, lexical)
-    car = CriterionAwareRetriever(dense, lexical, hypothesizer=hyp)
-    car_spec = CriterionAwareRetriever(dense, lexical, hypothesizer=hyp, speculative_hybrid=True)
-    car_auto = CriterionAwareRetriever(dense, lexical, hypothesizer=hyp, route="auto")
+    car = CriterionAwareRetriever(dense, lexical)
 
     queries = list(ds.queries.values())
     warm, qs = queries[:5], queries[5 : 5 + args.queries]
@@ -174,11 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dense (VectorIndexRetriever, USE)": dense.retrieve,
         "hybrid (WeightedRRFRetriever)": hybrid.retrieve,
         "hybrid (async)": lambda q: loop.run_until_complete(hybrid.aretrieve(q)),
-        "offline hypothesizer alone": hyp.hypothesize,
         "CAR offline (sync)": car.retrieve,
-        "CAR offline, speculative hybrid": car_spec.retrieve,
         "CAR offline (async)": lambda q: loop.run_until_complete(car.aretrieve(q)),
-        "CAR auto (offline)": car_auto.retrieve,
     }
     interleaved(systems, warm, 1)
     rows = interleaved(systems, qs, args.rounds)
@@ -187,28 +177,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the same systems with every embedding served from the on-disk cache: isolates CAR's own
     # compute (Kiwi, matrix ops, fusion, threads) from the USE forward pass, which is the part
     # most disturbed by a shared, loaded CPU
-    import tempfile
-
     from llama_index_car.evaluation.cache import CachedEmbedding
 
     cache = EmbeddingCache(args.cache_dir / "embeddings", use)
     cached = CachedEmbedding(cache)
-    cache.embed(
-        [*warm, *qs, *(q + "\n" + hyp.hypothesize(q).text for q in [*warm, *qs])], "query"
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        hyp.persist(tmp)
-        hyp_c = CorpusCriterionHypothesizer.from_persist_dir(tmp, embed_model=cached)
+    cache.embed([*warm, *qs], "query")
     dense_c = index.as_retriever(similarity_top_k=50, embed_model=cached)
     hybrid_c = WeightedRRFRetriever.from_alpha(dense_c, lexical)
-    car_c = CriterionAwareRetriever(dense_c, lexical, hypothesizer=hyp_c)
-    car_auto_c = CriterionAwareRetriever(dense_c, lexical, hypothesizer=hyp_c, route="auto")
+    car_c = CriterionAwareRetriever(dense_c, lexical)
     systems_c: dict[str, Callable[[str], Any]] = {
         "dense, cached embeddings": dense_c.retrieve,
         "hybrid, cached embeddings": hybrid_c.retrieve,
-        "offline hypothesizer alone, cached embeddings": hyp_c.hypothesize,
         "CAR offline, cached embeddings": car_c.retrieve,
-        "CAR auto, cached embeddings": car_auto_c.retrieve,
     }
     interleaved(systems_c, warm, 1)
     rows_c = interleaved(systems_c, qs, args.rounds)

@@ -36,7 +36,9 @@ engine = RetrieverQueryEngine(retriever, response_synthesizer=synth)
 
 response = engine.query("산을 깎아 만든 길옆 경사면은 얼마나 완만해야 해?")
 explain = response.source_nodes[0].node.metadata["car_explain"]
-print(f"criterion hypothesis: {explain['hypothesis']}")
+# offline: the feedback terms read from the top dense hits (source "feedback"); with Claude:
+# the criterion hypothesis (source "llm"); None when CAR answered with the plain hybrid
+print(f"hypothesis ({explain['hypothesis_source']}): {explain['hypothesis']}")
 for hit in response.source_nodes:
     meta = hit.node.metadata
     print(f"{hit.score:.4f}  {meta['section_title']}  ({meta['file_name']})")

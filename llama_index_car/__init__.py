@@ -28,7 +28,6 @@ _EXPORTS: dict[str, str] = {
     # hypothesizers
     "CriterionHypothesis": "llama_index_car.hypothesizers.base",
     "BaseCriterionHypothesizer": "llama_index_car.hypothesizers.base",
-    "CorpusCriterionHypothesizer": "llama_index_car.hypothesizers.corpus",
     "LLMCriterionHypothesizer": "llama_index_car.hypothesizers.llm",
     "HyDEHypothesizer": "llama_index_car.hypothesizers.llm",
     # transformers and embeddings

@@ -1,6 +1,6 @@
 """Crash-safe, lock-serialised, manifest-bound persistence directories.
 
-Every persisted object of llama-index-car (the BM25 index, the corpus hypothesizer, the CAR
+Every persisted object of llama-index-car (the BM25 index, the CAR
 retriever, the CLI index folder) is written with this module, so they share one set of
 guarantees:
 

@@ -10,14 +10,14 @@ maps over the list of files, then writes the same index folder on the driver::
       .map_batches(_embed)            embedding (model created once per worker process)
     driver: rows sorted by (file_index, node_pos) -> nodes in single-process order;
             per-file BM25 shards -> merge_bm25_shards (global IDF) -> KiwiBM25Retriever;
-            vectors -> VectorStoreIndex; hypothesizer; car_index.json
+            vectors -> VectorStoreIndex; car_index.json
 
 What is the same as the single-process path (checked by ``tests/test_distributed.py``):
 node ids, texts and metadata (``doc_to_json``), the embedding of every node (float32 values,
 as the single-process path's embedding cache returns them), and the BM25 statistics and
 scores (the merged count matrix equals the single-process one, so IDF is global). Files that
 fail to read are :class:`~llama_index_car.pipeline.FileFailure` entries, never an aborted
-batch. The criterion hypothesizer and the vector store are still built on the driver.
+batch. The vector store is still built on the driver.
 
 Ray is an optional extra: ``pip install 'llama-index-car[ray]'``. ``ray_address=None``
 starts a local cluster (``num_cpus`` CPUs); ``"auto"`` joins the cluster of this machine;
@@ -422,8 +422,7 @@ def build_index_ray(
 ) -> BuildSummary:
     """:func:`~llama_index_car.pipeline.build_index` with the per-file work on Ray.
 
-    Same arguments and the same folder (``car_index.json``, ``vector/``, ``bm25/``,
-    ``hypothesizer/``); see :func:`ingest_ray` for the Ray arguments.
+    Same arguments and the same folder (``car_index.json``, ``vector/``, ``bm25/``); see :func:`ingest_ray` for the Ray arguments.
     ``show_progress`` shows Ray Data's progress bars. ``cache_dir`` and ``use_cache`` are
     accepted for compatibility and ignored: workers embed every node (the embedding cache is
     a local folder that remote workers cannot share).
@@ -433,7 +432,6 @@ def build_index_ray(
     """
     from llama_index.core import StorageContext, VectorStoreIndex
 
-    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
     from llama_index_car.pipeline import (
         NothingToIndexError,
         _folder_manifest,
@@ -475,17 +473,13 @@ def build_index_ray(
         embedded, storage_context=StorageContext.from_defaults(), embed_model=model
     )
     bm25 = KiwiBM25Retriever.from_bm25(nodes, res.bm25)
-    stored = {n.node_id: e for n, e in zip(nodes, res.embeddings, strict=True)}
-    hypothesizer = CorpusCriterionHypothesizer.from_nodes(
-        nodes, embed_model=model, embeddings=stored
-    )
     spec = embed_spec(model, provider) | {"dimensions": len(res.embeddings[0])}
     hashes = {str(f): _sha256_file(Path(f)) for f in res.files}
     manifest = _folder_manifest(
         spec, chunk_size, chunk_overlap, None, [Path(f) for f in res.files], res.documents,
         nodes, res.failures, _sources(hashes, nodes, failed={f.path for f in res.failures}),
     )
-    _write_folder(out, manifest, index, bm25, hypothesizer)  # the same format-2 folder
+    _write_folder(out, manifest, index, bm25)  # the same format-2 folder
     return _summary(out, manifest, list(res.failures), start)
 
 

@@ -6,7 +6,6 @@ One call turns a folder of HWPX files into a self-contained directory::
       car_index.json      manifest: format_version, embedding spec, chunking, counts, failures
       vector/             VectorStoreIndex storage (SimpleVectorStore + docstore, plain JSON)
       bm25/               KiwiBM25Retriever.persist() output (JSON + .npz, tokenizer spec)
-      hypothesizer/       CorpusCriterionHypothesizer state (JSON + .npy/.npz)
 
 Table cells (coordinates and text) travel in each table node's ``cells`` metadata
 (:func:`~llama_index.readers.hwpx.node_cells` decodes them); folders written before that
@@ -19,7 +18,9 @@ tokens) → nodes → dense vectors (default: the offline
 ``CAR_EMBED_MODEL`` names; computed through the shared
 :class:`~llama_index_car.evaluation.cache.EmbeddingCache`, so rebuilding an index, or indexing
 texts an evaluation already embedded, re-embeds nothing) and a Kiwi BM25 index
-(``k1=1.5, b=0.75, epsilon=0.25``) → the criterion hypothesizer learnt from the nodes.
+(``k1=1.5, b=0.75, epsilon=0.25``). Nothing else is learnt at index time: the offline CAR reads
+its feedback terms from these two indexes at query time. (Folders written by earlier versions
+also hold a ``hypothesizer/`` folder; it is ignored.)
 
 The manifest records the embedding provider (``e5``, ``use``, ``openai`` or ``custom``), and
 :func:`load_index` embeds queries with that provider by default, so a folder built with USE
@@ -32,8 +33,8 @@ keeps being queried with USE whatever the current default is.
 * ``"hybrid"`` — weighted RRF of the two (``alpha`` weights dense, ``1 - alpha`` BM25,
   ``rrf_k = 60``);
 * ``"car"`` — :class:`~llama_index_car.retrievers.criterion_aware.CriterionAwareRetriever`
-  (hybrid over hypothesis-expanded queries; offline corpus hypothesizer unless an ``llm``
-  is given).
+  (offline: dense + BM25 + the pseudo-relevance-feedback channel; with an ``llm``, the
+  hybrid over LLM-hypothesis-expanded queries).
 
 Files that cannot be read are reported (``BuildSummary.failures`` and the ``on_error``
 callback) and skipped; they never abort the build.
@@ -344,8 +345,7 @@ def _open_store_index(
 
 
 def _write_folder(
-    out: Path, manifest: dict[str, Any], index: VectorStoreIndex | None, bm25: Any,
-    hypothesizer: Any,
+    out: Path, manifest: dict[str, Any], index: VectorStoreIndex | None, bm25: Any
 ) -> None:
     """One crash-safe generation of the folder (see :mod:`llama_index_car._persist`)."""
     from llama_index_car import _persist
@@ -361,7 +361,6 @@ def _write_folder(
         if index is not None:
             _write_vectors(gen / VECTOR_DIR, index, [n.node_id for n in bm25.nodes])
         bm25.persist(str(gen / BM25_DIR))
-        hypothesizer.persist(str(gen / HYPOTHESIZER_DIR))
         _persist.write_json(gen / MANIFEST_NAME, manifest)
         _persist.write_manifest(gen, kind=FOLDER_KIND, format_version=FORMAT_VERSION)
 
@@ -500,7 +499,6 @@ def build_index(
         )
     from llama_index.core import StorageContext, VectorStoreIndex
 
-    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
     chunk_size = 1000 if chunk_size is None else chunk_size
@@ -538,15 +536,12 @@ def build_index(
             embedded, storage_context=StorageContext.from_defaults(), embed_model=model
         )
     bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes, show_progress=show_progress)
-    hypothesizer = CorpusCriterionHypothesizer.from_nodes(
-        nodes, embed_model=model, embeddings=vectors
-    )
     spec = embed_spec(model, provider) | {"dimensions": dims}
     manifest = _folder_manifest(
         spec, chunk_size, chunk_overlap, store, files, len(documents), nodes, failures,
         _sources(hashes, nodes, failed={f.path for f in failures}),
     )
-    _write_folder(out, manifest, None if store else index, bm25, hypothesizer)
+    _write_folder(out, manifest, None if store else index, bm25)
     return _summary(out, manifest, failures, start)
 
 
@@ -623,7 +618,7 @@ def update_index(
 ) -> BuildSummary:
     """Bring ``persist_dir`` up to date with ``source``: files whose sha256 changed (or that
     are new) are read, parsed and embedded again; the nodes of vanished or changed files are
-    removed — in the store, BM25 and the hypothesizer, as one update
+    removed — in the store and BM25, as one update
     (:meth:`CriterionAwareRetriever.insert_nodes` semantics) — and a new generation of the
     folder is written. With nothing changed, no model is loaded and nothing is written.
 
@@ -677,7 +672,7 @@ def update_index(
     model = local.index._embed_model
     ids = frozenset(n.node_id for n in local.bm25.nodes)
     car = CriterionAwareRetriever(
-        IndexDense(local.index, 50, None, ids), local.bm25, hypothesizer=local.hypothesizer
+        IndexDense(local.index, 50, None, ids), local.bm25
     )
     car._bind(local.index, None)
     documents, failures = read_documents(changed, show_progress=show_progress, on_error=on_error)
@@ -705,7 +700,7 @@ def update_index(
         all_nodes, old_failures + failures, sources,
     )
     _write_folder(out, new_manifest, None if manifest.get("store") else car.index,
-                  car.lexical_retriever, car.hypothesizer)
+                  car.lexical_retriever)
     return _summary(out, new_manifest, failures, start, updated=len(changed),
                     removed=len(vanished), unchanged=len(files) - len(changed))
 
@@ -752,7 +747,7 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
 
 @dataclass
 class LocalIndex:
-    """A loaded index folder: the vector index, nodes, BM25 retriever and hypothesizer.
+    """A loaded index folder: the vector index, nodes and BM25 retriever.
 
     Use :meth:`as_retriever` to get any of the four retrievers over the same data (the demo
     loads the folder once and compares all four).
@@ -763,7 +758,6 @@ class LocalIndex:
     index: VectorStoreIndex
     nodes: list[BaseNode]
     bm25: KiwiBM25Retriever
-    hypothesizer: BaseCriterionHypothesizer
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def cells_for(self, metadata: dict[str, Any]) -> list[dict[str, Any]]:
@@ -805,8 +799,9 @@ class LocalIndex:
         """A retriever of ``kind`` (``car``, ``hybrid``, ``bm25``, ``dense``).
 
         ``pool_top_k`` is the per-channel candidate pool for the fused kinds; for ``dense``
-        and ``bm25`` only ``similarity_top_k`` matters. ``hypothesizer`` overrides the
-        persisted offline one for ``car`` (e.g. an :class:`LLMCriterionHypothesizer`).
+        and ``bm25`` only ``similarity_top_k`` matters. ``hypothesizer`` (e.g. an
+        :class:`LLMCriterionHypothesizer`) turns ``car`` into the LLM-hypothesis CAR; without
+        it ``car`` is the offline configuration.
 
         Raises:
             ConfigurationError: unknown ``kind``.
@@ -839,7 +834,7 @@ class LocalIndex:
         return CriterionAwareRetriever(
             dense_retriever=dense,
             lexical_retriever=lexical,
-            hypothesizer=hypothesizer or self.hypothesizer,
+            hypothesizer=hypothesizer,
             alpha=alpha,
             rrf_k=rrf_k,
             pool_top_k=pool,
@@ -876,7 +871,6 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
     from llama_index.core import VectorStoreIndex, load_index_from_storage
 
     from llama_index_car import _persist
-    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
     manifest = read_manifest(persist_dir)
@@ -898,7 +892,7 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
             f"embedding is {name!r}; use the same model (--embed {recorded.get('provider')})"
         )
     store = manifest.get("store")
-    for sub in (BM25_DIR, HYPOTHESIZER_DIR) if store else (VECTOR_DIR, BM25_DIR, HYPOTHESIZER_DIR):
+    for sub in (BM25_DIR,) if store else (VECTOR_DIR, BM25_DIR):
         if not (root / sub).is_dir():
             raise IndexPersistError(f"{root / sub} is missing; rebuild the index")
     bm25 = KiwiBM25Retriever.from_persist_dir(str(root / BM25_DIR))
@@ -919,9 +913,6 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
             raise IndexPersistError(f"{root / VECTOR_DIR} does not hold a VectorStoreIndex")
         index = loaded
     nodes = sorted(bm25.nodes, key=lambda n: n.node_id)
-    hypothesizer = CorpusCriterionHypothesizer.from_persist_dir(
-        str(root / HYPOTHESIZER_DIR), embed_model=embed_model
-    )
     tables: dict[str, list[dict[str, Any]]] = {}
     tables_path = root / TABLES_NAME
     if tables_path.is_file():
@@ -935,7 +926,6 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
         index=index,
         nodes=list(nodes),
         bm25=bm25,
-        hypothesizer=hypothesizer,
         tables=tables,
     )
 
@@ -989,7 +979,7 @@ def load_retriever(
     """Open ``persist_dir`` and return a ``kind`` retriever (``car|hybrid|bm25|dense``).
 
     With ``llm`` the ``car`` retriever uses an :class:`LLMCriterionHypothesizer` over it
-    instead of the offline corpus hypothesizer.
+    instead of the offline feedback configuration.
 
     >>> r = load_retriever("./car-index", "hybrid", similarity_top_k=5)  # doctest: +SKIP
     """

@@ -190,7 +190,7 @@ def resolve_llm(name: str | None = None, *, model: str | None = None,
         return MockLLM()
     require("llama_index.llms.anthropic", extra="anthropic", package="llama-index-llms-anthropic")
     api_key = _key("ANTHROPIC_API_KEY", provider="Anthropic (claude-sonnet-4-6)",
-                   offline="or run without an LLM: the offline corpus hypothesizer is the default")
+                   offline="or run without an LLM: the offline CAR is the default")
     from llama_index.llms.anthropic import Anthropic
 
     return Anthropic(

@@ -3,7 +3,8 @@
 The demo is run once (in-process, ``--json --keep``). Every reported rank is recomputed from
 the kept index folder with independent code: numpy cosine over the persisted vectors (dense),
 ``rank_bm25`` over Kiwi tokens (BM25), the weighted-RRF formula written out here (hybrid) and
-the same formula over the hypothesis-expanded queries (CAR). The demo's numbers are whatever
+the offline CAR's three-channel formula with its feedback share and terms recomputed from
+those oracles (CAR). The demo's numbers are whatever
 they are; these tests check they are computed correctly, not that any system wins.
 """
 
@@ -237,7 +238,9 @@ def test_demo_payload_shape(demo: dict[str, Any]) -> None:
         for system in ("dense", "bm25", "hybrid", "car"):
             r = q["ranks"][system]
             assert r is None or 1 <= r <= p["nodes"], (q["qid"], system, r)
-        assert q["car_hypothesis"] and q["car_hypothesis"] != "(none)"
+        fb = q["car_feedback"]
+        assert fb is not None and 0.0 <= fb["share"] <= 0.7
+        assert (q["car_hypothesis"] == "(none)") == (not fb["terms"])
     assert "10 files → 10 documents" in demo["log"]
 
 
@@ -260,15 +263,68 @@ def test_demo_dense_bm25_hybrid_ranks_match_oracles(
         assert q["ranks"]["hybrid"] == _section_rank(oracle_data, hybrid, q), q["qid"]
 
 
-def test_demo_car_ranks_match_the_expanded_query_oracle(
+def test_demo_car_ranks_match_the_feedback_oracle(
     demo: dict[str, Any], oracle_data: dict[str, Any]
 ) -> None:
-    """CAR = RRF of dense(q + "\\n" + hypothesis) and BM25(q + " " + criteria)."""
+    """Offline CAR = weighted RRF of dense(q), BM25(q), BM25(q + feedback terms).
+
+    Weights ``[0.5, 0.5(1 − p), 0.5p]`` with ``p = 0.7 (1 − s)(1 − a)``: ``s`` = best share of
+    the query's content morphemes in a top-3 BM25 hit, ``a`` = |top-5 dense ∩ top-5 BM25| / 5;
+    terms = the 10 best ``idf × tf`` (rank_bm25 idf, tf summed over the top-5 dense hits)
+    outside the query's tokens.
+    """
+    from collections import Counter
+
+    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+    tok = KiwiTokenizer()
+    tokens = {i: tok.tokenize(t) for i, t in zip(oracle_data["ids"], oracle_data["texts"], strict=True)}
+    texts = dict(zip(oracle_data["ids"], oracle_data["texts"], strict=True))
+    some_feedback = False
     for q in demo["payload"]["questions"]:
-        dense = _dense_order(oracle_data, q["question"] + "\n" + q["car_hypothesis"])
-        lexical = _bm25_order(oracle_data, q["question"] + " " + " ".join(q["car_criteria"]))
-        car = _rrf_order(dense, lexical)
+        dense = _dense_order(oracle_data, q["question"])
+        lexical = _bm25_order(oracle_data, q["question"])
+        words = set(tok.content_morphemes(q["question"]))
+        signal = (
+            1.0 if not words
+            else max((len(words & set(tok.content_morphemes(texts[i]))) / len(words)
+                      for i in lexical[:3]), default=0.0)
+        )
+        agreement = len(set(dense[:5]) & set(lexical[:5])) / 5
+        share = 0.7 * (1 - signal) * (1 - agreement)
+        tf: Counter[str] = Counter()
+        for i in dense[:5]:
+            tf.update(tokens[i])
+        q_tokens = set(tok.tokenize(q["question"]))
+        idf = oracle_data["bm25"].idf
+        markup = {"table", "thead", "tbody", "tr", "td", "th", "colspan", "rowspan", "br", "caption"}
+        weight = {
+            t: idf[t] * c
+            for t, c in tf.items()
+            if t not in q_tokens and t not in markup and idf.get(t, 0) > 0
+        }
+        terms = [t for t, _ in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0]))[:10]]
+        fb = q["car_feedback"]
+        assert fb["agreement"] == pytest.approx(agreement), q["qid"]
+        if share > 0 and terms:
+            some_feedback = True
+            assert fb["share"] == pytest.approx(share) and fb["terms"] == terms, q["qid"]
+            fed = _bm25_order(oracle_data, q["question"] + " " + " ".join(terms))
+            weights = [0.5, 0.5 * (1 - share), 0.5 * share]
+            car = _weighted_rrf_order([dense, lexical, fed], weights)
+        else:
+            assert fb["share"] == 0.0, q["qid"]
+            car = _rrf_order(dense, lexical)
         assert q["ranks"]["car"] == _section_rank(oracle_data, car, q), q["qid"]
+    assert some_feedback  # the bundled questions do exercise the feedback channel
+
+
+def _weighted_rrf_order(rankings: list[list[str]], weights: list[float]) -> list[str]:
+    score: dict[str, float] = {}
+    for ranking, w in zip(rankings, weights, strict=True):
+        for r, node_id in enumerate(ranking, start=1):
+            score[node_id] = score.get(node_id, 0.0) + w / (RRF_K + r)
+    return sorted(score, key=lambda i: (-score[i], i))
 
 
 def test_demo_keep_folder_is_queryable(

@@ -285,7 +285,7 @@ def test_rejects_bad_components() -> None:
         CriterionAwareRetriever("dense", r, hypothesizer=StubHypothesizer())  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="BaseCriterionHypothesizer"):
         CriterionAwareRetriever(r, r, hypothesizer=object())  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="docstore"):
+    with pytest.raises(ConfigurationError, match="token_counts"):  # offline needs a BM25 index
         CriterionAwareRetriever(r, r, hypothesizer=None)
     with pytest.raises(ConfigurationError, match="nodes"):
         CriterionAwareRetriever.from_defaults()
@@ -322,7 +322,7 @@ def test_from_defaults_offline_builds_everything() -> None:
     from llama_index.core.embeddings import MockEmbedding
     from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 
-    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
+    from llama_index_car.retrievers.criterion_aware import DEFAULT_FEEDBACK_SCALE
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
     nodes = corpus_nodes()
@@ -332,13 +332,14 @@ def test_from_defaults_offline_builds_everything() -> None:
     )
     assert isinstance(car.dense_retriever, VectorIndexRetriever)
     assert isinstance(car.lexical_retriever, KiwiBM25Retriever)
-    assert isinstance(car.hypothesizer, CorpusCriterionHypothesizer)
+    assert car.hypothesizer is None and car.feedback_scale == DEFAULT_FEEDBACK_SCALE
     assert car.speculative_hybrid is False
     out = car.retrieve("포장 균열 보수")
     assert 0 < len(out) <= 3
     info = out[0].node.metadata[EXPLAIN_KEY]
-    assert info["routed"] == "car" and info["hypothesis"] and info["criteria"]
-    assert info["hypothesis_source"] == "corpus"
+    assert info["routed"] == "car" and info["fallback"] is False
+    assert 0.0 <= info["feedback"]["share"] <= DEFAULT_FEEDBACK_SCALE
+    assert sum(info["weights"].values()) == pytest.approx(1.0)
     assert [n.model_dump() for n in nodes] == before
 
 
@@ -363,14 +364,8 @@ def test_from_defaults_with_index_and_llm() -> None:
     assert out[0].node.node_id in {"n2", "n3"}  # the lexical channel finds 설계기준/포장
 
 
-def test_hypothesizer_none_mines_the_dense_index() -> None:
-    from llama_index.core import VectorStoreIndex
-    from llama_index.core.embeddings import MockEmbedding
-
-    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
-
-    index = VectorStoreIndex(nodes=corpus_nodes(), embed_model=MockEmbedding(embed_dim=8))
-    lexical = Recorder(["a"], ["a"])
-    car = CriterionAwareRetriever(index.as_retriever(), lexical)
-    assert isinstance(car.hypothesizer, CorpusCriterionHypothesizer)
-    assert "설치기준" in car.hypothesizer.terms
+def test_hypothesis_path_has_no_feedback_channel_by_default() -> None:
+    car, _, _ = make()
+    assert car.feedback_scale == 0.0
+    info = car.retrieve("q")[0].node.metadata[EXPLAIN_KEY]
+    assert set(info["weights"]) == {"dense", "lexical"} and "feedback" not in info

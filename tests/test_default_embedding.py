@@ -263,7 +263,7 @@ def test_probe_uses_the_default_resolution(
 def _nodes() -> list[Any]:
     from llama_index.core.schema import TextNode
 
-    texts = {  # half the nodes state a 설치기준: the corpus hypothesizer has a term to learn
+    texts = {
         "d1": "배수시설 설치기준\n도로 배수시설의 설치기준은 강우강도를 고려하여 정한다.",
         "d2": "터널 조명 설치기준\n터널 조명의 설치기준은 입구부 휘도를 기준으로 한다.",
         "d3": "교량 점검시설\n교량 점검통로의 폭은 60 cm 이상이다.",
@@ -276,21 +276,14 @@ def _nodes() -> list[Any]:
 def test_library_defaults_follow_the_resolver(
     env: str | None, cls: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
     from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 
     if env:
         monkeypatch.setenv("CAR_EMBED_MODEL", env)
     car = CriterionAwareRetriever.from_defaults(nodes=_nodes())
     assert type(car.dense_retriever._embed_model).__name__ == cls  # type: ignore[attr-defined]
-    hyp = car.hypothesizer
-    assert isinstance(hyp, CorpusCriterionHypothesizer)
-    assert type(hyp.embed_model).__name__ == cls
-    dim = {E5: 384, USE: 512}[cls]
-    assert hyp.mean_embedding.shape == (dim,)
+    assert car.hypothesizer is None  # offline: nothing is built at index time but the indexes
     assert car.retrieve("배수시설 설치기준")[0].node.node_id == "d1"
-    alone = CorpusCriterionHypothesizer.from_nodes(_nodes())  # no embedding given at all
-    assert type(alone.embed_model).__name__ == cls and alone.mean_embedding.shape == (dim,)
 
 
 # ----------------------------------------------------------------------------- caches

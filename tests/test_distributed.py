@@ -207,13 +207,12 @@ def test_same_nodes_ids_texts_metadata(built: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-def test_same_embeddings_and_hypothesizer(built: dict[str, Any]) -> None:
+def test_same_embeddings(built: dict[str, Any]) -> None:
     a, b = _load(built["out"] / "local"), _load(built["out"] / "ray")
     ea = a.index.vector_store.data.embedding_dict
     eb = b.index.vector_store.data.embedding_dict
     assert eb == ea  # exact: float32 values on both paths
-    for f in sorted((live_dir(built["out"] / "local") / "hypothesizer").iterdir()):
-        assert (live_dir(built["out"] / "ray") / "hypothesizer" / f.name).read_bytes() == f.read_bytes()
+    assert not (live_dir(built["out"] / "ray") / "hypothesizer").exists()  # nothing else learnt
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ KEY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "COHERE_API_KEY", "CO_API_KEY
 
 #: example file -> regular expressions its stdout must match (offline run)
 EXPECTED: dict[str, tuple[str, ...]] = {
-    "01_quickstart.py": (r"criterion hypothesis: \S", r"^0\.\d{4}  \S.*\(dg\d{4}_\w+\.hwpx\)$"),
+    "01_quickstart.py": (r"hypothesis \(\w+\): \S", r"^0\.\d{4}  \S.*\(dg\d{4}_\w+\.hwpx\)$"),
     "02_simple_directory_reader.py": (
         r"^dg2012_tunnel\.hwpx\s+tables=1$",
         r"README\.txt",

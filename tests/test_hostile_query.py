@@ -74,11 +74,13 @@ def retrievers(nodes: list[TextNode]) -> dict[str, BaseRetriever]:
         "bm25": bm25,
         "hybrid": WeightedRRFRetriever.from_alpha(dense, bm25, pool_top_k=5, similarity_top_k=5),
         "car": CriterionAwareRetriever.from_defaults(nodes=nodes, **car_kw),
-        "car-routed": CriterionAwareRetriever.from_defaults(nodes=nodes, route="auto", **car_kw),
+        "car-nofeedback": CriterionAwareRetriever.from_defaults(
+            nodes=nodes, feedback_scale=0, **car_kw
+        ),
     }
 
 
-KINDS = ["bm25", "hybrid", "car", "car-routed"]
+KINDS = ["bm25", "hybrid", "car", "car-nofeedback"]
 
 
 def ids(hits: list[NodeWithScore]) -> list[str]:
@@ -240,15 +242,18 @@ def test_hypothesis_event_reaches_a_registered_handler(
     retrievers: dict[str, BaseRetriever], collected: list[CriterionHypothesisEvent]
 ) -> None:
     car = retrievers["car"]
-    hits = car.retrieve(QUERY)
+    query = "비탈 옆 물 빠지는 배수 길 만드는 법"  # low overlap: the feedback step runs
+    hits = car.retrieve(query)
     (event,) = collected
     explain = hits[0].node.metadata["car_explain"]
-    assert event.query == QUERY
+    assert event.query == query and explain["feedback"]["share"] > 0
     assert (event.hypothesis, event.criteria) == (explain["hypothesis"], explain["criteria"])
-    assert event.source == "offline" and event.hypothesizer == car.hypothesizer.name
+    assert event.source == "offline" and event.hypothesizer == "feedback"
     assert event.latency >= 0 and event.error is None
-    asyncio.run(car.aretrieve(QUERY))
+    asyncio.run(car.aretrieve(query))
     assert len(collected) == 2 and collected[1].hypothesis == event.hypothesis
+    car.retrieve(QUERY)  # every query word is in its best BM25 hit: no feedback, no event
+    assert len(collected) == 2
 
 
 def test_hypothesis_event_on_fallback(

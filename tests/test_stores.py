@@ -73,12 +73,9 @@ def corpus_nodes(shared_dir: Path) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def shared_parts(corpus_nodes: list[Any]) -> dict[str, Any]:
-    """One BM25 token cache and one corpus hypothesizer for every store (same nodes and
-    embedding), so each store test pays for its plumbing, not for Kiwi."""
-    from llama_index_car import CorpusCriterionHypothesizer
-
-    hyp = CorpusCriterionHypothesizer.from_nodes(corpus_nodes, embed_model=HashedBigramEmbedding())
-    return {"token_cache": {}, "hypothesizer": hyp}
+    """One BM25 token cache for every store (same nodes), so each store test pays for its
+    plumbing, not for Kiwi."""
+    return {"token_cache": {}}
 
 
 @pytest.fixture(params=list(STORES))
@@ -150,7 +147,7 @@ def test_car_and_hybrid_over_store(
 
     cache = shared_parts["token_cache"]
     car = CriterionAwareRetriever.from_defaults(
-        index=index, nodes=nodes, hypothesizer=shared_parts["hypothesizer"], token_cache=cache
+        index=index, nodes=nodes, token_cache=cache
     )
     hybrid = WeightedRRFRetriever.from_index(index, nodes, token_cache=cache)
     before = _top(car)
@@ -187,7 +184,7 @@ def test_car_and_hybrid_over_store(
     filters = MetadataFilters(filters=[MetadataFilter(key="file_name", value=keep)])
     fcar = CriterionAwareRetriever.from_defaults(
         index=index, nodes=car.lexical_retriever.nodes, filters=filters,
-        hypothesizer=car.hypothesizer, token_cache=cache,
+        token_cache=cache,
     )
     hits = fcar.retrieve("품질시험 기준")
     assert hits and all(h.node.metadata["file_name"] == keep for h in hits)

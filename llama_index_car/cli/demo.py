@@ -4,7 +4,7 @@ Offline and key-free by default: the ten bundled HWPX guideline documents are in
 temporary folder with the default embedding (offline multilingual-e5-small, through the shared
 embedding cache, so only the first run embeds) and Kiwi BM25, then each bundled
 criterion question is run through dense, BM25, hybrid (weighted RRF, alpha 0.5, k 60) and
-CAR (hybrid over criterion-hypothesis-expanded queries, offline corpus hypothesizer). The
+CAR (offline: dense + BM25 + the pseudo-relevance-feedback channel). The
 table shows the rank of the question's gold section under each retriever (1 = top; the rank
 of the section's best node among all nodes; ``—`` = not returned, e.g. BM25 with no shared
 term), like the paper's Table 12, then MRR and Hit@k per retriever and the elapsed time.
@@ -74,7 +74,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--llm",
         choices=CLI_LLMS,
         default=None,
-        help="CAR hypothesis writer: none = offline corpus hypothesizer (default; or $CAR_LLM), "
+        help="CAR hypothesis writer: none = offline CAR, no hypothesis (default; or $CAR_LLM), "
         "anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",
     )
     p.add_argument("--explain", action="store_true", help="print CAR's hypothesis per question")
@@ -236,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
         ranks: dict[str, dict[str, int | None]] = {}
         hypotheses: dict[str, str] = {}
         criteria: dict[str, list[str]] = {}
+        feedback: dict[str, dict[str, Any]] = {}
         for q in questions:
             ranks[q.qid] = {}
             for system, retriever in retrievers.items():
@@ -245,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
                     explain = hits[0].node.metadata.get("car_explain") or {}
                     hypotheses[q.qid] = str(explain.get("hypothesis") or "(none)")
                     criteria[q.qid] = [str(c) for c in explain.get("criteria") or []]
+                    if isinstance(explain.get("feedback"), dict):
+                        feedback[q.qid] = dict(explain["feedback"])
         query_seconds = time.perf_counter() - query_start
 
     summary = summarise(ranks, args.hit_k)
@@ -265,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
                     "ranks": ranks[q.qid],
                     "car_hypothesis": hypotheses.get(q.qid),
                     "car_criteria": criteria.get(q.qid, []),
+                    "car_feedback": feedback.get(q.qid),
                 }
                 for q in questions
             ],

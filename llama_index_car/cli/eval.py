@@ -26,8 +26,8 @@ examples:
       --max-queries 300 --out out/legal
   llama-car eval docs/ --qa questions.jsonl --systems bm25,dense,reframe:first:dense --out out/x
 
-systems: bm25 dense hybrid dense+hyp bm25+exp car car-hyde car-auto, each optionally
-  prefixed 'reframe:<first|all|most_frequent>:', suffixed '@<alpha>' (fusion) or '+rerank'.
+systems: bm25 dense hybrid car (offline: dense + BM25 + feedback channel), and with --llm:
+  dense+hyp bm25+exp car car-hyde car-auto; each optionally prefixed 'reframe:<first|all|most_frequent>:', suffixed '@<alpha>' (fusion) or '+rerank'.
 outputs: DIR/results.json DIR/runs/<system>.trec DIR/report.md DIR/*.png DIR/per_query.json
 """
 
@@ -52,8 +52,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_embed_option(p)
     p.add_argument("--llm", default="none", choices=CLI_LLMS,
                    help="LLM for the criterion hypothesis and car-hyde (default: %(default)s)")
-    p.add_argument("--hypothesizer", default="auto", choices=("auto", "corpus", "llm"),
-                   help="CAR hypothesizer; auto = llm when --llm is set, else corpus")
+    p.add_argument("--hypothesizer", default="auto", choices=("auto", "offline", "llm"),
+                   help="CAR hypothesizer; auto = llm when --llm is set, else offline "
+                        "(car = the offline CAR: dense + BM25 + feedback channel)")
     p.add_argument("--rerank", default="none", choices=RERANKERS,
                    help="reranker for '+rerank' systems (default: %(default)s)")
     p.add_argument("--alpha", type=unit_float, default=0.5,

@@ -82,7 +82,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--llm",
         choices=CLI_LLMS,
         default=None,
-        help="hypothesis writer for car: none = offline corpus hypothesizer (default; "
+        help="hypothesis writer for car: none = offline CAR, no hypothesis (default; "
         "or $CAR_LLM), anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",
     )
     p.add_argument(

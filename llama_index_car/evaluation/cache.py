@@ -320,7 +320,7 @@ class EmbeddingCache:
 class CachedEmbedding(BaseEmbedding):
     """A LlamaIndex ``BaseEmbedding`` that answers from an :class:`EmbeddingCache`.
 
-    Every component that embeds (dense retriever, corpus hypothesizer, ``VectorStoreIndex``)
+    Every component that embeds (dense retriever, ``VectorStoreIndex``)
     can take it, so one cache serves them all and a second run embeds nothing.
 
     >>> from llama_index.core.embeddings import MockEmbedding

@@ -5,7 +5,7 @@ a QA file (:func:`load_hwpx_eval`). Steps (each long one shows a tqdm bar):
 
 1. corpus and query embeddings through the on-disk cache (:mod:`.cache`);
 2. query–gold lexical overlap and strata (:mod:`.overlap`);
-3. hypotheses of every query, once (offline hypothesizer: precomputed; LLM: on demand);
+3. LLM hypotheses of every query, once, on demand (the offline CAR needs none);
 4. every system (:mod:`.systems`) retrieves ``depth`` (100) documents per query →
    a run ``{qid: {doc_id: score}}``;
 5. metrics per stratum (:mod:`.metrics`), bootstrap CIs and the declared test families
@@ -74,8 +74,8 @@ class EvalConfig:
         alpha: default dense weight of fusion systems (0.5 = plain RRF order).
         rrf_k: RRF constant (60).
         depth: documents per query in every run (>= 100 for the TREC files).
-        hypothesizer: ``"auto"`` (``llm`` when an LLM is given, else ``corpus``), ``"corpus"``,
-            ``"llm"``.
+        hypothesizer: ``"auto"`` (``llm`` when an LLM is given, else ``offline``),
+            ``"offline"`` (``car`` is the offline CAR), ``"llm"``.
         rerank_pool: candidates a ``+rerank`` system reorders (50).
         seed: bootstrap seed.
         n_resamples: bootstrap resamples (2000).
@@ -438,7 +438,7 @@ def run_evaluation(
     show = config.show_progress
     kind = config.hypothesizer
     if kind == "auto":
-        kind = "llm" if llm is not None else "corpus"
+        kind = "llm" if llm is not None else "offline"
 
     cache = EmbeddingCache(cache_dir or default_cache_dir(), embed_model)
     cached = CachedEmbedding(cache)
@@ -461,25 +461,6 @@ def run_evaluation(
         hypothesizer=kind, llm=llm, reranker=reranker, rerank_pool=config.rerank_pool,
         show_progress=show, hypothesis_cache_dir=str(hyp_cache),
     )
-
-    hyp_timing: dict[str, float] = {}
-    if kind == "corpus" and any(s.needs_hypothesizer and s.base != "car-hyde" for s in specs):
-        for reframe in sorted({s.reframe or "" for s in specs if s.needs_hypothesizer}):
-            memo = factory.hypothesizer(reframe or None, "corpus")
-            t0 = time.perf_counter()
-            dense_strings = []
-            from llama_index_car._errors import HypothesisError
-            from llama_index_car.evaluation.systems import hypothesis_dense_text
-
-            for q in _progress(list(data.queries.values()), show, "hypothesize"):
-                try:
-                    dense_strings.append(hypothesis_dense_text(q, memo.hypothesize(q)))
-                except HypothesisError:
-                    continue
-            hyp_timing[reframe or "plain"] = (
-                1000.0 * (time.perf_counter() - t0) / max(1, len(data.queries))
-            )
-            cache.embed(dense_strings, "query", show_progress=show, desc="embed hypotheses")
 
     runs: dict[str, Run] = {}
     timing: dict[str, dict[str, float]] = {}
@@ -544,7 +525,6 @@ def run_evaluation(
         "tests": tests,
         "alpha_sweep": sweep,
         "timing": timing,
-        "hypothesizer_ms_per_query": hyp_timing,
         "routing": routing,
         "embedding_cache": {"hits": cache.hits, "misses": cache.misses, "path": str(cache.path)},
     }

@@ -11,12 +11,14 @@ Grammar of a system name::
   ``dense``       :class:`NumpyDenseRetriever`: cosine over an N×d numpy matrix of any
                   ``BaseEmbedding`` (embeddings from the on-disk cache)
   ``hybrid``      ``WeightedRRFRetriever.from_alpha(dense, bm25, alpha)`` (rrf_k=60)
-  ``dense+hyp``   dense over ``query + "\\n" + hypothesis`` (CAR's dense channel alone)
-  ``bm25+exp``    BM25 over ``query + " " + criterion terms`` (CAR's lexical channel alone)
-  ``car``         ``CriterionAwareRetriever`` (route="always") with the chosen hypothesizer
-  ``car-hyde``    the same fusion with ``HyDEHypothesizer`` (generic hypothesis; needs an LLM)
-  ``car-auto``    ``CriterionAwareRetriever(route="auto")``: CAR only when the router predicts
-                  low lexical overlap, the plain hybrid otherwise
+  ``dense+hyp``   dense over ``query + "\\n" + hypothesis`` (CAR's dense channel alone; LLM)
+  ``bm25+exp``    BM25 over ``query + " " + criterion terms`` (CAR's lexical channel alone; LLM)
+  ``car``         ``CriterionAwareRetriever``: offline, its recommended configuration (dense +
+                  BM25 + the feedback channel, ``hypothesizer=None``); with an LLM, the paper's
+                  CAR over ``LLMCriterionHypothesizer`` (route="always")
+  ``car-hyde``    the LLM fusion with ``HyDEHypothesizer`` (generic hypothesis; needs an LLM)
+  ``car-auto``    ``CriterionAwareRetriever(route="auto")`` with the LLM hypothesizer: CAR only
+                  when the router predicts low lexical overlap, the plain hybrid otherwise
   ==============  ============================================================================
 
 * ``@<alpha>`` — the dense weight of a fusion system (default: the run's ``--alpha``).
@@ -26,9 +28,10 @@ Grammar of a system name::
   ``rerank_pool`` (50) candidates; the rest of the ranking follows unchanged, so Recall@50 is
   that of the channel it reorders (paper, Table 9).
 
-The hypothesizer of ``dense+hyp``, ``bm25+exp``, ``car`` and ``car-auto`` is the offline
-``CorpusCriterionHypothesizer`` unless ``hypothesizer="llm"`` (``LLMCriterionHypothesizer``);
-each query is hypothesized once per run (:class:`MemoHypothesizer`). When the hypothesizer fails
+The hypothesizer of ``dense+hyp``, ``bm25+exp``, ``car-auto`` and (with ``hypothesizer="llm"``)
+``car`` is ``LLMCriterionHypothesizer``; each query is hypothesized once per run
+(:class:`MemoHypothesizer`). Offline (``hypothesizer="offline"``) only ``car`` of the CAR family
+runs. When the hypothesizer fails
 for a query, ``dense+hyp`` and ``bm25+exp`` use the plain query and CAR falls back to the
 hybrid (its own contract).
 
@@ -348,7 +351,7 @@ class SystemFactory:
         depth: results per query of every system (and of each fusion channel's pool).
         alpha: default dense weight of fusion systems.
         rrf_k: RRF constant.
-        hypothesizer: ``"corpus"`` (offline) or ``"llm"``.
+        hypothesizer: ``"offline"`` (``car`` is the offline CAR) or ``"llm"``.
         llm: the LLM for ``"llm"`` and ``car-hyde``.
         reranker: a node postprocessor for ``+rerank`` systems.
         rerank_pool: candidates the reranker reorders (default 50).
@@ -365,7 +368,7 @@ class SystemFactory:
         depth: int = 100,
         alpha: float = 0.5,
         rrf_k: int = 60,
-        hypothesizer: str = "corpus",
+        hypothesizer: str = "offline",
         llm: Any = None,
         reranker: Any = None,
         rerank_pool: int = 50,
@@ -373,8 +376,8 @@ class SystemFactory:
         reranker_factory: Callable[[], Any] | None = None,
         hypothesis_cache_dir: str | None = None,
     ) -> None:
-        if hypothesizer not in ("corpus", "llm"):
-            raise ConfigurationError(f"hypothesizer={hypothesizer!r}; use 'corpus' or 'llm'")
+        if hypothesizer not in ("offline", "llm"):
+            raise ConfigurationError(f"hypothesizer={hypothesizer!r}; use 'offline' or 'llm'")
         if hypothesizer == "llm" and llm is None:
             raise ConfigurationError("hypothesizer='llm' needs an LLM; pass --llm anthropic")
         self.nodes = list(nodes)
@@ -414,19 +417,17 @@ class SystemFactory:
         return self._variants[reframe]
 
     def hypothesizer(self, reframe: str | None, kind: str) -> MemoHypothesizer:
-        """The memoized hypothesizer ``kind`` (``corpus``, ``llm``, ``hyde``) for a variant."""
-        key = (reframe if kind == "corpus" else None, kind)
+        """The memoized hypothesizer ``kind`` (``llm``, ``hyde``); hypotheses do not depend on
+        the index variant (``reframe`` is accepted for symmetry)."""
+        key = (None, kind)
         if key not in self._hypothesizers:
             inner: BaseCriterionHypothesizer
-            if kind == "corpus":
-                from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
-
-                v = self.variant(reframe)
-                inner = CorpusCriterionHypothesizer.from_nodes(
-                    v.nodes, embed_model=self.embed_model, embeddings=v.dense.matrix,
-                    show_progress=self.show_progress,
+            if kind == "offline":
+                raise ConfigurationError(
+                    "dense+hyp, bm25+exp and car-auto need an LLM hypothesis; pass --llm "
+                    "anthropic (offline, 'car' is the recommended offline CAR)"
                 )
-            elif kind == "llm":
+            if kind == "llm":
                 from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
 
                 inner = LLMCriterionHypothesizer(
@@ -478,10 +479,11 @@ class SystemFactory:
             from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 
             kind = "hyde" if base == "car-hyde" else self.hypothesizer_kind
+            offline = base == "car" and kind == "offline"  # the recommended offline CAR
             retriever = CriterionAwareRetriever(
                 v.dense,
                 v.bm25,
-                hypothesizer=self.hypothesizer(spec.reframe, kind),
+                hypothesizer=None if offline else self.hypothesizer(spec.reframe, kind),
                 alpha=alpha,
                 rrf_k=self.rrf_k,
                 pool_top_k=self.depth,

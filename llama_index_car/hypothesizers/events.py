@@ -16,9 +16,9 @@ dispatcher — so any handler registered the LlamaIndex way receives it::
     get_dispatcher().add_event_handler(Log())
 
 Fields: ``query``; ``hypothesis`` (text, ``None`` on fallback) and ``criteria``; ``source`` —
-``"llm"`` (an LLM hypothesizer), ``"offline"`` (the corpus hypothesizer or any other
-non-LLM one) or ``"fallback"`` (failed or timed out: CAR used the plain hybrid); ``hypothesizer``
-(its ``name``); ``cached``; ``latency`` (seconds from the start of the step to its outcome);
+``"llm"`` (an LLM hypothesizer), ``"offline"`` (any non-LLM hypothesizer, and the offline
+CAR's feedback terms, ``hypothesizer="feedback"``) or ``"fallback"`` (failed or timed out: CAR
+used the plain hybrid); ``hypothesizer`` (its ``name``); ``cached``; ``latency`` (seconds from the start of the step to its outcome);
 ``error`` (why it fell back).
 """
 
@@ -57,12 +57,15 @@ class CriterionHypothesisEvent(BaseEvent):
 
 def emit_hypothesis_event(
     query: str,
-    hypothesizer: BaseCriterionHypothesizer,
+    hypothesizer: BaseCriterionHypothesizer | str,
     hypothesis: CriterionHypothesis | None,
     latency: float,
     error: str | None = None,
 ) -> None:
-    """Dispatch a :class:`CriterionHypothesisEvent` (``hypothesis=None`` → ``"fallback"``)."""
+    """Dispatch a :class:`CriterionHypothesisEvent` (``hypothesis=None`` → ``"fallback"``).
+
+    ``hypothesizer`` is the hypothesizer object or, for the offline feedback step, a name.
+    """
     source: HypothesisSource
     if hypothesis is None:
         source = "fallback"
@@ -74,7 +77,8 @@ def emit_hypothesis_event(
         hypothesis=hypothesis.text if hypothesis is not None else None,
         criteria=list(criteria),
         source=source,
-        hypothesizer=str(getattr(hypothesizer, "name", type(hypothesizer).__name__)),
+        hypothesizer=hypothesizer if isinstance(hypothesizer, str)
+        else str(getattr(hypothesizer, "name", type(hypothesizer).__name__)),
         cached=bool(hypothesis.cached) if hypothesis is not None else False,
         latency=float(latency),
         error=error,

@@ -12,7 +12,7 @@ and never show half an update:
 
 * new nodes are embedded first, then written to the store; the dense channel only returns
   ids of its snapshot, so queries pinned to the old snapshot do not see them; the new
-  snapshot (BM25 with the nodes, hypothesizer refitted) is then published in one assignment;
+  snapshot (BM25 with the nodes) is then published in one assignment;
 * deleted nodes leave the snapshot first; the store deletion waits until no query pinned to
   the old snapshot is running (at most ``drain_timeout`` seconds);
 * a node id inserted again (same id, new content) is absent between the two steps, never
@@ -68,9 +68,6 @@ _SKIP_CONFIG = {
     "self", "dense_retriever", "lexical_retriever", "retrievers", "hypothesizer", "router",
     "callback_manager", "verbose", "kwargs", "args",
 }
-_ANALYSES: dict[str, tuple[list[str], list[str]]] = {}
-_ANALYSES_LOCK = threading.Lock()
-_ANALYSES_MAX = 500_000
 _PINNED: contextvars.ContextVar[Mapping[int, Channels] | None] = contextvars.ContextVar(
     "llama_index_car_pinned_channels", default=None
 )
@@ -264,7 +261,7 @@ class StoreChannels:
 
     # --------------------------------------------------------------- updates
     def insert_nodes(self, nodes: Sequence[BaseNode]) -> None:
-        """Add ``nodes`` to the store, the BM25 index and the hypothesizer, as one update.
+        """Add ``nodes`` to the store and the BM25 index, as one update.
 
         A node whose id is already indexed replaces it. The nodes are not modified (they are
         embedded into copies).
@@ -272,7 +269,7 @@ class StoreChannels:
         self._update([], list(nodes))
 
     def delete_nodes(self, node_ids: Sequence[str]) -> None:
-        """Remove nodes by id from both channels and the hypothesizer, as one update.
+        """Remove nodes by id from both channels, as one update.
 
         Raises:
             ConfigurationError: an id is not indexed.
@@ -307,15 +304,15 @@ class StoreChannels:
             if fresh:
                 index.insert_nodes([embedded[n.node_id] for n in fresh])
             if not removed:
-                self._publish(_next(old, insert=fresh, vectors=vectors, refit=True))
+                self._publish(_next(old, insert=fresh))
                 return
-            mid = _next(old, delete=removed, insert=fresh, vectors=vectors, refit=not again)
+            mid = _next(old, delete=removed, insert=fresh)
             self._publish(mid)
             self._drain(old)
             index.delete_nodes(removed, delete_from_docstore=True)
             if again:
                 index.insert_nodes([embedded[n.node_id] for n in again])
-                self._publish(_next(mid, insert=again, vectors=vectors, refit=True))
+                self._publish(_next(mid, insert=again))
 
     def _publish(self, state: Channels) -> None:
         with self._cond():
@@ -444,8 +441,6 @@ def _next(
     *,
     delete: Sequence[str] = (),
     insert: Sequence[BaseNode] = (),
-    vectors: Mapping[str, list[float]],
-    refit: bool,
 ) -> Channels:
     """The snapshot after removing ``delete`` and adding ``insert`` (inputs untouched)."""
     dense, lexical, *rest = state.retrievers
@@ -455,92 +450,8 @@ def _next(
     if insert:
         lexical.insert_nodes([n.model_copy(update={"embedding": None}) for n in insert])
     nodes = lexical.nodes
-    hyp = state.hypothesizer
-    if refit and (delete or insert):
-        hyp = _refit(hyp, nodes, state.index, vectors)
     return replace(
         state,
         retrievers=(dense.with_ids(frozenset(n.node_id for n in nodes)), lexical, *rest),
-        hypothesizer=hyp,
         readers=[0],
     )
-
-
-class _Analysed:
-    """A ``MorphemeAnalyzer`` answering from precomputed analyses (else from ``tokenizer``)."""
-
-    def __init__(self, tokenizer: Any, table: Mapping[str, tuple[list[str], list[str]]]) -> None:
-        self._tok = tokenizer
-        self._table = table
-
-    def noun_compounds(self, text: str) -> list[str]:
-        hit = self._table.get(_sha(text))
-        return list(hit[0]) if hit is not None else list(self._tok.noun_compounds(text))
-
-    def content_morphemes(self, text: str) -> list[str]:
-        hit = self._table.get(_sha(text))
-        return list(hit[1]) if hit is not None else list(self._tok.content_morphemes(text))
-
-
-def _sha(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _refit(
-    hyp: Any,
-    nodes: list[BaseNode],
-    index: Any,
-    vectors: Mapping[str, list[float]],
-) -> Any:
-    """A corpus hypothesizer learnt again from ``nodes``; other hypothesizers unchanged.
-
-    Node vectors come from ``vectors`` (just embedded), the index's ``SimpleVectorStore`` or
-    the store (:func:`~llama_index_car.stores.fetch_embeddings`); the rest are embedded.
-    Morphological analyses are kept in a bounded process-wide cache (tokenizer spec + text
-    hash), so a refit analyses only texts it has not seen.
-    """
-    from llama_index_car.hypothesizers import corpus
-    from llama_index_car.stores import fetch_embeddings
-
-    if not isinstance(hyp, corpus.CorpusCriterionHypothesizer) or not nodes:
-        return hyp
-    table: dict[str, list[float]] = dict(vectors)
-    data = getattr(getattr(index.vector_store, "data", None), "embedding_dict", None)
-    if isinstance(data, dict):
-        table.update({k: v for k, v in data.items() if k not in table})
-    missing = [n.node_id for n in nodes if n.node_id not in table]
-    if missing:
-        table.update(fetch_embeddings(index.vector_store, missing))
-    tokenizer = hyp.tokenizer
-    spec = str(getattr(tokenizer, "spec_hash", type(tokenizer).__name__))[:16] + ":"
-    texts = {
-        spec + _sha(t): t for t in (n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes)
-    }
-    with _ANALYSES_LOCK:
-        analyses = {k: _ANALYSES[k] for k in texts if k in _ANALYSES}
-    todo = [k for k in texts if k not in analyses]
-    if todo:
-        done = corpus._analyse_all(tokenizer, [texts[k] for k in todo], None)
-        analyses.update(zip(todo, done, strict=True))
-        with _ANALYSES_LOCK:
-            if len(_ANALYSES) + len(todo) > _ANALYSES_MAX:
-                _ANALYSES.clear()
-            _ANALYSES.update(zip(todo, done, strict=True))
-    analyses = {k[len(spec):]: v for k, v in analyses.items()}
-    try:
-        new = corpus.CorpusCriterionHypothesizer.from_nodes(
-            nodes,
-            tokenizer=_Analysed(tokenizer, analyses),
-            embed_model=hyp._embed_model or index._embed_model,
-            embeddings=table,
-            n_terms=hyp.n_terms,
-            embedding_weight=hyp.embedding_weight,
-            heads=hyp.heads,
-        )
-    except ConfigurationError as exc:  # e.g. no criterion term left in the corpus
-        logger.warning("corpus hypothesizer not refitted (%s); keeping the previous one", exc)
-        return hyp
-    new._tokenizer = tokenizer  # query time and persistence use the real tokenizer
-    return new

@@ -1,7 +1,28 @@
-"""``CriterionAwareRetriever`` (CAR): criterion-hypothesis expansion fused by weighted RRF.
+"""``CriterionAwareRetriever`` (CAR): weighted-RRF fusion of channels that bridge low overlap.
 
 The paper's §5.8 remedy for queries that share few words with the clause that answers them.
-A hypothesizer guesses the criterion the query seeks, in the vocabulary of the standards
+Two configurations share one class.
+
+**Offline** (``hypothesizer=None``, the default of :meth:`CriterionAwareRetriever.from_defaults`
+without an LLM; nothing is learnt at index time). Three channels:
+
+* dense: ``dense(query)``; lexical: ``lexical(query)`` (both ``pool_top_k`` deep);
+* feedback: ``lexical(query + " " + terms)`` where ``terms`` are the 10 terms with the largest
+  ``idf × tf`` summed over the top-5 dense hits (:mod:`llama_index_car.hypothesizers.feedback`,
+  read from the BM25 index's own counts): dense retrieval bridges the paraphrase, its best hits
+  supply the vocabulary of the standards;
+* fusion weights ``[α, (1 − α)(1 − p), (1 − α)p]`` with the per-query feedback share
+  ``p = feedback_scale · (1 − s) · (1 − a)`` (:func:`~llama_index_car.retrievers.routing.feedback_share`):
+  ``s`` is the router signal (share of the query's content morphemes in its top-3 BM25 hits)
+  and ``a`` the top-5 agreement of the dense and lexical rankings. When the query's words are
+  all in its best BM25 hits (``s = 1``) or both channels agree (``a = 1``), ``p = 0`` and the
+  result is exactly the α-hybrid. ``feedback_scale`` defaults to :data:`DEFAULT_FEEDBACK_SCALE`
+  (0.7), measured in ``benchmarks/car_ablation.py`` (README Results): the corpus-mined hypothesis
+  of earlier versions, a query-adaptive α, criterion sentences, a Rocchio dense channel and a
+  title-debiased body-vector channel were measured there too and not kept.
+
+**With a hypothesizer** (the paper's CAR; e.g. ``LLMCriterionHypothesizer``). A hypothesizer
+guesses the criterion the query seeks, in the vocabulary of the standards
 (``CriterionHypothesis(text, criteria)``), and two channels are fused:
 
 * dense: ``QueryBundle(query, custom_embedding_strs=[query + "\\n" + hypothesis.text])``
@@ -9,16 +30,14 @@ A hypothesizer guesses the criterion the query seeks, in the vocabulary of the s
 * lexical: ``query + " " + hypothesis.expansion_terms()``;
 * fusion: :func:`~llama_index_car.fusion.weighted_rrf` with weights ``[alpha, 1 - alpha]``
   (alpha weights dense; default 0.5), ``rrf_k`` (default 60), ``pool_top_k`` candidates per
-  channel (default 50), ``similarity_top_k`` results (default 10).
+  channel (default 50), ``similarity_top_k`` results (default 10). The feedback channel is off
+  here (``feedback_scale=0`` unless given; it has not been measured with an LLM hypothesis).
 
 Resilience. The hypothesis is produced concurrently with a plain hybrid retrieval
 (dense(query) + lexical(query), same fusion). If the hypothesizer raises (``HypothesisError`` or
 any other ``Exception``, e.g. from an LLM client), exceeds ``hypothesis_timeout`` seconds or
 returns an empty hypothesis, CAR logs a warning and returns the hybrid result with
 ``car_explain["fallback"] = True`` — unless ``strict=True``, which raises ``HypothesisError``.
-With the offline :class:`~llama_index_car.hypothesizers.corpus.CorpusCriterionHypothesizer`
-(milliseconds, no network) the speculative hybrid is skipped by default
-(``speculative_hybrid="auto"``) and only run on failure.
 
 Routing. ``route="auto"`` first runs the lexical channel on the plain query and asks a
 :class:`~llama_index_car.retrievers.routing.LexicalOverlapRouter` whether low lexical overlap is
@@ -27,7 +46,9 @@ default 0.5); only then is the hypothesizer called, otherwise the hybrid result 
 (``car_explain["routed"] = "hybrid"``).
 
 Every result carries ``car_explain`` (hypothesis, criteria, per-channel ranks and scores,
-fallback, routed, router signal), excluded from embedding and LLM text. The hypothesis step
+fallback, routed, router signal; offline also ``feedback``: share, agreement, terms — the
+terms are reported as the hypothesis, source ``"feedback"``), excluded from embedding and LLM
+text. The hypothesis step (offline: a feedback step that produced terms)
 dispatches a :class:`~llama_index_car.hypothesizers.events.CriterionHypothesisEvent` (query,
 hypothesis, source ``llm``/``offline``/``fallback``, latency) to LlamaIndex instrumentation.
 
@@ -41,8 +62,8 @@ characters and lone surrogates removed, longer than ``QueryLimits.max_chars`` (2
 ``QueryError``.
 
 >>> car = CriterionAwareRetriever.from_defaults(nodes=nodes)  # doctest: +SKIP
->>> car.retrieve("온도에 따라 늘었다 줄었다 하는 이음부 기준")[0].node.metadata["car_explain"]["hypothesis"]  # doctest: +SKIP
-'신축이음장치 설치기준'
+>>> car.retrieve("비 오는 날 압접 작업")[0].node.metadata["car_explain"]["feedback"]  # doctest: +SKIP
+{'share': 0.31, 'agreement': 0.2, 'terms': ['우천', '가스압접', ...]}
 """
 
 from __future__ import annotations
@@ -54,6 +75,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -69,6 +91,7 @@ from llama_index_car.hypothesizers.base import (
     submit_daemon,
 )
 from llama_index_car.hypothesizers.events import emit_hypothesis_event
+from llama_index_car.hypothesizers.feedback import DEFAULT_FEEDBACK_DOCS, feedback_terms
 from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.retrievers._store import (
     IndexDense,
@@ -76,7 +99,12 @@ from llama_index_car.retrievers._store import (
     channel_property,
     index_channels,
 )
-from llama_index_car.retrievers.routing import LexicalOverlapRouter, RouteDecision
+from llama_index_car.retrievers.routing import (
+    LexicalOverlapRouter,
+    RouteDecision,
+    feedback_share,
+    top_agreement,
+)
 from llama_index_car.retrievers.weighted_rrf import (
     aretrieve_channels,
     check_alpha,
@@ -92,6 +120,42 @@ __all__ = ["CriterionAwareRetriever"]
 logger = logging.getLogger(__name__)
 
 CHANNEL_NAMES = ("dense", "lexical")
+FEEDBACK_CHANNEL_NAMES = ("dense", "lexical", "feedback")
+#: ``scale`` of the offline feedback share (measured on lhcs_construction and autorag_ko)
+DEFAULT_FEEDBACK_SCALE = 0.7
+
+
+def _check_scale(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ConfigurationError(f"feedback_scale={value!r} is not a number in [0, 1]")
+    try:
+        scale = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"feedback_scale={value!r} is not a number in [0, 1]") from exc
+    if not 0.0 <= scale <= 1.0:
+        raise ConfigurationError(f"feedback_scale={value!r} must be in [0, 1] (0 disables it)")
+    return scale
+
+
+def _check_feedback_source(lexical: Any) -> None:
+    missing = [a for a in ("tokenizer", "bm25", "token_counts") if not hasattr(lexical, a)]
+    if missing:
+        raise ConfigurationError(
+            f"the feedback channel reads term counts from the lexical index, and "
+            f"{type(lexical).__name__} has no {', '.join(missing)}; use a KiwiBM25Retriever "
+            "or pass feedback_scale=0"
+        )
+
+
+@dataclass(frozen=True)
+class _FeedbackPlan:
+    """What the feedback channel adds to one query (``bundle`` is None when it adds nothing)."""
+
+    share: float
+    signal: float
+    agreement: float
+    terms: tuple[str, ...]
+    bundle: QueryBundle | None
 
 
 def _validated(hypothesis: Any) -> CriterionHypothesis:
@@ -127,9 +191,9 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     Args:
         dense_retriever: a retriever over a vector index (honours ``custom_embedding_strs``).
         lexical_retriever: ``KiwiBM25Retriever`` or any retriever taking a query string.
-        hypothesizer: a :class:`BaseCriterionHypothesizer`. ``None``: a
-            ``CorpusCriterionHypothesizer`` is built from the dense retriever's index docstore
-            (``ConfigurationError`` if it has none; use :meth:`from_defaults`).
+        hypothesizer: a :class:`BaseCriterionHypothesizer` (e.g. ``LLMCriterionHypothesizer``).
+            ``None`` (the offline default): no hypothesis; the plain dense and lexical channels
+            plus the feedback channel (see the module docstring).
         alpha: weight of the dense channel in [0, 1]; lexical gets ``1 - alpha`` (default 0.5).
         rrf_k: RRF constant (default 60, ranks 1-based).
         pool_top_k: candidates per channel (default 50).
@@ -140,11 +204,16 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         hypothesis_timeout: seconds to wait for the hypothesis (default 30).
         router: the router for ``route="auto"`` (default ``LexicalOverlapRouter()``).
         speculative_hybrid: run the plain hybrid concurrently with the hypothesis (``True``),
-            only on failure (``False``), or ``"auto"`` (default): ``False`` for the offline
-            corpus hypothesizer, ``True`` otherwise.
+            only on failure (``False``), or ``"auto"`` (default): ``True`` with a hypothesizer
+            (unused offline).
         speculation_delay: seconds to wait for the hypothesis before starting the speculative
             hybrid (default 0.005): a cached hypothesis arrives within it, so no hybrid is run
             in vain; an uncached LLM call pays at most this delay.
+        feedback_scale: ``scale`` of :func:`~llama_index_car.retrievers.routing.feedback_share`
+            for the pseudo-relevance-feedback channel; ``0`` disables it. ``None`` (default):
+            :data:`DEFAULT_FEEDBACK_SCALE` without a hypothesizer, ``0`` with one (not
+            measured with an LLM hypothesis). Needs a lexical retriever with ``tokenizer``,
+            ``bm25`` and ``token_counts`` (``KiwiBM25Retriever``).
     """
 
     dense_retriever = channel_property(0, "The dense channel (of the pinned snapshot).")
@@ -166,6 +235,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         router: LexicalOverlapRouter | None = None,
         speculative_hybrid: bool | Literal["auto"] = "auto",
         speculation_delay: float = 0.005,
+        feedback_scale: float | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -189,22 +259,29 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                 f"router is a {type(router).__name__}; pass a LexicalOverlapRouter"
             )
         self.router = router if router is not None else LexicalOverlapRouter()
-        if hypothesizer is None:
-            hypothesizer = self._hypothesizer_from_index(self.dense_retriever)
-        if not isinstance(hypothesizer, BaseCriterionHypothesizer):
+        if hypothesizer is not None and not isinstance(hypothesizer, BaseCriterionHypothesizer):
             raise ConfigurationError(
                 f"hypothesizer is a {type(hypothesizer).__name__}; pass a "
-                "BaseCriterionHypothesizer such as CorpusCriterionHypothesizer.from_nodes(nodes)"
+                "BaseCriterionHypothesizer such as LLMCriterionHypothesizer(llm=...), or None"
+            )
+        if hypothesizer is None and route != "always":
+            raise ConfigurationError(
+                "route='auto' routes queries to the hypothesizer; without one (offline) the "
+                "feedback channel is weighted by the router signal already: use route='always'"
             )
         self.hypothesizer = hypothesizer
+        self.feedback_scale = _check_scale(
+            DEFAULT_FEEDBACK_SCALE if feedback_scale is None and hypothesizer is None
+            else feedback_scale or 0.0
+        )
+        if self.feedback_scale > 0:
+            _check_feedback_source(self.lexical_retriever)
         if speculative_hybrid not in (True, False, "auto"):
             raise ConfigurationError(
                 f"speculative_hybrid={speculative_hybrid!r} is invalid; use True, False or 'auto'"
             )
         if speculative_hybrid == "auto":
-            from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
-
-            speculative_hybrid = not isinstance(hypothesizer, CorpusCriterionHypothesizer)
+            speculative_hybrid = hypothesizer is not None
         self.speculative_hybrid = bool(speculative_hybrid)
         self.speculation_delay = _check_seconds(
             "speculation_delay", speculation_delay, positive=False
@@ -213,26 +290,6 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     # ------------------------------------------------------------------ construction
-    @staticmethod
-    def _hypothesizer_from_index(dense: BaseRetriever) -> BaseCriterionHypothesizer:
-        index = getattr(dense, "_index", None)
-        docstore = getattr(index, "docstore", None)
-        nodes = list(getattr(docstore, "docs", {}).values()) if docstore is not None else []
-        if not nodes:
-            raise ConfigurationError(
-                "hypothesizer=None needs the dense retriever's index docstore to mine the "
-                "criterion vocabulary, and it has no nodes; pass "
-                "hypothesizer=CorpusCriterionHypothesizer.from_nodes(nodes) or use "
-                "CriterionAwareRetriever.from_defaults(nodes=...)"
-            )
-        from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
-
-        return CorpusCriterionHypothesizer.from_nodes(
-            nodes,
-            embed_model=getattr(index, "_embed_model", None),
-            embeddings=_index_embeddings(index),
-        )
-
     @classmethod
     def from_defaults(
         cls,
@@ -255,8 +312,8 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
           else the offline ``MultilingualE5Embedding``).
         * lexical channel: ``KiwiBM25Retriever.from_defaults(nodes=..., tokenizer=tokenizer)``.
         * hypothesizer: ``hypothesizer`` if given; else ``LLMCriterionHypothesizer(llm=llm)``
-          when ``llm`` is given; else ``CorpusCriterionHypothesizer.from_nodes(nodes)`` reusing
-          the index's embeddings.
+          when ``llm`` is given; else none: the offline configuration (plain dense and lexical
+          channels plus the feedback channel, nothing built at index time).
         * ``filters``: LlamaIndex ``MetadataFilters`` applied by the store (dense) and by
           BM25 on node metadata (lexical); ``token_cache``: BM25's token cache (a shared
           dict tokenizes each text once across builds).
@@ -298,21 +355,10 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             index, node_list, pool_top_k, filters=filters, tokenizer=tokenizer,
             show_progress=show_progress, token_cache=token_cache,
         )
-        if hypothesizer is None:
-            if llm is not None:
-                from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
+        if hypothesizer is None and llm is not None:
+            from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
 
-                hypothesizer = LLMCriterionHypothesizer(llm=llm)
-            else:
-                from llama_index_car.hypothesizers.corpus import CorpusCriterionHypothesizer
-
-                hypothesizer = CorpusCriterionHypothesizer.from_nodes(
-                    node_list,
-                    tokenizer=tokenizer,
-                    embed_model=embed_model,
-                    embeddings=_index_embeddings(index),
-                    show_progress=show_progress,
-                )
+            hypothesizer = LLMCriterionHypothesizer(llm=llm)
         car = cls(dense, lexical, hypothesizer=hypothesizer, **kwargs)
         car._bind(index, filters)
         return car
@@ -331,8 +377,8 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     ) -> CriterionAwareRetriever:
         """Reopen what :meth:`persist` wrote, over ``index`` (the same vector store).
 
-        The hypothesizer is the persisted one unless ``hypothesizer`` or ``llm`` is given
-        (an LLM hypothesizer is not persisted: pass one of them). ``overrides`` replace
+        Offline CAR (no hypothesizer) needs nothing else; an LLM hypothesizer is not
+        persisted: pass ``hypothesizer`` or ``llm`` again. ``overrides`` replace
         persisted constructor arguments (e.g. ``similarity_top_k``).
 
         Raises:
@@ -343,11 +389,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
 
             hypothesizer = LLMCriterionHypothesizer(llm=llm)
-        hypothesizer = hypothesizer if hypothesizer is not None else stored
-        if hypothesizer is None:
-            raise ConfigurationError(
-                f"{persist_dir} holds no persisted hypothesizer; pass hypothesizer= or llm="
-            )
+        hypothesizer = hypothesizer if hypothesizer is not None else stored  # None: offline
         config = dict(spec.get("config") or {}) | overrides
         router = config.pop("router", None)
         if isinstance(router, dict):
@@ -379,7 +421,14 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         routed: str,
         decision: RouteDecision | None,
         error: str | None,
+        feedback: _FeedbackPlan | None = None,
     ) -> list[NodeWithScore]:
+        names: Sequence[str] = CHANNEL_NAMES
+        weights = self.weights
+        if feedback is not None and feedback.bundle is not None:
+            names = FEEDBACK_CHANNEL_NAMES
+            lexical = 1.0 - self.alpha
+            weights = [self.alpha, lexical * (1.0 - feedback.share), lexical * feedback.share]
         explain: dict[str, Any] = {
             "hypothesis": hypothesis.text if hypothesis is not None else None,
             "criteria": list(hypothesis.criteria) if hypothesis is not None else [],
@@ -390,9 +439,108 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             "router_signal": decision.signal if decision is not None else None,
             "error": error,
         }
+        if feedback is not None:
+            explain["router_signal"] = feedback.signal
+            explain["feedback"] = {
+                "share": feedback.share if feedback.bundle is not None else 0.0,
+                "agreement": feedback.agreement,
+                "terms": list(feedback.terms),
+            }
         return fuse_channel_results(
-            results, CHANNEL_NAMES, self.weights, self.rrf_k, self.similarity_top_k, explain
+            results, names, weights, self.rrf_k, self.similarity_top_k, explain
         )
+
+    def _plan_feedback(
+        self, query: str, dense_hits: Sequence[NodeWithScore], lexical_hits: Sequence[NodeWithScore]
+    ) -> _FeedbackPlan:
+        """Signal, agreement, share and feedback terms of one query (no retrieval here)."""
+        signal = self.router.signal(query, lexical_hits)
+        agreement = top_agreement(
+            [h.node.node_id for h in dense_hits], [h.node.node_id for h in lexical_hits]
+        )
+        share = feedback_share(signal, agreement, self.feedback_scale)
+        if share <= 0:
+            return _FeedbackPlan(share, signal, agreement, (), None)
+        lexical: Any = self.lexical_retriever
+        counts = []
+        for hit in dense_hits[:DEFAULT_FEEDBACK_DOCS]:
+            try:
+                counts.append(lexical.token_counts(hit.node.node_id))
+            except ConfigurationError:  # a dense hit the lexical index does not hold
+                continue
+        bm25 = lexical.bm25
+        candidates = {t for c in counts for t in c}
+        idf = {t: float(bm25.idf[bm25.vocab[t]]) for t in candidates if t in bm25.vocab}
+        terms = feedback_terms(lexical.tokenizer.tokenize(query), counts, idf)
+        if not terms:
+            return _FeedbackPlan(0.0, signal, agreement, (), None)
+        bundle = QueryBundle(query_str=query + " " + " ".join(terms))
+        return _FeedbackPlan(share, signal, agreement, tuple(terms), bundle)
+
+    def _offline_explained(
+        self, query: str, results: list[list[NodeWithScore]], plan: _FeedbackPlan, started: float
+    ) -> list[NodeWithScore]:
+        hypothesis = (
+            CriterionHypothesis(text=" ".join(plan.terms), criteria=plan.terms, source="feedback")
+            if plan.terms
+            else None
+        )
+        if hypothesis is not None:
+            emit_hypothesis_event(query, "feedback", hypothesis, time.perf_counter() - started)
+        return self._fuse(
+            results, hypothesis=hypothesis, fallback=False, routed="car", decision=None,
+            error=None, feedback=plan,
+        )
+
+    def _offline_sync(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = query_bundle.query_str
+        dense, lexical = retrieve_channels(
+            [(self.dense_retriever, query_bundle), (self.lexical_retriever, QueryBundle(query))],
+            self.pool_top_k,
+        )
+        started = time.perf_counter()
+        plan = self._plan_feedback(query, dense, lexical)
+        results = [dense, lexical]
+        if plan.bundle is not None:
+            results += retrieve_channels([(self.lexical_retriever, plan.bundle)], self.pool_top_k)
+        return self._offline_explained(query, results, plan, started)
+
+    async def _offline_async(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = query_bundle.query_str
+        dense, lexical = await aretrieve_channels(
+            [(self.dense_retriever, query_bundle), (self.lexical_retriever, QueryBundle(query))],
+            self.pool_top_k,
+        )
+        started = time.perf_counter()
+        plan = self._plan_feedback(query, dense, lexical)
+        results = [dense, lexical]
+        if plan.bundle is not None:
+            results += await aretrieve_channels(
+                [(self.lexical_retriever, plan.bundle)], self.pool_top_k
+            )
+        return self._offline_explained(query, results, plan, started)
+
+    def _hypothesis_feedback_sync(
+        self, query: str, results: list[list[NodeWithScore]]
+    ) -> _FeedbackPlan | None:
+        if self.feedback_scale <= 0:
+            return None
+        plan = self._plan_feedback(query, results[0], results[1])
+        if plan.bundle is not None:
+            results += retrieve_channels([(self.lexical_retriever, plan.bundle)], self.pool_top_k)
+        return plan
+
+    async def _hypothesis_feedback_async(
+        self, query: str, results: list[list[NodeWithScore]]
+    ) -> _FeedbackPlan | None:
+        if self.feedback_scale <= 0:
+            return None
+        plan = self._plan_feedback(query, results[0], results[1])
+        if plan.bundle is not None:
+            results += await aretrieve_channels(
+                [(self.lexical_retriever, plan.bundle)], self.pool_top_k
+            )
+        return plan
 
     def _failed(self, exc: BaseException) -> str:
         if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)):
@@ -409,6 +557,9 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     # ------------------------------------------------------------------ sync
     @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if self.hypothesizer is None:
+            return self._offline_sync(query_bundle)
+        hypothesizer = self.hypothesizer
         query = query_bundle.query_str
         plain_lexical = QueryBundle(query_str=query)
         decision: RouteDecision | None = None
@@ -433,7 +584,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         try:
             # a daemon thread, not the pool: a hung hypothesizer never holds the process
             hyp_future = submit_daemon(
-                contextvars.copy_context().run, self.hypothesizer.hypothesize, query
+                contextvars.copy_context().run, hypothesizer.hypothesize, query
             )
             hybrid_future = None
             if self.speculative_hybrid and self.speculation_delay > 0:
@@ -448,7 +599,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             except Exception as exc:
                 error = self._failed(exc)
                 emit_hypothesis_event(
-                    query, self.hypothesizer, None, time.perf_counter() - started, error
+                    query, hypothesizer, None, time.perf_counter() - started, error
                 )
                 hybrid = (
                     hybrid_future.result()
@@ -460,7 +611,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                     decision=decision, error=error,
                 )
             emit_hypothesis_event(
-                query, self.hypothesizer, hypothesis, time.perf_counter() - started
+                query, hypothesizer, hypothesis, time.perf_counter() - started
             )
             if hybrid_future is not None:
                 hybrid_future.cancel()
@@ -470,9 +621,10 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         results = retrieve_channels(
             [(self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q)], self.pool_top_k
         )
+        plan = self._hypothesis_feedback_sync(query, results)
         return self._fuse(
             results, hypothesis=hypothesis, fallback=False, routed="car",
-            decision=decision, error=None,
+            decision=decision, error=None, feedback=plan,
         )
 
     def _hybrid_results_sync(
@@ -508,6 +660,9 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
 
     @guarded_retrieve
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if self.hypothesizer is None:
+            return await self._offline_async(query_bundle)
+        hypothesizer = self.hypothesizer
         query = query_bundle.query_str
         decision: RouteDecision | None = None
         lexical_hits: list[NodeWithScore] | None = None
@@ -526,7 +681,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                 )
         started = time.perf_counter()
         hyp_task = asyncio.ensure_future(
-            asyncio.wait_for(self.hypothesizer.ahypothesize(query), self.hypothesis_timeout)
+            asyncio.wait_for(hypothesizer.ahypothesize(query), self.hypothesis_timeout)
         )
         if self.speculative_hybrid and self.speculation_delay > 0:
             await asyncio.wait({hyp_task}, timeout=self.speculation_delay)
@@ -541,7 +696,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             except Exception as exc:
                 error = self._failed(exc)
                 emit_hypothesis_event(
-                    query, self.hypothesizer, None, time.perf_counter() - started, error
+                    query, hypothesizer, None, time.perf_counter() - started, error
                 )
                 hybrid = (
                     await hybrid_task
@@ -557,20 +712,13 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             for task in (hyp_task, hybrid_task):
                 if task is not None and not task.done():
                     task.cancel()
-        emit_hypothesis_event(query, self.hypothesizer, hypothesis, time.perf_counter() - started)
+        emit_hypothesis_event(query, hypothesizer, hypothesis, time.perf_counter() - started)
         dense_q, lexical_q = self._car_bundles(query, hypothesis)
         results = await aretrieve_channels(
             [(self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q)], self.pool_top_k
         )
+        plan = await self._hypothesis_feedback_async(query, results)
         return self._fuse(
             results, hypothesis=hypothesis, fallback=False, routed="car",
-            decision=decision, error=None,
+            decision=decision, error=None, feedback=plan,
         )
-
-
-def _index_embeddings(index: Any) -> dict[str, list[float]] | None:
-    """``{node_id: embedding}`` from a ``SimpleVectorStore``-backed index, if available."""
-    store = getattr(index, "vector_store", None)
-    data = getattr(store, "data", None)
-    table = getattr(data, "embedding_dict", None)
-    return dict(table) if isinstance(table, dict) and table else None
