@@ -472,6 +472,8 @@ class BM25Okapi:
         self._kernels_loaded = False
         self._pool: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pool_lock = threading.Lock()
+        self._dlidx: np.ndarray | None = None
+        self._table: np.ndarray | None = None
 
     def _finish(
         self,
@@ -786,15 +788,18 @@ class BM25Okapi:
         return out
 
     def _buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Reusable (float32 accumulator, candidate ids, candidate scores) of length N; one
+        set per concurrent query (a pool)."""
         with self._pool_lock:
             if self._pool:
                 return self._pool.pop()
+            if self._dlidx is None:
+                from llama_index_car import _bm25_numba as nb
+
+                self._dlidx = np.minimum(np.asarray(self.doc_len), nb.DL_MAX).astype(np.uint16)
+                self._table = nb.impact_table(self.k1, self.b, self.avgdl)
         n = self.corpus_size
-        return (
-            np.zeros(n, dtype=np.float64),
-            np.zeros(n, dtype=np.uint8),
-            np.empty(n, dtype=np.int32),
-        )
+        return np.zeros(n, np.float32), np.empty(n, np.int32), np.empty(n, np.float64)
 
     def top_k(self, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``min(k, N)`` best documents: ``(indices, scores)``, score desc then index asc.
@@ -813,32 +818,34 @@ class BM25Okapi:
         cols, weights, cnts = self._query_columns(tokens)
         if not cols.size:
             return top_k_from_scores(np.zeros(self.corpus_size), k)
-        buf, flag, touched = self._buffers()
+        acc, cand, cand_s = self._buffers()
         out_s = np.empty(k, dtype=np.float64)
         out_i = np.empty(k, dtype=np.int64)
         try:
-            size, positives = kern["top_k"](
+            size, status = kern["top_k"](
                 self._indptr,
                 self._indices,
                 self._tf,
-                self._norm,
                 cols,
                 weights,
                 cnts,
                 self.k1 + 1,
                 k,
-                buf,
-                flag,
-                touched,
+                self._norm,
+                self._dlidx,
+                self._table,
+                acc,
+                cand,
+                cand_s,
                 out_s,
                 out_i,
             )
         finally:
             with self._pool_lock:
-                self._pool.append((buf, flag, touched))
-        if size < 0:
+                self._pool.append((acc, cand, cand_s))
+        if status == -1:
             raise self._corrupt()
-        if positives < k:  # zero or negative scores must fill the list: the dense path
+        if status == -2:  # fewer than k certainly-positive documents: the dense exact path
             return top_k_from_scores(self.get_scores(tokens), k)
         order = np.lexsort((out_i, -out_s))
         return out_i[order], out_s[order]

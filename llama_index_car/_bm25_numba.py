@@ -1,0 +1,232 @@
+"""numba-compiled BM25Okapi query kernels (imported only by ``_bm25_kernels.load``).
+
+Term-at-a-time over the CSC columns of the query terms. Per posting ``p`` of column ``j``
+(document ``d``, count ``t``) the contribution is ``w_j * (t * k1p1 / (t + norm[d])) * c_j``
+(``w_j`` the floored idf, ``c_j`` the query count), summed over the query terms in order: the
+same IEEE operations, in the same order, as the numpy path of :mod:`llama_index_car.bm25`,
+so scores are bit-identical (numba does not contract or reorder float ops without
+``fastmath``).
+
+:func:`top_k` selects with float32 approximate scores (the memory traffic of a float32
+accumulator, like bm25s) and then rescores the candidates exactly, so the returned top-k and
+its scores are those of the exact float64 path (see its docstring for the error bound).
+Postings are checked while read (ids strictly increasing within a column, < N); a violation
+returns status -1 before any out-of-bounds access.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+__all__ = ["DL_MAX", "TF_MAX", "impact_table", "scores", "top_k"]
+
+
+def impact_table(k1: float, b: float, avgdl: float) -> np.ndarray:
+    """float32 ``G[tf, dl] = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``."""
+    dl = np.arange(DL_MAX, dtype=np.float64)
+    norm = k1 * (1 - b + b * dl / avgdl) if avgdl > 0 else np.zeros(DL_MAX)
+    t = np.arange(TF_MAX, dtype=np.float64)[:, None]
+    return np.asarray(t * (k1 + 1) / (t + norm[None, :]), dtype=np.float32)
+
+
+@njit(cache=True, nogil=True)
+def _better(sa: float, ia: int, sb: float, ib: int) -> bool:  # pragma: no cover - compiled
+    return sa > sb or (sa == sb and ia < ib)
+
+
+@njit(cache=True, nogil=True)
+def _sift_down(hs: Any, hi: Any, size: int, pos: int) -> None:  # pragma: no cover - compiled
+    while True:
+        left = 2 * pos + 1
+        if left >= size:
+            return
+        worst = left
+        right = left + 1
+        if right < size and _better(hs[worst], hi[worst], hs[right], hi[right]):
+            worst = right
+        if _better(hs[pos], hi[pos], hs[worst], hi[worst]):
+            hs[pos], hs[worst] = hs[worst], hs[pos]
+            hi[pos], hi[worst] = hi[worst], hi[pos]
+            pos = worst
+        else:
+            return
+
+
+@njit(cache=True, nogil=True)
+def _sift_up(hs: Any, hi: Any, pos: int) -> None:  # pragma: no cover - compiled
+    while pos > 0:
+        parent = (pos - 1) // 2
+        if _better(hs[parent], hi[parent], hs[pos], hi[pos]):
+            hs[parent], hs[pos] = hs[pos], hs[parent]
+            hi[parent], hi[pos] = hi[pos], hi[parent]
+            pos = parent
+        else:
+            return
+
+
+#: Rows of the float32 impact table ``G[tf, dl]`` (tf < TF_MAX, dl < DL_MAX use the table).
+TF_MAX = 16
+DL_MAX = 4096
+
+
+@njit(cache=True, nogil=True)
+def _lower_bound(indices: Any, lo: int, hi: int, d: int) -> int:  # pragma: no cover - compiled
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if indices[mid] < d:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def top_k(
+    indptr: Any,
+    indices: Any,
+    tf: Any,
+    cols: Any,
+    weights: Any,
+    cnts: Any,
+    k1p1: float,
+    k: int,
+    norm: Any,
+    dlidx: Any,
+    table: Any,
+    acc: Any,
+    cand: Any,
+    cand_s: Any,
+    out_s: Any,
+    out_i: Any,
+) -> tuple[int, int]:  # pragma: no cover - compiled
+    """Exact top-k in three phases; returns ``(size, status)``.
+
+    1. Approximate float32 scores, term-at-a-time: ``acc[d] += f32(w * cnt) * G[tf, dl]``
+       where ``G`` is the float32 impact ``tf * (k1 + 1) / (tf + norm(dl))`` (computed for
+       rare ``tf >= TF_MAX`` or ``dl >= DL_MAX``). Bytes touched per posting: 4 (id) + 1-4
+       (count), plus one float32 accumulator and one uint16 length per document.
+    2. One scan of ``acc`` (reset as it goes) keeps a k-heap of approximate scores and every
+       document whose approximate score is within ``2E`` of the running k-th best, where
+       ``E = 4 * (m + 4) * 2**-24 * sum_c |w_c| cnt_c (k1 + 1)`` bounds |approx - exact|.
+       Every exact top-k document (ties included) is such a candidate.
+    3. The candidates are rescored exactly in float64 (binary search of each query column,
+       the numpy path's operations in the same order) and the exact k-heap is returned.
+
+    status 0: ``out_s[:size]``/``out_i[:size]`` hold the top ``size == k`` (unordered);
+    -1: a corrupt posting (ids not increasing or >= N); -2: fewer than k documents are
+    certainly positive, so the caller must use the dense exact path.
+    """
+    n = acc.shape[0]
+    m = cols.shape[0]
+    bound = 0.0
+    for c in range(m):
+        bound += abs(weights[c]) * cnts[c] * k1p1
+    err = 4.0 * (m + 4) * bound * 2.0**-24
+    bad = False
+    for c in range(m):
+        j = cols[c]
+        wc = np.float32(weights[c] * cnts[c])
+        prev = -1
+        for p in range(indptr[j], indptr[j + 1]):
+            d = indices[p]
+            if d <= prev or d >= n:
+                bad = True
+                break
+            prev = d
+            t = tf[p]
+            li = dlidx[d]
+            if t < TF_MAX and li < DL_MAX:
+                g = table[t, li]
+            else:
+                ft = float(t)
+                g = np.float32(ft * k1p1 / (ft + norm[d]))
+            acc[d] += wc * g
+        if bad:
+            break
+    if bad:
+        acc[:] = 0
+        return -1, -1
+    size = 0
+    nc = 0
+    thr = -np.inf
+    for d in range(n):
+        s32 = acc[d]
+        if s32 == 0:
+            continue
+        acc[d] = 0
+        s = float(s32)
+        if s <= 0 or s < thr:
+            continue
+        cand[nc] = d
+        cand_s[nc] = s
+        nc += 1
+        if size < k:
+            out_s[size] = s
+            out_i[size] = d
+            size += 1
+            _sift_up(out_s, out_i, size - 1)
+            if size == k:
+                thr = out_s[0] - 2 * err
+        elif _better(s, d, out_s[0], out_i[0]):
+            out_s[0] = s
+            out_i[0] = d
+            _sift_down(out_s, out_i, size, 0)
+            thr = out_s[0] - 2 * err
+    if size < k or thr <= 0:
+        return size, -2
+    size = 0
+    for q in range(nc):
+        if cand_s[q] < thr:
+            continue
+        d = cand[q]
+        s = 0.0
+        for c in range(m):
+            j = cols[c]
+            lo = indptr[j]
+            hi = indptr[j + 1]
+            p = _lower_bound(indices, lo, hi, d)
+            if p < hi and indices[p] == d:
+                t = float(tf[p])
+                s += weights[c] * (t * k1p1 / (t + norm[d])) * cnts[c]
+        if size < k:
+            out_s[size] = s
+            out_i[size] = d
+            size += 1
+            _sift_up(out_s, out_i, size - 1)
+        elif _better(s, d, out_s[0], out_i[0]):
+            out_s[0] = s
+            out_i[0] = d
+            _sift_down(out_s, out_i, size, 0)
+    return size, 0
+
+
+@njit(cache=True, nogil=True)
+def scores(
+    indptr: Any,
+    indices: Any,
+    tf: Any,
+    norm: Any,
+    cols: Any,
+    weights: Any,
+    cnts: Any,
+    k1p1: float,
+    out: Any,
+) -> bool:  # pragma: no cover - compiled
+    """Add every query term's contributions into ``out``; ``False`` on a corrupt posting."""
+    n = norm.shape[0]
+    for c in range(cols.shape[0]):
+        j = cols[c]
+        w = weights[c]
+        cnt = cnts[c]
+        prev = -1
+        for p in range(indptr[j], indptr[j + 1]):
+            d = indices[p]
+            if d <= prev or d >= n:
+                return False
+            prev = d
+            t = float(tf[p])
+            out[d] += w * (t * k1p1 / (t + norm[d])) * cnt
+    return True
