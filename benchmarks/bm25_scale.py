@@ -242,6 +242,27 @@ def worker_load(engine: str, n: int, args: argparse.Namespace) -> dict[str, Any]
 
 
 # ----------------------------------------------------------------------------- sharded
+class RssSampler:
+    """Peak anonymous RSS (``RssAnon``: heap, not file-backed mapped pages) sampled at 5 Hz."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, rss_mb("RssAnon"))
+
+    def take(self) -> float:
+        """The peak since the last call, then reset."""
+        peak, self.peak = max(self.peak, rss_mb("RssAnon")), 0.0
+        return peak
+
+
 def worker_sharded(n: int, shard: int, args: argparse.Namespace) -> dict[str, Any]:
     from llama_index_car.bm25 import BM25Okapi
 
@@ -249,54 +270,61 @@ def worker_sharded(n: int, shard: int, args: argparse.Namespace) -> dict[str, An
     root = Path(args.tmp) / f"sharded-{n}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    base = rss_mb()
-    reset_peak()
+    base_anon = rss_mb("RssAnon")
+    sampler = RssSampler()
+    sampler.take()
     t0 = time.perf_counter()
     gen = chunks(sents, n, seed=n)
     paths = []
     done = 0
-    build_peak = 0.0
     while done < n:
         m = min(shard, n - done)
-        reset_peak()
         part = BM25Okapi(next(gen) for _ in range(m))
         p = root / f"shard-{len(paths):03d}"
         part.save(p)
-        build_peak = max(build_peak, rss_mb("VmHWM") - base)
         paths.append(p)
         done += m
         del part
-        log(f"  shard {len(paths)}: {done}/{n} docs, {time.perf_counter() - t0:.0f} s")
+        log(
+            f"  shard {len(paths)}: {done:,}/{n:,} docs, {time.perf_counter() - t0:.0f} s, "
+            f"anon peak {sampler.peak - base_anon:.0f} MB"
+        )
     build_s = time.perf_counter() - t0
+    build_anon = sampler.take() - base_anon
+    build_hwm = rss_mb("VmHWM")
     reset_peak()
     t = time.perf_counter()
     shards = [BM25Okapi.load(p, verify="lazy") for p in paths]
-    merged = BM25Okapi.merge(shards)
+    merged = BM25Okapi.merge(shards, out=root / "merged")
     merge_s = time.perf_counter() - t
-    merge_peak = rss_mb("VmHWM") - base
-    t = time.perf_counter()
-    merged.save(root / "merged")
-    save_s = time.perf_counter() - t
+    merge_anon = sampler.take() - base_anon
+    merge_hwm = rss_mb("VmHWM")
     row = {
         "N": n,
         "shards": len(paths),
+        "tokens_per_doc": CHUNK_TOKENS,
         "nnz": merged.nnz,
         "vocab": len(merged._indptr) - 1,
         "build_s": build_s,
-        "build_peak_mb": build_peak,
+        "build_anon_peak_mb": build_anon,
+        "build_vmhwm_mb": build_hwm,
         "merge_s": merge_s,
-        "merge_peak_mb": merge_peak,
-        "save_s": save_s,
+        "merge_anon_peak_mb": merge_anon,
+        "merge_vmhwm_mb": merge_hwm,
+        "shards_disk_mb": sum(dir_bytes(p) for p in paths) / 1e6,
         "disk_mb": dir_bytes(root / "merged") / 1e6,
+        "load_avg": os.getloadavg(),
     }
+    log(json.dumps(row))
     del merged, shards
     base = rss_mb()
     t = time.perf_counter()
     loaded = BM25Okapi.load(root / "merged", verify="lazy")
     row["load_s"] = time.perf_counter() - t
     row["load_mb"] = rss_mb() - base
-    qs = make_queries(sents, 5, 50, 5)
-    row["q5_ms"] = p50_ms(lambda q: loaded.top_k(q, 10), qs)
+    for length in (5, 30):
+        qs = make_queries(sents, length, 50, length)
+        row[f"q{length}_ms"] = p50_ms(lambda q: loaded.top_k(q, 10), qs)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return row

@@ -193,9 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     cache = EmbeddingCache(args.cache_dir / "embeddings", use)
     cached = CachedEmbedding(cache)
-    cache.embed(
-        [*warm, *qs, *(q + "\n" + hyp.hypothesize(q).text for q in [*warm, *qs])], "query"
-    )
+    cache.embed([*warm, *qs, *(q + "\n" + hyp.hypothesize(q).text for q in [*warm, *qs])], "query")
     with tempfile.TemporaryDirectory() as tmp:
         hyp.persist(tmp)
         hyp_c = CorpusCriterionHypothesizer.from_persist_dir(tmp, embed_model=cached)

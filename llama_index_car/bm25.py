@@ -401,6 +401,40 @@ def _float_field(meta: dict[str, Any], key: str, where: Path) -> float:
     return float(value)
 
 
+_MERGE_BLOCK = 1 << 22
+
+
+def _merge_postings(
+    shards: Sequence[BM25Okapi],
+    remaps: Sequence[np.ndarray],
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    tf: np.ndarray,
+) -> None:
+    """Copy each shard's columns after the previous shards' part of the same global column,
+    with document ids offset by the documents before the shard; blocks of whole columns of
+    at most ~``_MERGE_BLOCK`` postings bound the temporaries."""
+    cursor = indptr[:-1].copy()
+    offset = 0
+    for s, remap in zip(shards, remaps, strict=True):
+        sptr = np.asarray(s._indptr)
+        ncols = sptr.size - 1
+        c0 = 0
+        while c0 < ncols:
+            c1 = int(np.searchsorted(sptr, sptr[c0] + _MERGE_BLOCK, side="right")) - 1
+            c1 = min(max(c1, c0 + 1), ncols)
+            p0, p1 = int(sptr[c0]), int(sptr[c1])
+            sdf = np.diff(sptr[c0 : c1 + 1])
+            pos = np.repeat(cursor[remap[c0:c1]] - sptr[c0:c1], sdf)
+            pos += np.arange(p0, p1, dtype=np.int64)
+            indices[pos] = np.asarray(s._indices[p0:p1]) + np.int32(offset)
+            tf[pos] = s._tf[p0:p1]
+            del pos
+            cursor[remap[c0:c1]] += sdf
+            c0 = c1
+        offset += s.corpus_size
+
+
 # ----------------------------------------------------------------------------- index
 class BM25Okapi:
     """Sparse BM25Okapi with rank_bm25's exact semantics (see the module docstring).
@@ -570,14 +604,26 @@ class BM25Okapi:
         )
 
     @classmethod
-    def merge(cls, shards: Sequence[BM25Okapi], *, backend: Backend = "auto") -> BM25Okapi:
+    def merge(
+        cls,
+        shards: Sequence[BM25Okapi],
+        *,
+        out: str | os.PathLike[str] | None = None,
+        backend: Backend = "auto",
+    ) -> BM25Okapi:
         """One index over the documents of ``shards`` in order (shard 0's first), with global
         statistics (N, avgdl, df and idf over all shards), equal to a fresh build on the
         concatenated corpus. Shards must share ``k1``, ``b`` and ``epsilon``; they may be
-        memory-mapped (:meth:`load`), and are read one at a time.
+        memory-mapped (:meth:`load`) and are read one block of postings at a time.
 
-        Memory: the result (about 5 bytes per posting + 8 per document + the vocabulary) plus
-        about 20 bytes per posting of the largest shard while it is copied.
+        With ``out`` the posting arrays are written straight into ``out`` (a :meth:`save`
+        directory, crash-safe generation swap) through memory maps and the saved index is
+        returned memory-mapped, so the merged postings never need anonymous memory: the
+        out-of-core path for corpora larger than RAM.
+
+        Memory (``out=None``): the result, 5 bytes per posting (int32 id + uint8 count) + 16
+        per document + the vocabulary, plus ~32 bytes per posting of one block (at most
+        2**22 postings). With ``out``: the vocabulary, 16 bytes per document and the block.
         """
         shards = list(shards)
         if not shards:
@@ -603,22 +649,35 @@ class BM25Okapi:
         if total_docs > np.iinfo(np.int32).max:
             raise ConfigurationError(f"{total_docs} documents exceed the int32 document ids")
         tf_dt = np.result_type(np.uint8, *(s._tf.dtype for s in shards))
-        indices = np.empty(nnz, dtype=np.int32)
-        tf = np.empty(nnz, dtype=tf_dt)
-        cursor = indptr[:-1].copy()
-        offset = 0
-        for s, remap in zip(shards, remaps, strict=True):
-            sdf = np.diff(s._indptr)
-            start = np.repeat(cursor[remap] - s._indptr[:-1], sdf)
-            pos = start + np.arange(start.size, dtype=np.int64)
-            del start
-            indices[pos] = np.asarray(s._indices) + np.int32(offset)
-            tf[pos] = s._tf
-            del pos
-            cursor[remap] += sdf
-            offset += s.corpus_size
         doc_len = np.concatenate([np.asarray(s.doc_len, dtype=np.int64) for s in shards])
-        return cls._from_arrays(indptr, indices, tf, doc_len, list(vocab), k1, b, eps, backend)
+        terms = list(vocab)
+        del vocab
+        if out is None:
+            indices = np.empty(nnz, dtype=np.int32)
+            tf = np.empty(nnz, dtype=tf_dt)
+            _merge_postings(shards, remaps, indptr, indices, tf)
+            return cls._from_arrays(indptr, indices, tf, doc_len, terms, k1, b, eps, backend)
+        with replace_dir(out) as gen:
+            open_memmap = np.lib.format.open_memmap
+            m_ind = open_memmap(gen / "indices.npy", mode="w+", dtype=np.int32, shape=(nnz,))
+            m_tf = open_memmap(gen / "tf.npy", mode="w+", dtype=tf_dt, shape=(nnz,))
+            _merge_postings(shards, remaps, indptr, m_ind, m_tf)
+            m_ind.flush()
+            m_tf.flush()
+            del m_ind, m_tf
+            merged = cls._from_arrays(
+                indptr, np.zeros(0, np.int32), np.zeros(0, np.uint8), doc_len, terms, k1, b, eps
+            )
+            for name, arr in merged._arrays().items():
+                if name in ("indices", "tf"):
+                    continue
+                with open(gen / _npy_name(name), "wb") as fh:
+                    np.save(fh, arr, allow_pickle=False)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            meta = merged._meta() | {"nnz": nnz, "tf_dtype": np.dtype(tf_dt).name}
+            write_manifest(gen, kind=_KIND, format_version=BM25_FORMAT_VERSION, meta=meta)
+        return cls.load(out, verify="lazy", backend=backend)
 
     def add_documents(self, tokenized_docs: Iterable[Sequence[str]]) -> BM25Okapi:
         """A new index with ``tokenized_docs`` appended (their indices follow the old ones)."""

@@ -208,3 +208,48 @@ def test_foreign_and_pickled_files_are_refused(tmp_path: Path) -> None:
     (root / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(IndexPersistError, match="format_version 1"):
         BM25Okapi.load(tmp_path / "i")
+
+
+def test_compiled_top_k_path_is_taken_and_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The float32-select + exact-rescore kernel answers without the dense fallback, and its
+    (indices, scores) equal the dense exact path's bit for bit, ties included."""
+    pytest.importorskip("numba")
+    import llama_index_car.bm25 as mod
+
+    docs = corpus(8, 3000, vocab=200)
+    docs += [list(docs[5]) for _ in range(30)]  # exact duplicates: ties at the boundary
+    dense = BM25Okapi(docs, backend="numpy")
+    fast = BM25Okapi(docs, backend="numba")
+    queries = [list(docs[5][:5]), list(docs[5][:30]), ["t0", "t1", "t2", "t3", "t4"]]
+    expected = [top_k_from_scores(dense.get_scores(q), 10) for q in queries]
+
+    def no_dense(*_: object) -> None:
+        raise AssertionError("dense fallback used")
+
+    monkeypatch.setattr(mod, "top_k_from_scores", no_dense)
+    for q, (eidx, escore) in zip(queries, expected, strict=True):
+        idx, score = fast.top_k(q, 10)
+        assert idx.tolist() == eidx.tolist() and score.tolist() == escore.tolist()
+
+
+def test_out_of_core_merge_equals_in_memory_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import llama_index_car.bm25 as mod
+
+    monkeypatch.setattr(mod, "_MERGE_BLOCK", 37)  # many blocks, columns split across none
+    docs = corpus(9, 600, vocab=150)
+    paths = []
+    for i, part in enumerate((docs[:250], docs[250:260], docs[260:])):
+        BM25Okapi(part).save(tmp_path / f"s{i}")
+        paths.append(tmp_path / f"s{i}")
+    shards = [BM25Okapi.load(p) for p in paths]
+    on_disk = BM25Okapi.merge(shards, out=tmp_path / "merged")
+    in_mem = BM25Okapi.merge(shards)
+    again = BM25Okapi.load(tmp_path / "merged", verify="full")
+    theirs = rank_bm25.BM25Okapi(docs)
+    assert isinstance(on_disk._indices, np.memmap)
+    for q in QUERIES:
+        assert on_disk.get_scores(q).tolist() == in_mem.get_scores(q).tolist()
+        assert again.get_scores(q).tolist() == in_mem.get_scores(q).tolist()
+        assert_parity(on_disk.get_scores(q), theirs.get_scores(q))

@@ -360,13 +360,21 @@ class KiwiBM25Retriever(BaseRetriever):
         tokens = self._tokenizer.tokenize(query_bundle.query_str)
         if not tokens or not self._nodes:
             return []
+        k = min(self.similarity_top_k, len(self._nodes))
+        mask = self._filter_mask()
+        if mask is None:
+            # fast path (compiled top-k when numba is installed): valid when all k are > 0
+            idx, top = self._bm25.top_k(tokens, k)
+            if idx.size == k and (top > 0).all():
+                return [
+                    NodeWithScore(node=self._nodes[i], score=s)
+                    for i, s in zip(idx.tolist(), top.tolist(), strict=True)
+                ]
         scores = self._bm25.get_scores(tokens)
         keep = scores != 0
-        mask = self._filter_mask()
         if mask is not None:
             keep &= mask
         cand = np.flatnonzero(keep)
-        k = min(self.similarity_top_k, len(self._nodes))
         order, top = top_k_from_scores(scores[cand], k)
         return [
             NodeWithScore(node=self._nodes[int(cand[i])], score=float(s))
