@@ -10,8 +10,9 @@ so scores are bit-identical (numba does not contract or reorder float ops withou
 :func:`top_k` selects with float32 approximate scores (the memory traffic of a float32
 accumulator, like bm25s) and then rescores the candidates exactly, so the returned top-k and
 its scores are those of the exact float64 path (see its docstring for the error bound).
-Postings are checked while read (ids strictly increasing within a column, < N); a violation
-returns status -1 before any out-of-bounds access.
+Each column is checked once, before its first use (ids strictly increasing, in [0, N); the
+result is remembered in the index's ``valid`` bitmap), so the scoring loops run without
+per-posting checks; a violation returns status -1 / ``False`` before any out-of-bounds access.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ __all__ = ["DL_MAX", "TF_MAX", "impact_table", "scores", "top_k"]
 
 
 def impact_table(k1: float, b: float, avgdl: float) -> np.ndarray:
-    """float32 ``G[tf, dl] = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``."""
+    """float32 ``G[tf * DL_MAX + dl] = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``."""
     dl = np.arange(DL_MAX, dtype=np.float64)
     norm = k1 * (1 - b + b * dl / avgdl) if avgdl > 0 else np.zeros(DL_MAX)
     t = np.arange(TF_MAX, dtype=np.float64)[:, None]
-    return np.asarray(t * (k1 + 1) / (t + norm[None, :]), dtype=np.float32)
+    return np.asarray(t * (k1 + 1) / (t + norm[None, :]), dtype=np.float32).ravel()
 
 
 @njit(cache=True, nogil=True)
@@ -73,6 +74,24 @@ DL_MAX = 4096
 
 
 @njit(cache=True, nogil=True)
+def _check_column(
+    indptr: Any, indices: Any, j: int, n: int, valid: Any
+) -> bool:  # pragma: no cover
+    """Column ``j``'s ids strictly increase and lie in [0, n)? Checked once, then remembered
+    in ``valid`` (so the scoring loops read postings without per-posting checks)."""
+    if valid[j]:
+        return True
+    prev = -1
+    for p in range(indptr[j], indptr[j + 1]):
+        d = indices[p]
+        if d <= prev or d >= n:
+            return False
+        prev = d
+    valid[j] = 1
+    return True
+
+
+@njit(cache=True, nogil=True)
 def _lower_bound(indices: Any, lo: int, hi: int, d: int) -> int:  # pragma: no cover - compiled
     while lo < hi:
         mid = (lo + hi) >> 1
@@ -96,6 +115,7 @@ def top_k(
     norm: Any,
     dlidx: Any,
     table: Any,
+    valid: Any,
     acc: Any,
     cand: Any,
     cand_s: Any,
@@ -125,30 +145,23 @@ def top_k(
     for c in range(m):
         bound += abs(weights[c]) * cnts[c] * k1p1
     err = 4.0 * (m + 4) * bound * 2.0**-24
-    bad = False
+    for c in range(m):
+        if not _check_column(indptr, indices, cols[c], n, valid):
+            acc[:] = 0
+            return -1, -1
     for c in range(m):
         j = cols[c]
         wc = np.float32(weights[c] * cnts[c])
-        prev = -1
         for p in range(indptr[j], indptr[j + 1]):
             d = indices[p]
-            if d <= prev or d >= n:
-                bad = True
-                break
-            prev = d
-            t = tf[p]
-            li = dlidx[d]
+            t = np.int64(tf[p])
+            li = np.int64(dlidx[d])
             if t < TF_MAX and li < DL_MAX:
-                g = table[t, li]
+                g = table[t * DL_MAX + li]
             else:
                 ft = float(t)
                 g = np.float32(ft * k1p1 / (ft + norm[d]))
             acc[d] += wc * g
-        if bad:
-            break
-    if bad:
-        acc[:] = 0
-        return -1, -1
     size = 0
     nc = 0
     # candidates: s >= thr = max(tiny, running k-th best - 2E) (tiny: positives only). Past
@@ -190,8 +203,8 @@ def top_k(
             hi = indptr[j + 1]
             p = _lower_bound(indices, lo, hi, d)
             if p < hi and indices[p] == d:
-                t = float(tf[p])
-                s += weights[c] * (t * k1p1 / (t + norm[d])) * cnts[c]
+                tp = float(tf[p])
+                s += weights[c] * (tp * k1p1 / (tp + norm[d])) * cnts[c]
         if size < k:
             out_s[size] = s
             out_i[size] = d
@@ -214,20 +227,20 @@ def scores(
     weights: Any,
     cnts: Any,
     k1p1: float,
+    valid: Any,
     out: Any,
 ) -> bool:  # pragma: no cover - compiled
     """Add every query term's contributions into ``out``; ``False`` on a corrupt posting."""
     n = norm.shape[0]
     for c in range(cols.shape[0]):
+        if not _check_column(indptr, indices, cols[c], n, valid):
+            return False
+    for c in range(cols.shape[0]):
         j = cols[c]
         w = weights[c]
         cnt = cnts[c]
-        prev = -1
         for p in range(indptr[j], indptr[j + 1]):
             d = indices[p]
-            if d <= prev or d >= n:
-                return False
-            prev = d
             t = float(tf[p])
             out[d] += w * (t * k1p1 / (t + norm[d])) * cnt
     return True

@@ -525,6 +525,8 @@ class BM25Okapi:
         self._terms_src = terms
         self._terms_list: list[str] | None = terms if isinstance(terms, list) else None
         self._vocab: dict[str, int] | None = None
+        # columns whose postings the compiled kernels have checked (ids increasing, < N)
+        self._valid = np.zeros(int(indptr.shape[0]) - 1, dtype=np.uint8)
         self._csr: sp.csr_matrix | None = None
         n = int(doc_len.shape[0])
         self.corpus_size = n
@@ -818,7 +820,16 @@ class BM25Okapi:
         kern = self._kernel()
         if kern is not None:
             ok = kern["scores"](
-                self._indptr, self._indices, self._tf, self._norm, cols, weights, cnts, k1p1, out
+                self._indptr,
+                self._indices,
+                self._tf,
+                self._norm,
+                cols,
+                weights,
+                cnts,
+                k1p1,
+                self._valid,
+                out,
             )
             if not ok:
                 raise self._corrupt()
@@ -893,6 +904,7 @@ class BM25Okapi:
                 self._norm,
                 self._dlidx,
                 self._table,
+                self._valid,
                 acc,
                 cand,
                 cand_s,
