@@ -14,7 +14,9 @@ Every (engine, N) is measured in its own subprocess so the memory figures are it
 * disk bytes of the saved index (ours ``save``; bm25s ``save``; rank_bm25: ``np.save`` of its
   arrays + JSON of its dicts, as no format exists), and load seconds + RSS delta in a fresh
   process (ours ``load(mmap=True)``, bm25s ``load(mmap=True)``) before the first query;
-* max relative score difference of ours vs rank_bm25 (N <= ``--rank-max``).
+* max relative score difference of ours vs rank_bm25 (N <= ``--rank-max``);
+* a "race": every saved index (not rank_bm25) loaded in ONE process and queried interleaved,
+  query by query, after a warm-up pass, so machine load hits all engines alike.
 
 Usage::
 
@@ -241,6 +243,40 @@ def worker_load(engine: str, n: int, args: argparse.Namespace) -> dict[str, Any]
     return {"load_s": secs, "load_mb": mb, "first_query_ms": first}
 
 
+def worker_race(engines: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Queries of every saved engine in ONE process, interleaved query by query, so machine
+    load hits all engines alike (the fair latency comparison on a shared machine)."""
+    sents = sentence_tokens(Path(args.cache))
+    fns: dict[str, Callable[[list[str]], Any]] = {}
+    for engine in engines.split(","):
+        path = Path(args.tmp) / f"{engine}-{n}"
+        if engine == "ours":
+            from llama_index_car.bm25 import BM25Okapi
+
+            fns[engine] = top10(engine, BM25Okapi.load(path, mmap=True))
+        else:
+            import bm25s
+
+            obj = bm25s.BM25.load(str(path), mmap=True)
+            obj.backend = engine.split("-")[1]
+            fns[engine] = top10(engine, obj)
+    out: dict[str, Any] = {}
+    for length in (5, 30):
+        qs = make_queries(sents, length, args.queries, length)
+        for fn in fns.values():  # warm: compile, fault in the pages
+            for q in qs:
+                fn(q)
+        ts: dict[str, list[float]] = {e: [] for e in fns}
+        for q in qs:
+            for e, fn in fns.items():
+                t = time.perf_counter()
+                fn(q)
+                ts[e].append((time.perf_counter() - t) * 1000)
+        for e in fns:
+            out[f"{e}:q{length}_race_ms"] = statistics.median(ts[e])
+    return out
+
+
 # ----------------------------------------------------------------------------- sharded
 class RssSampler:
     """Peak anonymous RSS (``RssAnon``: heap, not file-backed mapped pages) sampled at 5 Hz."""
@@ -340,21 +376,25 @@ def run_worker(argv: list[str]) -> dict[str, Any]:
 
 def fmt(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| N | engine | build s | peak RSS delta | retained | Q5 p50 / Q30 p50 | disk | "
-        "load from disk (RSS) |\n|---|---|---|---|---|---|---|---|"
+        "| N | engine | build s | peak RSS delta | retained | Q5 p50 / Q30 p50 | "
+        "same-process race Q5 / Q30 | disk | load from disk (RSS) |\n"
+        "|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in rows:
         load = f"{r['load_s']:.2f} s ({r['load_mb']:.0f} MB)" if "load_s" in r else "-"
+        race = f"{r['q5_race_ms']:.2f} / {r['q30_race_ms']:.2f} ms" if "q5_race_ms" in r else "-"
         lines.append(
             f"| {r['N']:,} | {r['engine']} | {r['build_s']:.1f} | {r['peak_mb'] / 1024:.2f} GB | "
-            f"{r['retained_mb']:.0f} MB | {r['q5_ms']:.2f} / {r['q30_ms']:.2f} ms | "
+            f"{r['retained_mb']:.0f} MB | {r['q5_ms']:.2f} / {r['q30_ms']:.2f} ms | {race} | "
             f"{r['disk_mb']:.0f} MB | {load} |"
         )
     lines.append("")
     lines.append("Ratios ours / peer (same run; < 1 = ours better):")
-    lines.append("| N | peer | build | peak RSS | Q5 p50 | Q30 p50 | disk | load s |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append(
+        "| N | peer | build | peak RSS | Q5 p50 | Q30 p50 | race Q5 | race Q30 | disk | load s |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     by = {(r["N"], r["engine"]): r for r in rows}
     for (n, eng), r in by.items():
         o = by.get((n, "ours"))
@@ -366,7 +406,8 @@ def fmt(rows: list[dict[str, Any]]) -> str:
 
         lines.append(
             f"| {n:,} | {eng} | {ratio('build_s')} | {ratio('peak_mb')} | {ratio('q5_ms')} | "
-            f"{ratio('q30_ms')} | {ratio('disk_mb')} | {ratio('load_s')} |"
+            f"{ratio('q30_ms')} | {ratio('q5_race_ms')} | {ratio('q30_race_ms')} | "
+            f"{ratio('disk_mb')} | {ratio('load_s')} |"
         )
     diffs = [r for r in rows if "max_rel_diff_vs_ours" in r]
     for r in diffs:
@@ -400,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Path(args.tmp).mkdir(parents=True, exist_ok=True)
     if args.worker:
         kind, engine, n = args.worker
-        fn = {"build": worker_build, "load": worker_load}.get(kind)
+        fn = {"build": worker_build, "load": worker_load, "race": worker_race}.get(kind)
         if kind == "sharded":
             row = worker_sharded(int(n), int(engine), args)
         else:
@@ -435,11 +476,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             if engine != "rank_bm25":
                 log(f"[{n}] {engine}: load")
                 row.update(run_worker(["--worker", "load", engine, str(n), *common]))
-            shutil.rmtree(Path(args.tmp) / f"{engine}-{n}", ignore_errors=True)
             rows.append(row)
             log(json.dumps(row))
-            if args.json:
-                Path(args.json).write_text(json.dumps(rows, indent=1))
+        racers = [e for e in args.engines.split(",") if e != "rank_bm25"]
+        if len(racers) > 1:
+            log(f"[{n}] race: {racers}")
+            race = run_worker(["--worker", "race", ",".join(racers), str(n), *common])
+            for row in rows:
+                for length in (5, 30):
+                    key = f"{row['engine']}:q{length}_race_ms"
+                    if row["N"] == n and key in race:
+                        row[f"q{length}_race_ms"] = race[key]
+        for engine in args.engines.split(","):
+            shutil.rmtree(Path(args.tmp) / f"{engine}-{n}", ignore_errors=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
     print(fmt(rows))
     return 0
 

@@ -402,6 +402,8 @@ def _float_field(meta: dict[str, Any], key: str, where: Path) -> float:
 
 
 _MERGE_BLOCK = 1 << 22
+#: Query tokens whose column lookup a loaded index remembers (then the memo is cleared).
+_MEMO_MAX = 1 << 16
 
 
 def _merge_postings(
@@ -525,6 +527,7 @@ class BM25Okapi:
         self._terms_src = terms
         self._terms_list: list[str] | None = terms if isinstance(terms, list) else None
         self._vocab: dict[str, int] | None = None
+        self._memo: dict[str, int | None] = {}
         # columns whose postings the compiled kernels have checked (ids increasing, < N)
         self._valid = np.zeros(int(indptr.shape[0]) - 1, dtype=np.uint8)
         self._csr: sp.csr_matrix | None = None
@@ -742,7 +745,15 @@ class BM25Okapi:
     def _column(self, token: str) -> int | None:
         if self._vocab is not None or isinstance(self._terms_src, list):
             return self.vocab.get(token)
-        return self._terms_src.get(token)
+        # loaded index: hash lookups in the mapped term table, memoised (bounded)
+        memo = self._memo
+        if token in memo:
+            return memo[token]
+        j = self._terms_src.get(token)
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[token] = j
+        return j
 
     @property
     def counts(self) -> sp.csr_matrix:
@@ -1114,8 +1125,10 @@ class BM25Okapi:
                 f"{root / 'doc_len.npy'}: lengths differ from the sums of the term counts"
             )
         # every term's hash must be where the sorted index says it is
+        raw = bytes(table.blob)
+        off = table.offsets.tolist()
         got = np.fromiter(
-            (_term_hash(table.term_bytes(int(j))) for j in table.order),
+            (_term_hash(raw[off[j] : off[j + 1]]) for j in table.order.tolist()),
             dtype=np.uint64,
             count=len(table),
         )
