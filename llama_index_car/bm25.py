@@ -64,7 +64,7 @@ __all__ = ["BM25_FORMAT_VERSION", "BM25Okapi", "top_k_from_scores"]
 BM25_FORMAT_VERSION = 2
 _KIND = "BM25Okapi"
 #: ``verify="auto"`` hashes every file when the index is at most this many bytes.
-AUTO_VERIFY_BYTES = 64 << 20
+AUTO_VERIFY_BYTES = 16 << 20
 Verify = Literal["auto", "full", "lazy"]
 Backend = Literal["auto", "numba", "numpy"]
 
@@ -1013,7 +1013,7 @@ class BM25Okapi:
                 increasing, counts > 0, lengths = column sums, term hashes); ``"lazy"`` checks
                 file sizes, dtypes, shapes and the O(V + N) structure (pointers monotone, term
                 table consistent), and the query kernels check each posting they read;
-                ``"auto"`` (default) is ``"full"`` up to 64 MB of files, else ``"lazy"``.
+                ``"auto"`` (default) is ``"full"`` up to 16 MiB of files, else ``"lazy"``.
                 Either way no byte pattern can make a query read out of bounds.
 
         Raises:

@@ -468,7 +468,7 @@ class KiwiBM25Retriever(BaseRetriever):
         """Load an index written by :meth:`persist` (no re-tokenization of documents).
 
         The BM25 arrays are memory-mapped (:meth:`BM25Okapi.load`; ``verify`` is passed on:
-        ``"auto"`` hashes everything up to 64 MB, else checks sizes and structure). Raises
+        ``"auto"`` hashes everything up to 16 MiB, else checks sizes and structure). Raises
         :class:`IndexPersistError` naming the missing or corrupt file, and for indices written
         by older versions (format 1: ``counts.npz``), which must be rebuilt. Warns
         :class:`TokenizerMismatchWarning` when ``tokenizer`` (default: the persisted spec)
