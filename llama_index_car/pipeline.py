@@ -5,7 +5,7 @@ One call turns a folder of HWPX files into a self-contained directory::
     PERSIST_DIR/
       car_index.json      manifest: format_version, embedding spec, chunking, counts, failures
       vector/             VectorStoreIndex storage (SimpleVectorStore + docstore, plain JSON)
-      bm25/               KiwiBM25Retriever.persist() output (JSON + .npz, tokenizer spec)
+      bm25/               KiwiBM25Retriever.persist() output (generations: JSON + mapped .npy)
       hypothesizer/       CorpusCriterionHypothesizer state (JSON + .npy/.npz)
       tables.json         cell text and coordinates of every table in an indexed table node
 

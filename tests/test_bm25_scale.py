@@ -253,3 +253,19 @@ def test_out_of_core_merge_equals_in_memory_merge(
         assert on_disk.get_scores(q).tolist() == in_mem.get_scores(q).tolist()
         assert again.get_scores(q).tolist() == in_mem.get_scores(q).tolist()
         assert_parity(on_disk.get_scores(q), theirs.get_scores(q))
+
+
+def test_compiled_top_k_across_document_blocks() -> None:
+    """More documents than one accumulation block (2**16): blocks must not lose postings."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(10)
+    n = 140_000
+    ids = rng.zipf(1.3, size=(n, 4)) % 500
+    docs = [[f"t{j}" for j in row] for row in ids.tolist()]
+    dense = BM25Okapi(docs, backend="numpy")
+    fast = BM25Okapi(docs, backend="numba")
+    for q in (["t1", "t7", "t99"], ["t3"], ["t400", "t2", "t2", "t17", "t250"]):
+        for k in (1, 10, 100):
+            eidx, escore = top_k_from_scores(dense.get_scores(q), k)
+            idx, score = fast.top_k(q, k)
+            assert idx.tolist() == eidx.tolist() and score.tolist() == escore.tolist()
