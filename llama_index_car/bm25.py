@@ -63,6 +63,9 @@ __all__ = ["BM25_FORMAT_VERSION", "BM25Okapi", "top_k_from_scores"]
 #: Version of the directory layout written by :meth:`BM25Okapi.save`.
 BM25_FORMAT_VERSION = 2
 _KIND = "BM25Okapi"
+#: ``backend="auto"`` uses the numba kernels from this many documents on (below, the numpy
+#: path is as fast and a process neither imports numba nor compiles anything).
+AUTO_NUMBA_MIN_DOCS = 50_000
 #: ``verify="auto"`` hashes every file when the index is at most this many bytes.
 AUTO_VERIFY_BYTES = 16 << 20
 Verify = Literal["auto", "full", "lazy"]
@@ -449,8 +452,8 @@ class BM25Okapi:
         b: length normalisation in ``[0, 1]`` (default 0.75).
         epsilon: floor factor for negative idf, ``epsilon * average_idf`` (default 0.25).
         batch_size: documents per build batch (default 50,000).
-        backend: ``"auto"`` (numba when installed, else numpy), ``"numba"`` or ``"numpy"``;
-            scores are identical, only speed differs.
+        backend: ``"auto"`` (numba when installed and N >= 50,000, else numpy), ``"numba"``
+            or ``"numpy"``; scores are identical, only speed differs.
 
     Attributes:
         corpus_size: N. ``avgdl``: mean document length (0.0 for an empty corpus).
@@ -800,7 +803,9 @@ class BM25Okapi:
         return idx, self.idf[idx], np.asarray(cnts, dtype=np.float64)
 
     def _kernel(self) -> dict[str, Any] | None:
-        if self.backend == "numpy":
+        if self.backend == "numpy" or (
+            self.backend == "auto" and self.corpus_size < AUTO_NUMBA_MIN_DOCS
+        ):
             return None
         if not self._kernels_loaded:
             self._kernels = _bm25_kernels.load()
