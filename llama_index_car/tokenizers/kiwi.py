@@ -279,8 +279,9 @@ class KiwiTokenizer(BaseModel):
         description="Processes for tokenize_batch: 1 = this process (Kiwi threads only); "
         "N > 1 = N worker processes (spawned, each with a single-threaded Kiwi) analyse "
         "contiguous slices; None/-1 = one per core. Batches below "
-        "`min_texts_per_process` * processes stay in this process. Does not change the "
-        "tokens (not part of the spec).",
+        "`min_texts_per_process` * processes stay in this process. As with any spawned "
+        "pool, a calling script must guard its entry point with "
+        "`if __name__ == '__main__':`. Does not change the tokens (not part of the spec).",
     )
     min_texts_per_process: int = Field(
         default=256,
