@@ -98,14 +98,14 @@ def sentence_tokens(cache: Path, n_sentences: int = 100_000) -> list[list[str]]:
 def chunks(sents: list[list[str]], n: int, seed: int) -> Iterator[list[str]]:
     rng = np.random.default_rng(seed)
     m = len(sents)
-    picks = rng.integers(0, m, size=(n, 40))
-    for row in picks:
-        out: list[str] = []
-        for i in row.tolist():
-            out.extend(sents[i])
-            if len(out) >= CHUNK_TOKENS:
-                break
-        yield out
+    for start in range(0, n, 1 << 16):  # sentence picks drawn per block: O(1) memory in n
+        for row in rng.integers(0, m, size=(min(1 << 16, n - start), 40)).tolist():
+            out: list[str] = []
+            for i in row:
+                out.extend(sents[i])
+                if len(out) >= CHUNK_TOKENS:
+                    break
+            yield out
 
 
 def make_queries(sents: list[list[str]], length: int, n: int, seed: int) -> list[list[str]]:
