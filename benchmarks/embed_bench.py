@@ -139,8 +139,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--lhcs", type=Path, default=DEFAULT_LHCS)
     parser.add_argument("--lhcs-docs", type=int, default=60)
-    parser.add_argument("--max-files", type=int, default=None,
-                        help="index only the first N HWPX files (default: all)")
+    parser.add_argument(
+        "--max-files",
+        type=int,
+        default=None,
+        help="index only the first N HWPX files (default: all)",
+    )
     args = parser.parse_args(argv)
 
     from llama_index.core.schema import MetadataMode
@@ -151,9 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     docs, failures = read_documents(files)
     hwpx_texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in parse_nodes(docs)]
     lhcs = lhcs_texts(args.lhcs, args.lhcs_docs)
-    print(f"HWPX corpus: {len(files)} files ({len(failures)} unreadable), {len(hwpx_texts)} "
-          f"nodes, {sum(map(len, hwpx_texts)) / 1000:.1f} kchar; lhcs slice: {len(lhcs)} docs, "
-          f"{sum(map(len, lhcs)) / 1000:.1f} kchar", flush=True)
+    print(
+        f"HWPX corpus: {len(files)} files ({len(failures)} unreadable), {len(hwpx_texts)} "
+        f"nodes, {sum(map(len, hwpx_texts)) / 1000:.1f} kchar; lhcs slice: {len(lhcs)} docs, "
+        f"{sum(map(len, lhcs)) / 1000:.1f} kchar",
+        flush=True,
+    )
 
     throughput: dict[tuple[str, str], tuple[int, int, float]] = {}
     indexing: dict[str, dict[str, float]] = {}
@@ -164,33 +171,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {name}: lhcs slice embedded in {seconds:.1f} s", flush=True)
         indexing[name] = run = time_index(model, files)
         throughput[("hwpx", name)] = (len(hwpx_texts), sum(map(len, hwpx_texts)), run["embed"])
-        print(f"  {name}: HWPX index {run['cold']:.1f} s (embedding {run['embed']:.1f} s), "
-              f"warm rebuild {run['warm']:.1f} s", flush=True)
+        print(
+            f"  {name}: HWPX index {run['cold']:.1f} s (embedding {run['embed']:.1f} s), "
+            f"warm rebuild {run['warm']:.1f} s",
+            flush=True,
+        )
 
     print()
-    print(f"{'texts':<12} {'n':>5} {'kchar':>7} {'USE docs/s':>11} {'USE kchar/s':>12} "
-          f"{'e5 docs/s':>10} {'e5 kchar/s':>11} {'e5/USE':>7}")
+    print(
+        f"{'texts':<12} {'n':>5} {'kchar':>7} {'USE docs/s':>11} {'USE kchar/s':>12} "
+        f"{'e5 docs/s':>10} {'e5 kchar/s':>11} {'e5/USE':>7}"
+    )
     for corpus in ("hwpx", "lhcs"):
         n, chars, _ = throughput[(corpus, "use")]
         rate = {m: (throughput[(corpus, m)][0] / throughput[(corpus, m)][2],
                     throughput[(corpus, m)][1] / 1000 / throughput[(corpus, m)][2])
                 for m in MODELS}  # fmt: skip
         label = "HWPX nodes" if corpus == "hwpx" else "lhcs slice"
-        print(f"{label:<12} {n:>5} {chars / 1000:>7.1f} {rate['use'][0]:>11.2f} "
-              f"{rate['use'][1]:>12.2f} {rate['e5'][0]:>10.2f} {rate['e5'][1]:>11.2f} "
-              f"{rate['e5'][1] / rate['use'][1]:>7.2f}")
+        print(
+            f"{label:<12} {n:>5} {chars / 1000:>7.1f} {rate['use'][0]:>11.2f} "
+            f"{rate['use'][1]:>12.2f} {rate['e5'][0]:>10.2f} {rate['e5'][1]:>11.2f} "
+            f"{rate['e5'][1] / rate['use'][1]:>7.2f}"
+        )
     print()
-    print(f"{'llama-car index':<16} {'nodes':>6} {'cold s':>8} {'embed s':>8} {'embed %':>8} "
-          f"{'warm s':>8} {'cold/warm':>10}")
+    print(
+        f"{'llama-car index':<16} {'nodes':>6} {'cold s':>8} {'embed s':>8} {'embed %':>8} "
+        f"{'warm s':>8} {'cold/warm':>10}"
+    )
     for name in MODELS:
         r = indexing[name]
-        print(f"{name:<16} {int(r['nodes']):>6} {r['cold']:>8.1f} {r['embed']:>8.1f} "
-              f"{100 * r['embed'] / r['cold']:>7.0f}% {r['warm']:>8.1f} "
-              f"{r['cold'] / r['warm']:>10.1f}")
+        print(
+            f"{name:<16} {int(r['nodes']):>6} {r['cold']:>8.1f} {r['embed']:>8.1f} "
+            f"{100 * r['embed'] / r['cold']:>7.0f}% {r['warm']:>8.1f} "
+            f"{r['cold'] / r['warm']:>10.1f}"
+        )
     ratio = indexing["e5"]["cold"] / indexing["use"]["cold"]
-    print(f"\ne5 cold index time / USE cold index time: {ratio:.2f}; model time in the warm "
-          f"rebuilds: e5 {indexing['e5']['warm_embed']:.2f} s, "
-          f"USE {indexing['use']['warm_embed']:.2f} s")
+    print(
+        f"\ne5 cold index time / USE cold index time: {ratio:.2f}; model time in the warm "
+        f"rebuilds: e5 {indexing['e5']['warm_embed']:.2f} s, "
+        f"USE {indexing['use']['warm_embed']:.2f} s"
+    )
     return 0
 
 

@@ -57,16 +57,38 @@ def main() -> None:
             server.set_default("/v1/messages", reply)
             start = time.monotonic()
             proc = subprocess.run(
-                [sys.executable, "-m", "llama_index_car", "query", args.index, args.question,
-                 "--llm", "anthropic", "--top-k", "1", *extra],
-                env=env, capture_output=True, text=True, check=False,
+                [
+                    sys.executable,
+                    "-m",
+                    "llama_index_car",
+                    "query",
+                    args.index,
+                    args.question,
+                    "--llm",
+                    "anthropic",
+                    "--top-k",
+                    "1",
+                    *extra,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
             )
             seconds = time.monotonic() - start
             base = base or seconds
-            hyp = next((ln.split(":", 1)[1].split("   ")[0].strip()
-                        for ln in proc.stdout.splitlines() if ln.startswith("criterion")), "-")
-            print(f"{name:<22} {proc.returncode:>4} {seconds:>8.1f} {seconds / base:>6.1f} "
-                  f"{len(server.requests_to('/v1/messages')):>8}  {hyp}")
+            hyp = next(
+                (
+                    ln.split(":", 1)[1].split("   ")[0].strip()
+                    for ln in proc.stdout.splitlines()
+                    if ln.startswith("criterion")
+                ),
+                "-",
+            )
+            print(
+                f"{name:<22} {proc.returncode:>4} {seconds:>8.1f} {seconds / base:>6.1f} "
+                f"{len(server.requests_to('/v1/messages')):>8}  {hyp}"
+            )
     finally:
         server.stop()
 

@@ -62,8 +62,10 @@ def main() -> None:
     if len(available) > 2:
         combos.append(tuple(available))
     print()
-    print("| engines | stitched | ≥2×2 tables | ≥2×2 preservation | ≥2×2 detection "
-          "| all tables | all preservation | all detection | tables 0 % (≥2×2) |")
+    print(
+        "| engines | stitched | ≥2×2 tables | ≥2×2 preservation | ≥2×2 detection "
+        "| all tables | all preservation | all detection | tables 0 % (≥2×2) |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for combo in combos:
         for stitched in (False, True):
@@ -74,10 +76,12 @@ def main() -> None:
                     chosen = stitch_pages(chosen)
                 scores += score_document(doc, gt[doc], [t.rows for t in chosen])
             big, every = summarize(scores, "2x2"), summarize(scores, "all")
-            print(f"| {' ∪ '.join(combo)} | {'yes' if stitched else 'no'} | {big.tables} "
-                  f"| {100 * big.preservation:.1f}% | {100 * big.detection:.1f}% "
-                  f"| {every.tables} | {100 * every.preservation:.1f}% "
-                  f"| {100 * every.detection:.1f}% | {big.lost} |")
+            print(
+                f"| {' ∪ '.join(combo)} | {'yes' if stitched else 'no'} | {big.tables} "
+                f"| {100 * big.preservation:.1f}% | {100 * big.detection:.1f}% "
+                f"| {every.tables} | {100 * every.preservation:.1f}% "
+                f"| {100 * every.detection:.1f}% | {big.lost} |"
+            )
     print()
     print("extraction seconds: " + ", ".join(f"{e} {s:.0f}" for e, s in seconds.items()))
 

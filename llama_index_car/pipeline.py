@@ -5,7 +5,7 @@ One call turns a folder of HWPX files into a self-contained directory::
     PERSIST_DIR/
       car_index.json      manifest: format_version, embedding spec, chunking, counts, failures
       vector/             VectorStoreIndex storage (SimpleVectorStore + docstore, plain JSON)
-      bm25/               KiwiBM25Retriever.persist() output (JSON + .npz, tokenizer spec)
+      bm25/               KiwiBM25Retriever.persist() output (generations: JSON + mapped .npy)
 
 Table cells (coordinates and text) travel in each table node's ``cells`` metadata
 (:func:`~llama_index.readers.hwpx.node_cells` decodes them); folders written before that

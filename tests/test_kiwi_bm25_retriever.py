@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
+from llama_index_car._persist import live_dir
 from llama_index_car.retrievers import kiwi_bm25 as kb
 from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 from llama_index_car.tokenizers.kiwi import KiwiTokenizer
@@ -203,17 +205,67 @@ def test_insert_and_delete_equal_fresh_build(tokenizer: KiwiTokenizer) -> None:
         r.delete_nodes(["nope"])
 
 
+def test_updates_never_show_queries_half_an_update(tokenizer: KiwiTokenizer) -> None:
+    """Issue 13.7: a delete/insert loop in one thread while two threads query. Before the
+    one-assignment snapshot, a query could read the new BM25 index with the old node list
+    (IndexError, or hits naming the wrong node). Every hit must be a node of the index with
+    the score a fresh build over one of the two versions gives it."""
+    nodes = make_nodes()
+    r = KiwiBM25Retriever.from_defaults(nodes=nodes, tokenizer=tokenizer, similarity_top_k=5)
+    moving = nodes[:4]
+    full = {q: dict(all_scores(r, q)) for q in QUERIES}
+    rest = KiwiBM25Retriever.from_defaults(nodes=nodes[4:], tokenizer=tokenizer)
+    part = {q: dict(all_scores(rest, q)) for q in QUERIES}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    wrong: list[tuple[str, str, float]] = []
+
+    def write() -> None:
+        try:
+            for _ in range(150):
+                r.delete_nodes([n.node_id for n in moving])
+                r.insert_nodes(moving)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                for q in QUERIES:
+                    for h in r.retrieve(q):
+                        want = {full[q].get(h.node.node_id), part[q].get(h.node.node_id)}
+                        if not any(w is not None and abs(w - h.score) <= 1e-9 * max(1, w)
+                                   for w in want):
+                            wrong.append((q, h.node.node_id, h.score))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write)] + [threading.Thread(target=read) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors[:3]
+    assert not wrong, wrong[:3]
+
+
 def test_persist_roundtrip(tmp_path: Path, retriever: KiwiBM25Retriever) -> None:
     d = tmp_path / "idx"
     retriever.persist(d)
-    assert sorted(p.name for p in d.iterdir()) == [
+    gen = live_dir(d)
+    assert sorted(p.name for p in gen.iterdir()) == [
+        "bm25",
         "config.json",
-        "counts.npz",
         "manifest.json",
         "nodes.json",
-        "terms.json",
     ]
-    config = json.loads((d / "config.json").read_text(encoding="utf-8"))
+    assert sorted(p.name for p in (gen / "bm25").iterdir()) == [
+        "doc_len.npy", "indices.npy", "indptr.npy", "manifest.json", "term_hash.npy",
+        "term_offsets.npy", "term_order.npy", "terms.npy", "tf.npy",
+    ]
+    config = json.loads((gen / "config.json").read_text(encoding="utf-8"))
     assert config["format_version"] == kb.FORMAT_VERSION
     assert config["tokenizer"]["spec_hash"] == retriever.tokenizer.spec_hash
     loaded = KiwiBM25Retriever.from_persist_dir(d)
@@ -237,7 +289,15 @@ def test_persist_keeps_filters_and_top_k(tmp_path: Path, tokenizer: KiwiTokenize
 
 
 @pytest.mark.parametrize(
-    "victim", ["manifest.json", "counts.npz", "nodes.json", "terms.json", "config.json"]
+    "victim",
+    [
+        "manifest.json",
+        "bm25/indices.npy",
+        "bm25/terms.npy",
+        "bm25/manifest.json",
+        "nodes.json",
+        "config.json",
+    ],
 )
 @pytest.mark.parametrize("damage", ["delete", "corrupt"])
 def test_damaged_directory_raises_naming_the_file(
@@ -245,14 +305,25 @@ def test_damaged_directory_raises_naming_the_file(
 ) -> None:
     d = tmp_path / "idx"
     retriever.persist(d)
-    path = d / victim
+    path = live_dir(d) / victim
     if damage == "delete":
         path.unlink()
     else:
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0xFF
         path.write_bytes(bytes(data))
-    with pytest.raises(IndexPersistError, match=victim.replace(".", r"\.")):
+    with pytest.raises(IndexPersistError, match=victim.split("/")[-1].replace(".", r"\.")):
+        KiwiBM25Retriever.from_persist_dir(d)
+
+
+def test_format_1_index_raises_a_typed_error(tmp_path: Path) -> None:
+    d = tmp_path / "old"
+    d.mkdir()
+    for name in ("config.json", "terms.json", "counts.npz", "nodes.json"):
+        (d / name).write_bytes(b"{}")
+    manifest = {"format_version": 1, "kind": "KiwiBM25Retriever", "files": {}}
+    (d / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    with pytest.raises(IndexPersistError, match=r"format_version 1.*rebuild"):
         KiwiBM25Retriever.from_persist_dir(d)
 
 
@@ -271,7 +342,7 @@ def test_crash_mid_persist_keeps_old_index(
 
     def flaky(path: Path, data: bytes) -> None:
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == 2:
             raise OSError("disk full (simulated)")
         real(path, data)
 
@@ -279,12 +350,12 @@ def test_crash_mid_persist_keeps_old_index(
     with pytest.raises(OSError, match="simulated"):
         other.persist(d)
     assert all_scores(KiwiBM25Retriever.from_persist_dir(d), "배수시설") == before
-    assert not list(tmp_path.glob(".idx.*"))
+    assert [p.name for p in d.iterdir() if p.name.startswith("gen-")] == [live_dir(d).name]
     # a directory with data files but no manifest (crash before the manifest) never loads
     partial = tmp_path / "partial"
     partial.mkdir()
-    for name in ("config.json", "terms.json", "counts.npz", "nodes.json"):
-        (partial / name).write_bytes((d / name).read_bytes())
+    for name in ("config.json", "nodes.json"):
+        (partial / name).write_bytes((live_dir(d) / name).read_bytes())
     with pytest.raises(IndexPersistError, match="manifest.json is missing"):
         KiwiBM25Retriever.from_persist_dir(partial)
     with pytest.raises(IndexPersistError, match="no such index directory"):

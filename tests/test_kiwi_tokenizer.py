@@ -242,3 +242,14 @@ def test_content_morphemes_reproduce_the_shared_overlap_table(tok: KiwiTokenizer
     assert len(overlaps) == 59
     assert round(sum(overlaps) / len(overlaps), 3) == 0.747
     assert round(sorted(overlaps)[29], 3) == 0.765
+
+
+def test_process_pool_gives_identical_tokens_in_order() -> None:
+    texts = [f"배수시설 설치기준은 {i}.5 m 이상, 제{i}조의2 Ⅲ항을 따른다" for i in range(120)]
+    texts[7] = ""  # empty texts keep their place
+    one = KiwiTokenizer().tokenize_batch(texts)
+    two = KiwiTokenizer(processes=2, min_texts_per_process=10).tokenize_batch(texts)
+    assert two == one and two[7] == [] and "120" not in " ".join(two[0])
+    assert KiwiTokenizer(processes=2).spec_hash == KiwiTokenizer().spec_hash
+    with pytest.raises(ValueError, match="processes"):
+        KiwiTokenizer(processes=0)

@@ -17,7 +17,8 @@ Behaviour:
 * ``insert_nodes`` / ``delete_nodes`` re-tokenize only new texts; the result scores exactly
   like a fresh build on the same nodes in the same order;
 * a token cache (text hash + tokenizer spec -> tokens) lets re-indexing skip Kiwi;
-* ``persist(dir)`` / ``from_persist_dir(dir)``: JSON + ``.npz``, no pickle, atomic, checked.
+* ``persist(dir)`` / ``from_persist_dir(dir)``: JSON + memory-mapped ``.npy`` (no pickle),
+  crash-safe generations, manifest-bound (see ``llama_index_car._persist``).
 
 Example:
     >>> from llama_index.core.schema import TextNode
@@ -32,19 +33,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import json
 import os
-import shutil
-import uuid
 import warnings
 from collections import Counter
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
@@ -58,18 +56,26 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import build_metadata_filter_fn
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
-from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
+from llama_index_car._persist import (
+    MANIFEST_NAME,
+    fsync_write,
+    load_live,
+    read_manifest,
+    replace_dir,
+    write_manifest,
+)
+from llama_index_car.bm25 import BM25Okapi, Verify, top_k_from_scores
 from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
 __all__ = ["FORMAT_VERSION", "KiwiBM25Retriever"]
 
-#: Version of the persisted directory layout written by :meth:`KiwiBM25Retriever.persist`.
-FORMAT_VERSION = 1
-_MANIFEST = "manifest.json"
+#: Version of the persisted directory layout written by :meth:`KiwiBM25Retriever.persist`
+#: (2: generations + ``bm25/`` memory-mappable arrays; 1, with ``counts.npz``, is not read).
+FORMAT_VERSION = 2
+_KIND = "KiwiBM25Retriever"
 _CONFIG = "config.json"
-_TERMS = "terms.json"
-_COUNTS = "counts.npz"
+_BM25 = "bm25"
 _NODES = "nodes.json"
 
 
@@ -98,22 +104,79 @@ def _matches(filters: MetadataFilters, metadata: dict[str, Any]) -> bool:
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    fsync_write(path, data)
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+class _StoredTokens(MutableMapping[str, list[str]]):
+    """A token cache that also answers the texts of a loaded index from its stored counts.
 
+    Entries of ``base`` win; a miss whose key is ``prefix + text hash`` of an indexed node is
+    answered with that node's stored token multiset (built on first miss, nothing at load).
+    Writes go to ``base``.
+    """
+
+    def __init__(
+        self,
+        base: MutableMapping[str, list[str]],
+        prefix: str,
+        hashes: Sequence[str],
+        bm25: BM25Okapi,
+    ) -> None:
+        self._base, self._prefix, self._hashes, self._bm25 = base, prefix, hashes, bm25
+        self._pos: dict[str, int] | None = None
+
+    def _stored(self, key: str) -> list[str] | None:
+        if not key.startswith(self._prefix):
+            return None
+        if self._pos is None:
+            self._pos = {h: i for i, h in enumerate(self._hashes)}
+        i = self._pos.get(key[len(self._prefix) :])
+        if i is None:
+            return None
+        toks: list[str] = []
+        for t, c in self._bm25.doc_term_counts(i).items():
+            toks.extend([t] * c)
+        return toks
+
+    def __getitem__(self, key: str) -> list[str]:
+        try:
+            return self._base[key]
+        except KeyError:
+            hit = self._stored(key)
+            if hit is None:
+                raise
+            return hit
+
+    def __setitem__(self, key: str, value: list[str]) -> None:
+        self._base[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._base[key]
+
+    def __iter__(self) -> Iterator[str]:
+        seen = set(self._base)
+        yield from self._base
+        for h in self._hashes:
+            if self._prefix + h not in seen:
+                seen.add(self._prefix + h)
+                yield self._prefix + h
+
+    def __len__(self) -> int:
+        return len(set(self._base) | {self._prefix + h for h in self._hashes})
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._base or (isinstance(key, str) and self._stored(key) is not None)
+
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What one query reads: the BM25 index and its nodes (same version), and a one-slot
+    cache of the filter mask over those nodes."""
+
+    bm25: BM25Okapi
+    nodes: list[BaseNode]
+    mask: list[np.ndarray]
 
 class KiwiBM25Retriever(BaseRetriever):
     """BM25Okapi retriever over Kiwi morphemes (see the module docstring).
@@ -306,8 +369,13 @@ class KiwiBM25Retriever(BaseRetriever):
         return [o if o is not None else [] for o in out]
 
     def _reindex(self) -> None:
+        """Publish the current (BM25, nodes) pair as one snapshot, in one assignment.
+
+        Queries read :attr:`_snap` once, so an ``insert_nodes``/``delete_nodes`` running in
+        another thread never shows them a BM25 index and a node list of different versions.
+        """
         self._id_to_pos = {n.node_id: i for i, n in enumerate(self._nodes)}
-        self._mask: np.ndarray | None = None
+        self._snap = _Snapshot(self._bm25, self._nodes, [])
 
     def _warn_if_small(self) -> None:
         n = len(self._nodes)
@@ -344,32 +412,44 @@ class KiwiBM25Retriever(BaseRetriever):
         return len(self._nodes)
 
     # ------------------------------------------------------------------ retrieval
-    def _filter_mask(self) -> np.ndarray | None:
+    def _filter_mask(self, snap: _Snapshot) -> np.ndarray | None:
         if self.filters is None or not self.filters.filters:
             return None
-        if self._mask is None:
-            self._mask = np.fromiter(
-                (_matches(self.filters, dict(n.metadata)) for n in self._nodes),
-                dtype=bool,
-                count=len(self._nodes),
+        if not snap.mask:  # computed once per snapshot (a racing duplicate is harmless)
+            snap.mask.append(
+                np.fromiter(
+                    (_matches(self.filters, dict(n.metadata)) for n in snap.nodes),
+                    dtype=bool,
+                    count=len(snap.nodes),
+                )
             )
-        return self._mask
+        return snap.mask[0]
 
     @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         tokens = self._tokenizer.tokenize(query_bundle.query_str)
-        if not tokens or not self._nodes:
+        snap = self._snap  # one consistent (BM25, nodes) pair for the whole query
+        bm25, nodes = snap.bm25, snap.nodes
+        if not tokens or not nodes:
             return []
-        scores = self._bm25.get_scores(tokens)
+        k = min(self.similarity_top_k, len(nodes))
+        mask = self._filter_mask(snap)
+        if mask is None:
+            # fast path (compiled top-k when numba is installed): valid when all k are > 0
+            idx, top = bm25.top_k(tokens, k)
+            if idx.size == k and (top > 0).all():
+                return [
+                    NodeWithScore(node=nodes[i], score=s)
+                    for i, s in zip(idx.tolist(), top.tolist(), strict=True)
+                ]
+        scores = bm25.get_scores(tokens)
         keep = scores != 0
-        mask = self._filter_mask()
         if mask is not None:
             keep &= mask
         cand = np.flatnonzero(keep)
-        k = min(self.similarity_top_k, len(self._nodes))
         order, top = top_k_from_scores(scores[cand], k)
         return [
-            NodeWithScore(node=self._nodes[int(cand[i])], score=float(s))
+            NodeWithScore(node=nodes[int(cand[i])], score=float(s))
             for i, s in zip(order.tolist(), top.tolist(), strict=True)
         ]
 
@@ -410,25 +490,19 @@ class KiwiBM25Retriever(BaseRetriever):
 
     # ------------------------------------------------------------------ persistence
     def persist(self, persist_dir: str | os.PathLike[str]) -> None:
-        """Write the index to ``persist_dir`` atomically (replacing an existing index).
+        """Write the index to ``persist_dir`` crash-safely (replacing an existing index).
 
-        Files: ``config.json`` (format_version, BM25 parameters, similarity_top_k, filters,
-        tokenizer spec, node ids, text hashes), ``terms.json``, ``counts.npz`` (the sparse
-        document x term count matrix), ``nodes.json`` (``doc_to_json`` of every node) and,
-        written last, ``manifest.json`` with each file's sha256. Everything is written to a
-        temporary sibling directory, fsynced, then renamed into place; a directory without a
-        valid manifest never loads.
+        ``persist_dir`` holds generations (``llama_index_car._persist.replace_dir``): a new one
+        is written and fsynced, then ``CURRENT`` is switched atomically. A generation holds
+        ``config.json`` (format_version, BM25 parameters, similarity_top_k, filters, tokenizer
+        spec, node ids, text hashes), ``nodes.json`` (``doc_to_json`` of every node), ``bm25/``
+        (:meth:`BM25Okapi.save` layout: plain ``.npy`` arrays + its manifest) and, written
+        last, ``manifest.json`` with every file's size and sha256.
         """
-        target = Path(persist_dir)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        try:
-            counts = self._bm25.counts
-            blobs: dict[str, bytes] = {}
+        with replace_dir(persist_dir) as gen:
             config = {
                 "format_version": FORMAT_VERSION,
-                "kind": "KiwiBM25Retriever",
+                "kind": _KIND,
                 "k1": self._bm25.k1,
                 "b": self._bm25.b,
                 "epsilon": self._bm25.epsilon,
@@ -438,43 +512,20 @@ class KiwiBM25Retriever(BaseRetriever):
                 "node_ids": [n.node_id for n in self._nodes],
                 "text_hashes": self._text_hashes,
             }
-            blobs[_CONFIG] = json.dumps(config, ensure_ascii=False).encode("utf-8")
-            blobs[_TERMS] = json.dumps(self._bm25.terms, ensure_ascii=False).encode("utf-8")
-            blobs[_NODES] = json.dumps(
-                [doc_to_json(n) for n in self._nodes], ensure_ascii=False
-            ).encode("utf-8")
-            buf = io.BytesIO()
-            np.savez(
-                buf,
-                data=counts.data.astype(np.int64),
-                indices=counts.indices.astype(np.int64),
-                indptr=counts.indptr.astype(np.int64),
-                shape=np.asarray(counts.shape, dtype=np.int64),
+            _fsync_write(gen / _CONFIG, json.dumps(config, ensure_ascii=False).encode("utf-8"))
+            _fsync_write(
+                gen / _NODES,
+                json.dumps([doc_to_json(n) for n in self._nodes], ensure_ascii=False).encode(
+                    "utf-8"
+                ),
             )
-            blobs[_COUNTS] = buf.getvalue()
-            for name, data in blobs.items():
-                _fsync_write(tmp / name, data)
-            manifest = {
-                "format_version": FORMAT_VERSION,
-                "kind": "KiwiBM25Retriever",
-                "files": {
-                    name: {"sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)}
-                    for name, d in blobs.items()
-                },
-            }
-            _fsync_write(tmp / _MANIFEST, json.dumps(manifest, indent=1).encode("utf-8"))
-            _fsync_dir(tmp)
-            old = None
-            if target.exists():
-                old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-                os.replace(target, old)
-            os.replace(tmp, target)
-            _fsync_dir(target.parent)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            (gen / _BM25).mkdir()
+            self._bm25.write_to(gen / _BM25)
+            bm_sha = hashlib.sha256((gen / _BM25 / MANIFEST_NAME).read_bytes()).hexdigest()
+            # write_manifest skips nested manifest files: bind bm25/'s through meta
+            write_manifest(
+                gen, kind=_KIND, format_version=FORMAT_VERSION, meta={"bm25_manifest": bm_sha}
+            )
 
     @classmethod
     def from_persist_dir(
@@ -483,29 +534,73 @@ class KiwiBM25Retriever(BaseRetriever):
         tokenizer: KiwiTokenizer | None = None,
         token_cache: bool | MutableMapping[str, list[str]] | None = True,
         callback_manager: CallbackManager | None = None,
+        *,
+        verify: Verify = "auto",
     ) -> KiwiBM25Retriever:
         """Load an index written by :meth:`persist` (no re-tokenization of documents).
 
-        Raises :class:`IndexPersistError` naming the missing or corrupt file. Warns
+        The BM25 arrays are memory-mapped (:meth:`BM25Okapi.load`; ``verify`` is passed on:
+        ``"auto"`` hashes everything up to 16 MiB, else checks sizes and structure). Raises
+        :class:`IndexPersistError` naming the missing or corrupt file, and for indices written
+        by older versions (format 1: ``counts.npz``), which must be rebuilt. Warns
         :class:`TokenizerMismatchWarning` when ``tokenizer`` (default: the persisted spec)
         differs from the persisted spec, or the installed kiwipiepy / model version differs.
-        The token cache is seeded from the stored counts (token multisets; BM25 only needs
-        counts), so a later re-index of unchanged texts skips Kiwi.
+        With the same analysis, the token cache answers unchanged texts from the stored counts
+        (token multisets; BM25 only needs counts), so a later re-index skips Kiwi.
         """
-        root = Path(persist_dir)
-        if not root.is_dir():
-            raise IndexPersistError(f"{root}: no such index directory")
-        raw = cls._read_checked(root)
+        return load_live(
+            persist_dir,
+            lambda root: cls._load_generation(
+                root, tokenizer, token_cache, callback_manager, verify
+            ),
+        )
+
+    @classmethod
+    def _load_generation(
+        cls,
+        root: Path,
+        tokenizer: KiwiTokenizer | None,
+        token_cache: bool | MutableMapping[str, list[str]] | None,
+        callback_manager: CallbackManager | None,
+        verify: Verify,
+    ) -> KiwiBM25Retriever:
+        manifest = read_manifest(
+            root,
+            kind=_KIND,
+            format_versions=(FORMAT_VERSION,),
+            verify=False,
+            required=(_CONFIG, _NODES),
+        )
+        raw: dict[str, bytes] = {}
+        for name in (_CONFIG, _NODES):
+            path = root / name
+            if not path.is_file():
+                raise IndexPersistError(f"{path} is missing; persist the index again")
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != manifest["files"][name]["sha256"]:
+                raise IndexPersistError(
+                    f"{path} is corrupt (sha256 differs from {MANIFEST_NAME}); "
+                    "persist the index again"
+                )
+            raw[name] = data
+        bm_manifest = root / _BM25 / MANIFEST_NAME
+        if (
+            not bm_manifest.is_file()
+            or hashlib.sha256(bm_manifest.read_bytes()).hexdigest()
+            != (manifest.get("meta") or {}).get("bm25_manifest")
+        ):
+            raise IndexPersistError(
+                f"{bm_manifest} is missing or differs from {root / MANIFEST_NAME}; "
+                "persist the index again"
+            )
         try:
             config = json.loads(raw[_CONFIG])
-            terms = json.loads(raw[_TERMS])
             node_dicts = json.loads(raw[_NODES])
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise IndexPersistError(f"{root}: unreadable JSON ({e})") from e
-        if config.get("format_version") != FORMAT_VERSION:
+        if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
             raise IndexPersistError(
-                f"{root / _CONFIG}: format_version {config.get('format_version')!r}, this "
-                f"version of llama-index-car reads {FORMAT_VERSION}; rebuild the index"
+                f"{root / _CONFIG}: not a format {FORMAT_VERSION} config; rebuild the index"
             )
         required = (
             "tokenizer",
@@ -523,25 +618,23 @@ class KiwiBM25Retriever(BaseRetriever):
         if tokenizer is None:
             tokenizer = KiwiTokenizer.from_dict(saved_spec)
         cls._check_spec(saved_spec, tokenizer, root)
-        try:
-            with np.load(io.BytesIO(raw[_COUNTS]), allow_pickle=False) as z:
-                shape = tuple(int(x) for x in z["shape"])
-                counts = sp.csr_matrix(
-                    (z["data"].astype(np.float64), z["indices"], z["indptr"]), shape=shape
-                )
-        except (OSError, ValueError, KeyError) as e:
-            raise IndexPersistError(f"{root / _COUNTS}: corrupt count matrix ({e})") from e
+        bm25 = BM25Okapi.load(root / _BM25, verify=verify)
         nodes = [json_to_doc(d) for d in node_dicts]
         n_ids = config["node_ids"]
         if (
-            len(nodes) != shape[0]
-            or len(terms) != shape[1]
+            len(nodes) != bm25.corpus_size
             or [n.node_id for n in nodes] != n_ids
             or len(config["text_hashes"]) != len(nodes)
         ):
             raise IndexPersistError(
-                f"{root}: {_NODES}, {_TERMS} and {_COUNTS} disagree in size; rebuild the index"
+                f"{root}: {_NODES}, {_CONFIG} and {_BM25}/ disagree in size; rebuild the index"
             )
+        if (bm25.k1, bm25.b, bm25.epsilon) != (
+            float(config["k1"]),
+            float(config["b"]),
+            float(config["epsilon"]),
+        ):
+            raise IndexPersistError(f"{root}: {_CONFIG} and {_BM25}/ disagree on k1, b, epsilon")
         filters = MetadataFilters.model_validate(config["filters"]) if config["filters"] else None
         self = cls.__new__(cls)
         BaseRetriever.__init__(self, callback_manager=callback_manager)
@@ -555,52 +648,18 @@ class KiwiBM25Retriever(BaseRetriever):
         self._cache_prefix = tokenizer.spec_hash[:16] + ":"
         self._nodes = nodes
         self._text_hashes = list(config["text_hashes"])
-        self._bm25 = BM25Okapi.from_counts(
-            counts, terms, float(config["k1"]), float(config["b"]), float(config["epsilon"])
-        )
+        self._bm25 = bm25
         current = tokenizer.to_dict()
         same_analysis = all(
             saved_spec.get(key) == current[key]
             for key in ("spec_hash", "kiwipiepy_version", "model_version", "model_type")
         )
         if self._token_cache is not None and same_analysis:
-            counts_csr = counts.tocsr()
-            for i, h in enumerate(self._text_hashes):
-                lo, hi = counts_csr.indptr[i], counts_csr.indptr[i + 1]
-                toks: list[str] = []
-                for j, c in zip(counts_csr.indices[lo:hi], counts_csr.data[lo:hi], strict=True):
-                    toks.extend([terms[j]] * int(c))
-                self._token_cache.setdefault(self._cache_prefix + h, toks)
+            self._token_cache = _StoredTokens(
+                self._token_cache, self._cache_prefix, self._text_hashes, bm25
+            )
         self._reindex()
         return self
-
-    @staticmethod
-    def _read_checked(root: Path) -> dict[str, bytes]:
-        mpath = root / _MANIFEST
-        if not mpath.is_file():
-            raise IndexPersistError(
-                f"{mpath} is missing: the directory is incomplete (interrupted persist?) or "
-                "not a KiwiBM25Retriever index; persist it again"
-            )
-        try:
-            manifest = json.loads(mpath.read_bytes())
-            files = manifest["files"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
-            raise IndexPersistError(f"{mpath} is corrupt ({e}); persist the index again") from e
-        out: dict[str, bytes] = {}
-        for name in (_CONFIG, _TERMS, _COUNTS, _NODES):
-            path = root / name
-            if name not in files:
-                raise IndexPersistError(f"{mpath} does not list {name}; persist the index again")
-            if not path.is_file():
-                raise IndexPersistError(f"{path} is missing; persist the index again")
-            data = path.read_bytes()
-            if hashlib.sha256(data).hexdigest() != files[name].get("sha256"):
-                raise IndexPersistError(
-                    f"{path} is corrupt (sha256 differs from {_MANIFEST}); persist the index again"
-                )
-            out[name] = data
-        return out
 
     @staticmethod
     def _check_spec(saved: dict[str, Any], tokenizer: KiwiTokenizer, root: Path) -> None:
@@ -631,6 +690,4 @@ class KiwiBM25Retriever(BaseRetriever):
         pos = self._id_to_pos.get(node_id)
         if pos is None:
             raise ConfigurationError(f"unknown node id {node_id!r}")
-        row = self._bm25._counts[pos]
-        terms = self._bm25.terms
-        return Counter({terms[j]: int(c) for j, c in zip(row.indices, row.data, strict=True)})
+        return Counter(self._bm25.doc_term_counts(pos))

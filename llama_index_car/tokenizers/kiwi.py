@@ -151,6 +151,8 @@ _ROMAN.update({chr(0x2170 + i): r for i, r in enumerate(_ROMAN.values())})
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3})")
 
 _KIWI_CACHE: dict[tuple[Any, ...], Kiwi] = {}
+#: Fields that change speed, not tokens: left out of the spec and its hash.
+_NOT_SPEC = {"num_workers", "processes", "min_texts_per_process"}
 _KIWI_LOCK = threading.Lock()
 
 
@@ -272,6 +274,21 @@ class KiwiTokenizer(BaseModel):
         description="Kiwi threads for tokenize_batch; None/-1 = all cores, 0 = one thread. "
         "Does not change the tokens (not part of the spec).",
     )
+    processes: int | None = Field(
+        default=1,
+        description="Processes for tokenize_batch: 1 = this process (Kiwi threads only); "
+        "N > 1 = N worker processes (spawned, each with a single-threaded Kiwi) analyse "
+        "contiguous slices; None/-1 = one per core. Batches below "
+        "`min_texts_per_process` * processes stay in this process. As with any spawned "
+        "pool, a calling script must guard its entry point with "
+        "`if __name__ == '__main__':`. Does not change the tokens (not part of the spec).",
+    )
+    min_texts_per_process: int = Field(
+        default=256,
+        ge=1,
+        description="tokenize_batch uses worker processes only when each gets at least this "
+        "many texts (starting a worker and loading its Kiwi model takes about a second).",
+    )
 
     @field_validator("keep_tags")
     @classmethod
@@ -279,6 +296,13 @@ class KiwiTokenizer(BaseModel):
         if not v:
             raise ConfigurationError("keep_tags must name at least one Kiwi tag, e.g. 'NNG'")
         return tuple(v)
+
+    @field_validator("processes")
+    @classmethod
+    def _check_processes(cls, v: int | None) -> int | None:
+        if v is not None and v != -1 and v < 1:
+            raise ConfigurationError(f"processes must be >= 1, -1 or None (all cores), got {v}")
+        return v
 
     @field_validator("user_words")
     @classmethod
@@ -346,10 +370,13 @@ class KiwiTokenizer(BaseModel):
     def tokenize_batch(
         self, texts: Iterable[str], *, show_progress: bool = False
     ) -> list[list[str]]:
-        """Retrieval tokens of many texts, in order, analysed by Kiwi's thread pool.
+        """Retrieval tokens of many texts, in order.
 
-        Uses ``Kiwi.tokenize(iterable, ...)`` with the Kiwi created with
-        ``num_workers`` threads (all cores by default), so the GIL is not a bottleneck.
+        With ``processes == 1`` (default) the texts go through ``Kiwi.tokenize(iterable)``
+        with the Kiwi created with ``num_workers`` threads. With ``processes > 1`` (and enough
+        texts, see ``min_texts_per_process``) they are cut into contiguous slices analysed by
+        that many spawned worker processes, each running this tokenizer with a single-threaded
+        Kiwi; the result is identical, in the same order.
         """
         items = list(texts)
         for i, t in enumerate(items):
@@ -359,6 +386,10 @@ class KiwiTokenizer(BaseModel):
                 )
         if not items:
             return []
+        procs = _resolve_workers(self.processes) if self.processes != 1 else 1
+        procs = min(procs, len(items) // self.min_texts_per_process)
+        if procs > 1:
+            return self._tokenize_processes(items, procs, show_progress)
         kiwi = self.kiwi()
         pre = self._pretokenized()
         stream: Iterator[list[Token]]
@@ -371,6 +402,31 @@ class KiwiTokenizer(BaseModel):
 
             stream = iter(tqdm(stream, total=len(items), desc="Kiwi tokenize", unit="text"))
         return [self._tokens_from(m) for m in stream]
+
+    def _tokenize_processes(
+        self, items: list[str], procs: int, show_progress: bool
+    ) -> list[list[str]]:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        worker = self.model_copy(update={"processes": 1, "num_workers": 0})
+        # ~8 slices per process: balances uneven texts; order is kept by map()
+        size = max(1, -(-len(items) // (procs * 8)))
+        slices = [items[i : i + size] for i in range(0, len(items), size)]
+        out: list[list[str]] = []
+        with ProcessPoolExecutor(procs, mp_context=mp.get_context("spawn")) as pool:
+            results: Iterator[list[list[str]]] = pool.map(
+                _tokenize_slice, [worker] * len(slices), slices
+            )
+            if show_progress:
+                from tqdm.auto import tqdm
+
+                results = iter(
+                    tqdm(results, total=len(slices), desc=f"Kiwi x{procs}", unit="slice")
+                )
+            for part in results:
+                out.extend(part)
+        return out
 
     # ------------------------------------------------------------------ analysis helpers
     def _plain(self, text: str) -> list[Token]:
@@ -440,7 +496,7 @@ class KiwiTokenizer(BaseModel):
             )
         except ImportError:  # pragma: no cover - kiwipiepy_model is a dependency
             model_version, model_name = "missing", "missing"
-        config = self.model_dump(mode="json", exclude={"num_workers"})
+        config = self.model_dump(mode="json", exclude=_NOT_SPEC)
         return {
             "type": "KiwiTokenizer",
             "config": config,
@@ -469,8 +525,13 @@ class KiwiTokenizer(BaseModel):
     def spec_hash(self) -> str:
         """sha256 over the token-changing config and the domain regexes (not versions)."""
         payload = {
-            "config": self.model_dump(mode="json", exclude={"num_workers"}),
+            "config": self.model_dump(mode="json", exclude=_NOT_SPEC),
             "patterns": [list(p) for p in DOMAIN_PATTERNS] if self.normalize_domain else [],
         }
         blob = json.dumps(payload, ensure_ascii=False, sort_keys=True)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _tokenize_slice(tokenizer: KiwiTokenizer, texts: list[str]) -> list[list[str]]:
+    """Worker-process entry of :meth:`KiwiTokenizer.tokenize_batch` (module level: picklable)."""
+    return tokenizer.tokenize_batch(texts)
