@@ -253,3 +253,25 @@ def test_process_pool_gives_identical_tokens_in_order() -> None:
     assert KiwiTokenizer(processes=2).spec_hash == KiwiTokenizer().spec_hash
     with pytest.raises(ValueError, match="processes"):
         KiwiTokenizer(processes=0)
+
+
+def test_long_texts_are_analysed_in_pieces_with_the_same_tokens() -> None:
+    """Issue 13: one oversize table row (a 200,000-character cell passes every reader limit)
+    made Kiwi use ~1.3 GB in one call. Texts over ``max_chars_per_call`` are cut at line
+    breaks / spaces; the tokens equal the whole-text analysis for text cut at line breaks."""
+    from llama_index_car.tokenizers.kiwi import _pieces
+
+    line = "교량 점검통로의 폭은 600 mm 이상으로 하고 배수시설 설치기준에 따른다."
+    text = "\n".join(f"{i}. {line}" for i in range(600))  # ~30,000 characters
+    pieces = _pieces(text, 10_000)
+    assert "".join(pieces) == text and len(pieces) >= 3
+    assert all(len(p) <= 10_000 and p.endswith("\n") for p in pieces[:-1])
+    whole = KiwiTokenizer(max_chars_per_call=10**9)
+    cut = KiwiTokenizer()
+    assert cut.max_chars_per_call == 10_000
+    assert cut.tokenize(text) == whole.tokenize(text)
+    batch = cut.tokenize_batch(["짧은 문장", text, "교량 점검"])
+    assert batch == [whole.tokenize("짧은 문장"), whole.tokenize(text), whole.tokenize("교량 점검")]
+    no_space = "가" * 25_000  # no break anywhere: hard cuts, still every character analysed
+    assert [len(p) for p in _pieces(no_space, 10_000)] == [10_000, 10_000, 5_000]
+    assert cut.spec_hash != whole.spec_hash  # the setting is part of the tokenizer spec
