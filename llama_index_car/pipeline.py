@@ -742,7 +742,44 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
             raise IndexPersistError(
                 f"{exc}; or rebuild the index with llama-car index"
             ) from exc
+    _check_manifest_types(manifest, path)
     return dict(manifest)
+
+
+#: field -> accepted types of ``car_index.json`` (a field may be absent in older folders)
+_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "embed": (dict,),
+    "chunk_size": (int,),
+    "chunk_overlap": (int,),
+    "store": (str, type(None)),
+    "files": (list,),
+    "documents": (int,),
+    "nodes": (int,),
+    "table_nodes": (int,),
+    "failures": (list,),
+    "sources": (dict,),
+}
+
+
+def _check_manifest_types(manifest: dict[str, Any], path: Path) -> None:
+    """Every known field has its type (a hash-consistent but wrong value, e.g.
+    ``"embed": "use"``, is a named error, not an AttributeError later)."""
+    for key, types in _MANIFEST_TYPES.items():
+        if key in manifest and (
+            not isinstance(manifest[key], types) or isinstance(manifest[key], bool)
+        ):
+            want = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            raise IndexPersistError(
+                f"{path}: field {key!r} is {type(manifest[key]).__name__}, expected {want}; "
+                "rebuild the index with llama-car index"
+            )
+    embed = manifest.get("embed", {})
+    for key in ("provider", "model_name", "class_name"):
+        if key in embed and not isinstance(embed[key], str):
+            raise IndexPersistError(
+                f"{path}: field 'embed.{key}' is {type(embed[key]).__name__}, expected str; "
+                "rebuild the index with llama-car index"
+            )
 
 
 @dataclass

@@ -348,6 +348,39 @@ def test_damaged_index_folder_is_named(
     assert rc == 2 and "format_version 99" in stderr
 
 
+def test_a_folder_never_mixes_two_corpora(
+    index_run: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 13.6: vectors copied in from another index (same shape, other values) made
+    ``query`` exit 0 with hits from both corpora; every part is now bound to the
+    generation's manifest (sha256), and a hash-consistent manifest value of the wrong type
+    (``"embed": "use"``) is one line, exit 2, not a traceback."""
+    import numpy as np
+
+    from llama_index_car import _persist
+
+    copy = tmp_path / "mixed"
+    shutil.copytree(index_run["out"], copy)
+    vectors = live_dir(copy) / "vector" / "embeddings.npy"
+    other = np.load(vectors)[::-1].copy()  # "another corpus": same shape, other rows
+    np.save(vectors, other)
+    rc, stdout, stderr = _query(capsys, str(copy), "교량 점검통로 폭")
+    assert rc == 2 and not stdout
+    assert "embeddings.npy" in stderr and len(stderr.strip().splitlines()) == 1
+
+    shutil.rmtree(copy)
+    shutil.copytree(index_run["out"], copy)
+    gen = live_dir(copy)
+    manifest = json.loads((gen / "car_index.json").read_text(encoding="utf-8"))
+    manifest["embed"] = "use"
+    (gen / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
+    bound = json.loads((gen / _persist.MANIFEST_NAME).read_text(encoding="utf-8"))
+    _persist.write_manifest(gen, kind=bound["kind"], format_version=bound["format_version"])
+    rc, stdout, stderr = _query(capsys, str(copy), "교량 점검통로 폭")
+    assert rc == 2 and not stdout
+    assert "car_index.json" in stderr and len(stderr.strip().splitlines()) == 1
+
+
 def test_query_embedding_must_match_the_index(index_run: dict[str, Any]) -> None:
     from llama_index.core.embeddings import MockEmbedding
 
