@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -65,18 +64,33 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
 }
 
 
+#: A small launcher that runs the command and writes the command's own peak RSS (KiB).
+#: Linux carries a process's RSS high-water mark across fork/vfork + exec, so a command
+#: started straight from pytest (gigabytes by the end of the suite) would report pytest's
+#: size; started from this launcher it inherits only the launcher's few MB.
+_LAUNCHER = (
+    "import os, subprocess, sys\n"
+    "p = subprocess.Popen(sys.argv[2:])\n"
+    "_, status, usage = os.wait4(p.pid, 0)\n"
+    "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
 def _run_measured(argv: list[str], logs: Path) -> tuple[int, str, str, float, int]:
     """Run ``argv``; return code, stdout, stderr, wall seconds and the peak RSS in bytes of
-    that child alone (``os.wait4`` reaps it with its own rusage)."""
+    that command alone (measured by :data:`_LAUNCHER`)."""
     start = time.perf_counter()
+    peak_file = logs / "peak_kib"
     with open(logs / "stdout", "w") as fo, open(logs / "stderr", "w") as fe:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe)
-        _, status, usage = os.wait4(proc.pid, 0)
+        rc = subprocess.call(
+            [sys.executable, "-c", _LAUNCHER, str(peak_file), *argv],
+            stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
+        )
     seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
     out = (logs / "stdout").read_text(encoding="utf-8")
     err = (logs / "stderr").read_text(encoding="utf-8")
-    return proc.returncode, out, err, seconds, usage.ru_maxrss * 1024  # Linux: KiB
+    return rc, out, err, seconds, int(peak_file.read_text()) * 1024  # Linux: KiB
 
 
 @pytest.mark.slow
