@@ -268,7 +268,7 @@ def test_demo_car_ranks_match_the_feedback_oracle(
 ) -> None:
     """Offline CAR = weighted RRF of dense(q), BM25(q), BM25(q + feedback terms).
 
-    Weights ``[0.5, 0.5(1 − p), 0.5p]`` with ``p = 0.7 (1 − s)(1 − a)``: ``s`` = best share of
+    Weights ``[0.5(1 − p), 0.5(1 − p), p]`` with ``p = 0.7 (1 − s)(1 − a)``: ``s`` = best share of
     the query's content morphemes in a top-3 BM25 hit, ``a`` = |top-5 dense ∩ top-5 BM25| / 5;
     terms = the 10 best ``idf × tf`` (rank_bm25 idf, tf summed over the top-5 dense hits)
     outside the query's tokens.
@@ -310,7 +310,7 @@ def test_demo_car_ranks_match_the_feedback_oracle(
             some_feedback = True
             assert fb["share"] == pytest.approx(share) and fb["terms"] == terms, q["qid"]
             fed = _bm25_order(oracle_data, q["question"] + " " + " ".join(terms))
-            weights = [0.5, 0.5 * (1 - share), 0.5 * share]
+            weights = [0.5 * (1 - share), 0.5 * (1 - share), share]
             car = _weighted_rrf_order([dense, lexical, fed], weights)
         else:
             assert fb["share"] == 0.0, q["qid"]

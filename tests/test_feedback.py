@@ -145,7 +145,7 @@ def test_offline_car_fuses_three_channels_as_specified(bm25: KiwiBM25Retriever) 
     assert info["hypothesis_source"] == "feedback"
 
     fed = [h.node.node_id for h in bm25.retrieve(query + " " + " ".join(expected_terms))]
-    w = [0.5, 0.5 * (1 - share), 0.5 * share]
+    w = [0.5 * (1 - share), 0.5 * (1 - share), share]
     assert info["weights"] == pytest.approx({"dense": w[0], "lexical": w[1], "feedback": w[2]})
     assert [h.node.node_id for h in out] == _rrf([dense_order, lexical, fed], w)[:7]
     top = _rrf([dense_order, lexical, fed], w)[0]
@@ -214,5 +214,5 @@ def test_feedback_knob_on_the_hypothesis_path(bm25: KiwiBM25Retriever) -> None:
     share = info["feedback"]["share"]
     assert 0 < share < 0.7 and info["feedback"]["terms"]
     assert info["weights"] == pytest.approx(
-        {"dense": 0.5, "lexical": 0.5 * (1 - share), "feedback": 0.5 * share}
+        {"dense": 0.5 * (1 - share), "lexical": 0.5 * (1 - share), "feedback": share}
     )

@@ -11,7 +11,8 @@ without an LLM; nothing is learnt at index time). Three channels:
   ``idf × tf`` summed over the top-5 dense hits (:mod:`llama_index_car.hypothesizers.feedback`,
   read from the BM25 index's own counts): dense retrieval bridges the paraphrase, its best hits
   supply the vocabulary of the standards;
-* fusion weights ``[α, (1 − α)(1 − p), (1 − α)p]`` with the per-query feedback share
+* fusion weights ``[α(1 − p), (1 − α)(1 − p), p]`` — the feedback channel takes the share
+  ``p`` of the total weight from both plain channels alike — with the per-query feedback share
   ``p = feedback_scale · (1 − s) · (1 − a)`` (:func:`~llama_index_car.retrievers.routing.feedback_share`):
   ``s`` is the router signal (share of the query's content morphemes in its top-3 BM25 hits)
   and ``a`` the top-5 agreement of the dense and lexical rankings. When the query's words are
@@ -428,7 +429,8 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         if feedback is not None and feedback.bundle is not None:
             names = FEEDBACK_CHANNEL_NAMES
             lexical = 1.0 - self.alpha
-            weights = [self.alpha, lexical * (1.0 - feedback.share), lexical * feedback.share]
+            p = feedback.share  # taken from both channels alike (README Results: measured)
+            weights = [self.alpha * (1.0 - p), lexical * (1.0 - p), p]
         explain: dict[str, Any] = {
             "hypothesis": hypothesis.text if hypothesis is not None else None,
             "criteria": list(hypothesis.criteria) if hypothesis is not None else [],

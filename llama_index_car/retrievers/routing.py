@@ -68,7 +68,7 @@ def top_agreement(a: Sequence[str], b: Sequence[str], depth: int = DEFAULT_AGREE
 
 
 def feedback_share(signal: float, agreement: float, scale: float) -> float:
-    """Share of the lexical weight given to CAR's feedback channel: ``scale·(1−signal)·(1−agreement)``.
+    """Share of the fusion weight given to CAR's feedback channel: ``scale·(1−signal)·(1−agreement)``.
 
     ``signal`` is the router's predicted overlap and ``agreement`` the :func:`top_agreement`
     of the dense and lexical channels (both in [0, 1]); the share grows when the query's words

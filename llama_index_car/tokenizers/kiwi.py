@@ -562,8 +562,8 @@ def _pieces(text: str, limit: int) -> list[str]:
     break of its window (else the last space; else hard at ``limit``). Joined, the pieces are
     ``text``.
 
-    >>> _pieces("ab cd\nef gh", 6)
-    ['ab cd\n', 'ef gh']
+    >>> _pieces("ab cd ef", 6)
+    ['ab cd ', 'ef']
     """
     if len(text) <= limit:
         return [text]
