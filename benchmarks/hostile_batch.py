@@ -18,44 +18,14 @@ Within the limits but costly: ``header_200k.hwpx``, a 200,000-character header c
 from __future__ import annotations
 
 import argparse
-import io
 import shutil
-import zipfile
+import sys
 from pathlib import Path
 
-SEC = (
-    '<hs:sec xmlns:hs="http://www.hancom.co.kr/hwpml/2011/section" '
-    'xmlns:hp="http://www.hancom.co.kr/hwpml/2011/paragraph">{}</hs:sec>'
-)
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
-
-def _package(sections: list[str]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
-        zf.writestr("mimetype", "application/hwp+zip", compress_type=zipfile.ZIP_STORED)
-        for i, sec in enumerate(sections):
-            zf.writestr(f"Contents/section{i}.xml", SEC.format(sec))
-    return buf.getvalue()
-
-
-def _p(text: str) -> str:
-    return f"<hp:p><hp:run><hp:t>{text}</hp:t></hp:run></hp:p>"
-
-
-def _tc(row: int, col: int, text: str) -> str:
-    return (
-        f'<hp:tc><hp:subList>{_p(text)}</hp:subList><hp:cellAddr rowAddr="{row}" '
-        f'colAddr="{col}"/></hp:tc>'
-    )
-
-
-def _tbl(rows: int, cols: int, cells: str = "") -> str:
-    tr = f"<hp:tr>{cells}</hp:tr>" if cells else ""
-    return f'<hp:p><hp:run><hp:tbl rowCnt="{rows}" colCnt="{cols}">{tr}</hp:tbl></hp:run></hp:p>'
-
-
-def _wide(n: int, cols: int) -> bytes:
-    return _package([_p("표") + _tbl(1, cols, _tc(0, 0, "a") + _tc(0, cols - 1, "b")) * n])
+from tests.fakes.hostile_hwpx import attack_files, package, para  # noqa: E402
 
 
 def hostile_files() -> dict[str, bytes]:
@@ -64,21 +34,14 @@ def hostile_files() -> dict[str, bytes]:
 
     header = HWPXBuilder()
     header.add_section().table([["가 " * 100_000]] + [[f"행{i}"] for i in range(2000)])
-    return {
-        "rows_1e9.hwpx": _package([_p("본문") + _tbl(1_000_000_000, 1)]),
-        "wide_1x1e6_x20.hwpx": _wide(20, 1_000_000),
-        "wide_1x99999_x20.hwpx": _wide(20, 99_999),
-        "part_ratio.hwpx": _package([_p("x") + "<hp:p/>" * 140_000]),
-        "package_ratio.hwpx": _package([_p("x") + " " * 63_000] * 400),
-        "header_200k.hwpx": header.to_bytes(),
-    }
+    return attack_files() | {"header_200k.hwpx": header.to_bytes()}
 
 
 def near_limit_text() -> bytes:
     """6 sections of ~1 MiB (each compressing under the 200x limit) with ~4.5 M characters
     of paragraph text: ~90 % of ``max_text_chars``, read in full."""
-    pad = "".join(_p("A" * 100 + str(i % 10)) for i in range(7400))
-    return _package([_p("x") + pad] * 6)
+    pad = "".join(para("A" * 100 + str(i % 10)) for i in range(7400))
+    return package([para("x") + pad] * 6)
 
 
 def write(out: Path, good: Path | None, near_limit: bool = False) -> None:

@@ -4,63 +4,23 @@ in the manifest, within 60 s and 2 GB (wall time and the child's peak RSS are me
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from llama_index_car._persist import live_dir
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
+from tests.fakes.hostile_hwpx import attack_files
 
 GOOD = ("dg2012_tunnel.hwpx", "dg2019_drainage.hwpx", "dg2022_safety.hwpx")
-SEC = (
-    '<hs:sec xmlns:hs="http://www.hancom.co.kr/hwpml/2011/section" '
-    'xmlns:hp="http://www.hancom.co.kr/hwpml/2011/paragraph">{}</hs:sec>'
-)
-
-
-def _package(sections: list[str]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
-        zf.writestr("mimetype", "application/hwp+zip", compress_type=zipfile.ZIP_STORED)
-        for i, sec in enumerate(sections):
-            zf.writestr(f"Contents/section{i}.xml", SEC.format(sec))
-    return buf.getvalue()
-
-
-def _p(text: str) -> str:
-    return f"<hp:p><hp:run><hp:t>{text}</hp:t></hp:run></hp:p>"
-
-
-def _tc(row: int, col: int, text: str) -> str:
-    return (
-        f'<hp:tc><hp:subList>{_p(text)}</hp:subList><hp:cellAddr rowAddr="{row}" '
-        f'colAddr="{col}"/></hp:tc>'
-    )
-
-
-def _tbl(rows: int, cols: int, cells: str = "") -> str:
-    tr = f"<hp:tr>{cells}</hp:tr>" if cells else ""
-    return f'<hp:p><hp:run><hp:tbl rowCnt="{rows}" colCnt="{cols}">{tr}</hp:tbl></hp:run></hp:p>'
-
-
-def _wide(n: int, cols: int) -> bytes:
-    return _package([_p("표") + _tbl(1, cols, _tc(0, 0, "a") + _tc(0, cols - 1, "b")) * n])
-
-
 #: name -> (bytes, the error type llama-car must report for it)
 HOSTILE: dict[str, tuple[bytes, str]] = {
-    "rows_1e9.hwpx": (_package([_p("본문") + _tbl(1_000_000_000, 1)]), "HWPXLimitError"),
-    "wide_1x1e6_x20.hwpx": (_wide(20, 1_000_000), "HWPXLimitError"),
-    "wide_1x99999_x20.hwpx": (_wide(20, 99_999), "HWPXLimitError"),  # max_text_chars
-    "part_ratio.hwpx": (_package([_p("x") + "<hp:p/>" * 140_000]), "HWPXLimitError"),
-    "package_ratio.hwpx": (_package([_p("x") + " " * 63_000] * 400), "HWPXLimitError"),
+    name: (data, "HWPXLimitError") for name, data in attack_files().items()
 }
 
 
