@@ -430,30 +430,19 @@ def build_index_ray(
     Raises:
         ConfigurationError: as ``build_index`` (non-empty folder, nothing to index).
     """
-    from llama_index.core import StorageContext, VectorStoreIndex
-
     from llama_index_car.pipeline import (
         NothingToIndexError,
-        _folder_manifest,
         _resolve_embed,
         _sha256_file,
-        _sources,
-        _summary,
-        _write_folder,
-        embed_spec,
+        finish_build,
+        writable_folder,
     )
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
     chunk_size = 1000 if chunk_size is None else chunk_size
     chunk_overlap = 150 if chunk_overlap is None else chunk_overlap
     start = time.perf_counter()
-    out = Path(persist_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigurationError(f"--persist {out} is a file; pass a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ConfigurationError(
-            f"{out} is not empty; choose a new folder or pass overwrite=True (--overwrite)"
-        )
+    out = writable_folder(persist_dir, overwrite, "or pass overwrite=True (--overwrite)")
     model, provider = _resolve_embed(embed_model, embed)
     res = ingest_ray(
         source, embed_model=embed_model, embed=embed, chunk_size=chunk_size,
@@ -466,21 +455,15 @@ def build_index_ray(
             f"no text could be indexed from {len(res.files)} file(s) "
             f"({len(res.failures)} failed to parse); check the files listed above"
         )
-    embedded = [
-        n.model_copy(update={"embedding": e}) for n, e in zip(nodes, res.embeddings, strict=True)
-    ]
-    index = VectorStoreIndex(
-        embedded, storage_context=StorageContext.from_defaults(), embed_model=model
+    return finish_build(  # the same format-2 folder as build_index
+        out, model=model, provider=provider, nodes=nodes,
+        vectors={n.node_id: e for n, e in zip(nodes, res.embeddings, strict=True)},
+        bm25=KiwiBM25Retriever.from_bm25(nodes, res.bm25),
+        files=[Path(f) for f in res.files],
+        hashes={str(f): _sha256_file(Path(f)) for f in res.files},
+        documents=res.documents, failures=res.failures, chunk_size=chunk_size,
+        chunk_overlap=chunk_overlap, store=None, start=start,
     )
-    bm25 = KiwiBM25Retriever.from_bm25(nodes, res.bm25)
-    spec = embed_spec(model, provider) | {"dimensions": len(res.embeddings[0])}
-    hashes = {str(f): _sha256_file(Path(f)) for f in res.files}
-    manifest = _folder_manifest(
-        spec, chunk_size, chunk_overlap, None, [Path(f) for f in res.files], res.documents,
-        nodes, res.failures, _sources(hashes, nodes, failed={f.path for f in res.failures}),
-    )
-    _write_folder(out, manifest, index, bm25)  # the same format-2 folder
-    return _summary(out, manifest, list(res.failures), start)
 
 
 def ray_builder(address: str) -> Callable[..., BuildSummary]:

@@ -497,21 +497,13 @@ def build_index(
             chunk_overlap=chunk_overlap, show_progress=show_progress, on_error=on_error,
             cache_dir=cache_dir, use_cache=use_cache, store=store,
         )
-    from llama_index.core import StorageContext, VectorStoreIndex
-
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
     chunk_size = 1000 if chunk_size is None else chunk_size
     chunk_overlap = 150 if chunk_overlap is None else chunk_overlap
     start = time.perf_counter()
-    out = Path(persist_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigurationError(f"--persist {out} is a file; pass a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ConfigurationError(
-            f"{out} is not empty; choose a new folder, pass overwrite=True (--overwrite) "
-            "or update it (--update)"
-        )
+    out = writable_folder(persist_dir, overwrite, "pass overwrite=True (--overwrite) or update "
+                          "it (--update)")
     store = _store_uri(store)
     files = find_hwpx_files(source)
     hashes = {str(f): _sha256_file(f) for f in files}
@@ -526,6 +518,46 @@ def build_index(
         )
     model, provider = _resolve_embed(embed_model, embed)
     vectors = _vectors(model, nodes, cache_dir, use_cache, show_progress)
+    bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes, show_progress=show_progress)
+    return finish_build(
+        out, model=model, provider=provider, nodes=nodes, vectors=vectors, bm25=bm25,
+        files=files, hashes=hashes, documents=len(documents), failures=failures,
+        chunk_size=chunk_size, chunk_overlap=chunk_overlap, store=store, start=start,
+    )
+
+
+def writable_folder(persist_dir: str | Path, overwrite: bool, how: str) -> Path:
+    """``persist_dir`` as a Path, refused if it is a file or a non-empty folder without
+    ``overwrite`` (``how`` says what else the caller may do)."""
+    out = Path(persist_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigurationError(f"--persist {out} is a file; pass a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ConfigurationError(f"{out} is not empty; choose a new folder, {how}")
+    return out
+
+
+def finish_build(
+    out: Path,
+    *,
+    model: BaseEmbedding,
+    provider: str,
+    nodes: Sequence[BaseNode],
+    vectors: dict[str, list[float]],
+    bm25: Any,
+    files: Sequence[Path],
+    hashes: dict[str, str],
+    documents: int,
+    failures: Sequence[FileFailure],
+    chunk_size: int,
+    chunk_overlap: int,
+    store: str | None,
+    start: float,
+) -> BuildSummary:
+    """The tail shared by every builder (local, Ray): the vector index (local or ``store``)
+    over ``vectors``, then one crash-safe generation of the folder with its manifest."""
+    from llama_index.core import StorageContext, VectorStoreIndex
+
     dims = len(next(iter(vectors.values())))
     embedded = [n.model_copy(update={"embedding": vectors[n.node_id]}) for n in nodes]
     if store:
@@ -535,14 +567,13 @@ def build_index(
         index = VectorStoreIndex(
             embedded, storage_context=StorageContext.from_defaults(), embed_model=model
         )
-    bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes, show_progress=show_progress)
     spec = embed_spec(model, provider) | {"dimensions": dims}
     manifest = _folder_manifest(
-        spec, chunk_size, chunk_overlap, store, files, len(documents), nodes, failures,
+        spec, chunk_size, chunk_overlap, store, files, documents, nodes, failures,
         _sources(hashes, nodes, failed={f.path for f in failures}),
     )
     _write_folder(out, manifest, None if store else index, bm25)
-    return _summary(out, manifest, failures, start)
+    return _summary(out, manifest, list(failures), start)
 
 
 def _sources(
