@@ -164,6 +164,18 @@ def _remember(key: tuple[str, str], client: Any) -> None:
     _clients[key] = client
 
 
+def _shared(kind: str, path: str, open_client: Any) -> Any:
+    """The process-wide client of ``kind`` at ``path``, opened once by ``open_client(path)``
+    (after creating the folder) and closed at exit; local stores lock their folder."""
+    with _lock:
+        client = _clients.get((kind, path))
+        if client is None:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            client = open_client(path)
+            _remember((kind, path), client)
+    return client
+
+
 def _milvus(path: str, dim: int | None, collection: str, overwrite: bool) -> Any:
     require("pymilvus", extra="stores", package="pymilvus")
     require("llama_index.vector_stores.milvus", extra="stores",
@@ -199,14 +211,12 @@ def _pg_server(path: str) -> str:
     require("pgserver", extra="stores", package="pgserver")
     import pgserver
 
-    with _lock:
-        server = _clients.get(("pgserver", path))
-        if server is None:
-            Path(path).mkdir(parents=True, exist_ok=True)
-            server = pgserver.get_server(path, cleanup_mode="stop")
-            server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
-            _remember(("pgserver", path), server)
-    return str(server.get_uri())
+    def start(p: str) -> Any:
+        server = pgserver.get_server(p, cleanup_mode="stop")
+        server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+        return server
+
+    return str(_shared("pgserver", path, start).get_uri())
 
 
 def _postgres(uri: str, kind: str, dim: int | None, collection: str, overwrite: bool) -> Any:
@@ -266,12 +276,7 @@ def _qdrant(path: str, collection: str, overwrite: bool) -> Any:
     from llama_index.vector_stores.qdrant import QdrantVectorStore
     from qdrant_client import QdrantClient
 
-    with _lock:
-        client = _clients.get(("qdrant", path))
-        if client is None:
-            Path(path).mkdir(parents=True, exist_ok=True)
-            client = QdrantClient(path=path)
-            _remember(("qdrant", path), client)
+    client = _shared("qdrant", path, lambda p: QdrantClient(path=p))
     if overwrite and client.collection_exists(collection):
         client.delete_collection(collection)
     return QdrantVectorStore(client=client, collection_name=collection)
@@ -284,12 +289,7 @@ def _chroma(path: str, collection: str, overwrite: bool) -> Any:
     import chromadb
     from llama_index.vector_stores.chroma import ChromaVectorStore
 
-    with _lock:
-        client = _clients.get(("chroma", path))
-        if client is None:
-            Path(path).mkdir(parents=True, exist_ok=True)
-            client = chromadb.PersistentClient(path=path)
-            _remember(("chroma", path), client)
+    client = _shared("chroma", path, lambda p: chromadb.PersistentClient(path=p))
     if overwrite:
         try:
             client.delete_collection(collection)
