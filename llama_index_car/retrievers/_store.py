@@ -20,9 +20,8 @@ and never show half an update:
 
 Run updates outside the event loop (``asyncio.to_thread``) if async queries are in flight.
 
-``persist(dir)`` writes ``retriever.json`` (kind, config, filters, hypothesizer class),
-``bm25/`` (``KiwiBM25Retriever.persist``) and ``hypothesizer/`` (when it can persist) as one
-crash-safe generation of :mod:`llama_index_car._persist`, bound by a manifest; no pickle.
+``persist(dir)`` writes ``retriever.json`` (kind, config, filters, hypothesizer class) and
+``bm25/`` (``KiwiBM25Retriever.persist``) as one crash-safe generation of :mod:`llama_index_car._persist`, bound by a manifest; no pickle.
 ``from_persist_dir(dir, index=...)`` reopens it over the same store without re-reading
 documents.
 """
@@ -32,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
-import importlib
 import inspect
 import json
 import logging
@@ -63,7 +61,6 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 CONFIG_NAME = "retriever.json"
 BM25_DIR = "bm25"
-HYPOTHESIZER_DIR = "hypothesizer"
 _SKIP_CONFIG = {
     "self", "dense_retriever", "lexical_retriever", "retrievers", "hypothesizer", "router",
     "callback_manager", "verbose", "kwargs", "args",
@@ -346,8 +343,9 @@ class StoreChannels:
         return out
 
     def persist(self, persist_dir: str | os.PathLike[str]) -> None:
-        """Write BM25, hypothesizer and config to ``persist_dir`` atomically (see the module
-        docstring). The vectors stay in the store.
+        """Write BM25 and config to ``persist_dir`` atomically (see the module docstring). The
+        vectors stay in the store; a hypothesizer (an LLM client) is named in the config, not
+        persisted: pass it again to ``from_persist_dir``.
 
         Raises:
             ConfigurationError: not built over a ``VectorStoreIndex``.
@@ -355,9 +353,6 @@ class StoreChannels:
         """
         state = self._store_state("persist")
         hyp = state.hypothesizer
-        can_persist = hyp is not None and callable(getattr(hyp, "persist", None)) and callable(
-            getattr(type(hyp), "from_persist_dir", None)
-        )
         spec = {
             "format_version": FORMAT_VERSION,
             "kind": type(self).__name__,
@@ -367,25 +362,21 @@ class StoreChannels:
             "nodes": len(state.retrievers[1]),
             "hypothesizer": None if hyp is None else {
                 "class": f"{type(hyp).__module__}:{type(hyp).__qualname__}",
-                "persisted": can_persist,
             },
         }
         with replace_dir(persist_dir) as gen:
             state.retrievers[1].persist(str(gen / BM25_DIR))
-            if can_persist:
-                hyp.persist(str(gen / HYPOTHESIZER_DIR))
             write_json(gen / CONFIG_NAME, spec)
             write_manifest(gen, kind=type(self).__name__, format_version=FORMAT_VERSION)
 
     @classmethod
     def _load_parts(
-        cls, persist_dir: str | os.PathLike[str], index: Any, embed_model: Any | None,
-        tokenizer: Any | None,
-    ) -> tuple[dict[str, Any], Any, Any]:
-        """``(spec, lexical, persisted hypothesizer or None)`` of a persisted retriever."""
+        cls, persist_dir: str | os.PathLike[str], tokenizer: Any | None
+    ) -> tuple[dict[str, Any], Any]:
+        """``(spec, lexical)`` of a persisted retriever."""
         from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
-        def load(root: Path) -> tuple[dict[str, Any], Any, Any]:
+        def load(root: Path) -> tuple[dict[str, Any], Any]:
             read_manifest(root, kind=cls.__name__, format_versions=(FORMAT_VERSION,),
                           required=(CONFIG_NAME,))
             try:
@@ -394,14 +385,7 @@ class StoreChannels:
                 raise IndexPersistError(f"{root / CONFIG_NAME} is damaged ({exc})") from exc
             lexical = KiwiBM25Retriever.from_persist_dir(str(root / BM25_DIR),
                                                          tokenizer=tokenizer)
-            hyp = None
-            info = spec.get("hypothesizer") or {}
-            if info.get("persisted"):
-                hyp_cls = _hypothesizer_class(str(info.get("class", "")), root)
-                model = embed_model if embed_model is not None else getattr(
-                    index, "_embed_model", None)
-                hyp = hyp_cls.from_persist_dir(str(root / HYPOTHESIZER_DIR), embed_model=model)
-            return spec, lexical, hyp
+            return spec, lexical
 
         return load_live(persist_dir, load)
 
@@ -409,19 +393,6 @@ class StoreChannels:
     def _store_filters(spec: Mapping[str, Any]) -> MetadataFilters | None:
         raw = spec.get("filters")
         return MetadataFilters.model_validate(raw) if raw else None
-
-
-def _hypothesizer_class(name: str, root: Path) -> Any:
-    module, _, qualname = name.partition(":")
-    if not module.startswith("llama_index_car.") or not qualname.isidentifier():
-        raise IndexPersistError(
-            f"{root / CONFIG_NAME} names hypothesizer {name!r}; only llama_index_car "
-            "hypothesizers are reloaded: pass hypothesizer= to from_persist_dir"
-        )
-    try:
-        return getattr(importlib.import_module(module), qualname)
-    except (ImportError, AttributeError) as exc:
-        raise IndexPersistError(f"{root / CONFIG_NAME}: cannot load {name} ({exc})") from exc
 
 
 def _embed(index: Any, nodes: Sequence[BaseNode]) -> dict[str, list[float]]:

@@ -370,7 +370,6 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         persist_dir: Any,
         index: Any,
         *,
-        embed_model: Any | None = None,
         hypothesizer: BaseCriterionHypothesizer | None = None,
         llm: Any | None = None,
         tokenizer: Any | None = None,
@@ -385,12 +384,11 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         Raises:
             IndexPersistError: missing, damaged or foreign files (named).
         """
-        spec, lexical, stored = cls._load_parts(persist_dir, index, embed_model, tokenizer)
+        spec, lexical = cls._load_parts(persist_dir, tokenizer)
         if hypothesizer is None and llm is not None:
             from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
 
             hypothesizer = LLMCriterionHypothesizer(llm=llm)
-        hypothesizer = hypothesizer if hypothesizer is not None else stored  # None: offline
         config = dict(spec.get("config") or {}) | overrides
         router = config.pop("router", None)
         if isinstance(router, dict):
