@@ -7,7 +7,7 @@ their first call (or are read from numba's on-disk cache, ``cache=True``).
 
 >>> kernels = load()
 >>> kernels is None or sorted(kernels)
-['scores', 'top_k']
+['prepare', 'scores', 'top_k']
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ _KERNELS: dict[str, Any] = {}
 
 
 def load() -> dict[str, Any] | None:
-    """``{"top_k": ..., "scores": ...}`` compiled kernels, or ``None`` without numba."""
+    """``{"prepare": ..., "top_k": ..., "scores": ...}`` compiled kernels, or ``None``
+    without numba."""
     with _LOCK:
         if "k" not in _KERNELS:
             try:
@@ -30,5 +31,5 @@ def load() -> dict[str, Any] | None:
             except ImportError:
                 _KERNELS["k"] = None
             else:
-                _KERNELS["k"] = {"top_k": nb.top_k, "scores": nb.scores}
+                _KERNELS["k"] = {"prepare": nb.prepare, "top_k": nb.top_k, "scores": nb.scores}
         return _KERNELS["k"]  # type: ignore[no-any-return]

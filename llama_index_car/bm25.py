@@ -509,10 +509,8 @@ class BM25Okapi:
         self.backend = backend
         self._kernels: dict[str, Any] | None = None
         self._kernels_loaded = False
-        self._pool: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pool: list[tuple[np.ndarray, np.ndarray]] = []
         self._pool_lock = threading.Lock()
-        self._dlidx: np.ndarray | None = None
-        self._table: np.ndarray | None = None
 
     def _finish(
         self,
@@ -531,8 +529,12 @@ class BM25Okapi:
         self._terms_list: list[str] | None = terms if isinstance(terms, list) else None
         self._vocab: dict[str, int] | None = None
         self._memo: dict[str, int | None] = {}
-        # columns whose postings the compiled kernels have checked (ids increasing, < N)
+        # columns the compiled kernels have prepared (ids checked increasing and < N, largest
+        # impact in colmax, quantized impact bytes in quant): see _bm25_numba.prepare; the
+        # arrays are allocated on the kernels' first use (quant's pages as columns are used)
         self._valid = np.zeros(int(indptr.shape[0]) - 1, dtype=np.uint8)
+        self._prepared: tuple[np.ndarray, np.ndarray] | None = None
+        self._prepare_lock = threading.Lock()
         self._csr: sp.csr_matrix | None = None
         n = int(doc_len.shape[0])
         self.corpus_size = n
@@ -835,20 +837,10 @@ class BM25Okapi:
         k1p1 = self.k1 + 1
         kern = self._kernel()
         if kern is not None:
-            ok = kern["scores"](
-                self._indptr,
-                self._indices,
-                self._tf,
-                self._norm,
-                cols,
-                weights,
-                cnts,
-                k1p1,
-                self._valid,
-                out,
+            self._prepare(kern, cols)
+            kern["scores"](
+                self._indptr, self._indices, self._tf, self._norm, cols, weights, cnts, k1p1, out
             )
-            if not ok:
-                raise self._corrupt()
             return out
         n = self.corpus_size
         for j, w, cnt in zip(cols.tolist(), weights.tolist(), cnts.tolist(), strict=True):
@@ -873,19 +865,43 @@ class BM25Okapi:
             out[i] = self.get_scores(q)
         return out
 
-    def _buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Reusable (float32 accumulator, candidate ids, candidate scores) of length N; one
-        set per concurrent query (a pool)."""
+    def _prepare(self, kern: dict[str, Any], cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(colmax, quant) with every column of ``cols`` checked and quantized (once per
+        column, under a lock; raises on corrupt postings)."""
+        prepared = self._prepared
+        if prepared is not None and self._valid[cols].all():
+            return prepared
+        with self._prepare_lock:
+            if self._prepared is None:
+                # np.zeros: pages are mapped lazily, so only used columns cost memory
+                self._prepared = (
+                    np.zeros(self._valid.shape[0], dtype=np.float64),
+                    np.zeros(int(self._indices.shape[0]), dtype=np.uint8),
+                )
+            colmax, quant = self._prepared
+            ok = kern["prepare"](
+                self._indptr,
+                self._indices,
+                self._tf,
+                self._norm,
+                self.k1 + 1,
+                cols,
+                self._valid,
+                colmax,
+                quant,
+            )
+            if not ok:
+                raise self._corrupt()
+            return self._prepared
+
+    def _buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """Reusable (float32 accumulator, int32 document ids) of length N; one pair per
+        concurrent query (a pool). The kernel leaves the accumulator zeroed."""
         with self._pool_lock:
             if self._pool:
                 return self._pool.pop()
-            if self._dlidx is None:
-                from llama_index_car import _bm25_numba as nb
-
-                self._dlidx = np.minimum(np.asarray(self.doc_len), nb.DL_MAX).astype(np.uint16)
-                self._table = nb.impact_table(self.k1, self.b, self.avgdl)
         n = self.corpus_size
-        return np.zeros(n, np.float32), np.empty(n, np.int32), np.empty(n, np.float64)
+        return np.zeros(n, np.float32), np.empty(n, np.int32)
 
     def top_k(self, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``min(k, N)`` best documents: ``(indices, scores)``, score desc then index asc.
@@ -904,7 +920,8 @@ class BM25Okapi:
         cols, weights, cnts = self._query_columns(tokens)
         if not cols.size:
             return top_k_from_scores(np.zeros(self.corpus_size), k)
-        acc, cand, cand_s = self._buffers()
+        colmax, quant = self._prepare(kern, cols)
+        acc, ids = self._buffers()
         out_s = np.empty(k, dtype=np.float64)
         out_i = np.empty(k, dtype=np.int64)
         try:
@@ -918,21 +935,17 @@ class BM25Okapi:
                 self.k1 + 1,
                 k,
                 self._norm,
-                self._dlidx,
-                self._table,
-                self._valid,
+                colmax,
+                quant,
                 acc,
-                cand,
-                cand_s,
+                ids,
                 out_s,
                 out_i,
             )
         finally:
             with self._pool_lock:
-                self._pool.append((acc, cand, cand_s))
-        if status == -1:
-            raise self._corrupt()
-        if status == -2:  # fewer than k certainly-positive documents: the dense exact path
+                self._pool.append((acc, ids))
+        if status == -2:  # fewer than k matching documents (or a negative idf): dense path
             return top_k_from_scores(self.get_scores(tokens), k)
         order = np.lexsort((out_i, -out_s))
         return out_i[order], out_s[order]

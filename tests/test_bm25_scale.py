@@ -211,8 +211,8 @@ def test_foreign_and_pickled_files_are_refused(tmp_path: Path) -> None:
 
 
 def test_compiled_top_k_path_is_taken_and_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The float32-select + exact-rescore kernel answers without the dense fallback, and its
-    (indices, scores) equal the dense exact path's bit for bit, ties included."""
+    """The pruned kernel answers without the dense fallback, and its (indices, scores) equal
+    the dense exact path's bit for bit, ties included."""
     pytest.importorskip("numba")
     import llama_index_car.bm25 as mod
 
@@ -255,8 +255,8 @@ def test_out_of_core_merge_equals_in_memory_merge(
         assert_parity(on_disk.get_scores(q), theirs.get_scores(q))
 
 
-def test_compiled_top_k_across_document_blocks() -> None:
-    """More documents than one accumulation block (2**16): blocks must not lose postings."""
+def test_compiled_top_k_on_long_posting_lists() -> None:
+    """140k documents, Zipf terms: lists long enough that probing skips far (galloping)."""
     pytest.importorskip("numba")
     rng = np.random.default_rng(10)
     n = 140_000
@@ -269,3 +269,80 @@ def test_compiled_top_k_across_document_blocks() -> None:
             eidx, escore = top_k_from_scores(dense.get_scores(q), k)
             idx, score = fast.top_k(q, k)
             assert idx.tolist() == eidx.tolist() and score.tolist() == escore.tolist()
+
+
+def _spy_statuses(bm: BM25Okapi) -> list[int]:
+    """Record the compiled top_k kernel's status codes (0 exhaustive, 1 pruned, -2 dense)."""
+    kern = bm._kernel()
+    assert kern is not None
+    real = kern["top_k"]
+    seen: list[int] = []
+
+    def spy(*args: object) -> tuple[int, int]:
+        size, status = real(*args)
+        seen.append(status)
+        return size, status
+
+    bm._kernels = {**kern, "top_k": spy}
+    return seen
+
+
+def test_pruned_top_k_equals_dense_path_on_random_queries() -> None:
+    """Many random queries mixing rare and very common terms (repeats, unknown terms, exact
+    duplicate documents for ties at the boundary), k from 1 to more than the matches, on
+    corpora of several sizes and vocabularies: every answer equals the dense exact path bit
+    for bit, and every path of the kernel (pruned or not, sparse or dense accumulation, a
+    switch taken back, full passes for dense candidates) is exercised."""
+    pytest.importorskip("numba")
+    from llama_index_car import _bm25_numba as nb
+
+    flags_seen = 0
+    statuses: list[int] = []
+    for seed, (n, vocab, zipf) in enumerate(
+        [(30_000, 3000, 1.2), (20_000, 400, 1.05), (8_000, 60, 1.5)]
+    ):
+        rng = np.random.default_rng(seed)
+        ids = rng.zipf(zipf, size=(n, 12)) % vocab
+        docs = [[f"t{j}" for j in row[: 4 + i % 9]] for i, row in enumerate(ids.tolist())]
+        docs += [list(docs[7]) for _ in range(25)] + [list(docs[8]) for _ in range(3)]
+        dense = BM25Okapi(docs, backend="numpy")
+        fast = BM25Okapi(docs, backend="numba")
+        seen = _spy_statuses(fast)
+        terms = [f"t{j}" for j in range(vocab)] + ["unknown"]
+        weights = np.asarray([1.0 / (j + 1) ** 0.6 for j in range(vocab)] + [0.05])
+        weights /= weights.sum()
+        queries = [list(docs[7][:3]), list(docs[8]), list(docs[8]) * 2]
+        for length in (1, 2, 3, 5, 8, 30):
+            for _ in range(10):
+                queries.append([terms[j] for j in rng.choice(len(terms), size=length, p=weights)])
+        for q in queries:
+            for k in (1, 3, 10, 50):
+                eidx, escore = top_k_from_scores(dense.get_scores(q), k)
+                idx, score = fast.top_k(q, k)
+                assert idx.tolist() == eidx.tolist(), (q, k)
+                assert score.tolist() == escore.tolist(), (q, k)
+        statuses += seen
+    for st in statuses:
+        if st >= 0:
+            flags_seen |= st
+    for bit in (nb.PRUNED, nb.DENSE, nb.RESUMED, nb.PASSES):
+        assert flags_seen & bit, (bit, sorted(set(statuses)))
+    assert any(st >= 0 and not st & nb.PRUNED for st in statuses)
+    assert any(st >= 0 and not st & nb.DENSE for st in statuses)
+
+
+def test_pruned_top_k_with_negative_idf_uses_the_dense_path() -> None:
+    """A negative (floored) idf has no safe bound: the kernel declines, the answer is exact."""
+    pytest.importorskip("numba")
+    docs = [["a", "b"], ["a"], ["a", "c"], ["a", "b"], ["a", "c", "c"]] * 3
+    dense = BM25Okapi(docs, backend="numpy")  # mean idf < 0: the floor of "a" is negative
+    fast = BM25Okapi(docs, backend="numba")
+    assert fast.idf.min() < 0
+    seen = _spy_statuses(fast)
+    theirs = rank_bm25.BM25Okapi(docs)
+    for q in (["a"], ["a", "b"], ["c", "a"], ["c"]):
+        idx, score = fast.top_k(q, 4)
+        eidx, escore = top_k_from_scores(dense.get_scores(q), 4)
+        assert idx.tolist() == eidx.tolist() and score.tolist() == escore.tolist()
+        assert_parity(score, theirs.get_scores(q)[idx])
+    assert -2 in seen
