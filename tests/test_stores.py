@@ -206,3 +206,30 @@ def test_car_and_hybrid_over_store(
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == expected
+
+
+def test_fetch_embeddings_returns_the_stored_vectors(store_uri: str) -> None:
+    """``fetch_embeddings`` gives back each stored node's vector (the store's float32 copy of
+    the embedding) in batches, and simply leaves out ids the store does not hold."""
+    import numpy as np
+
+    from llama_index_car.stores import close_vector_store, fetch_embeddings, open_vector_store
+
+    emb = HashedBigramEmbedding()
+    texts = [f"{i}번 배수시설 설치 기준 {i * 7}mm" for i in range(7)]
+    nodes = [
+        TextNode(text=t, id_=f"00000000-0000-4000-8000-{i:012d}") for i, t in enumerate(texts)
+    ]
+    store = open_vector_store(store_uri, dim=64, overwrite=True)
+    try:
+        VectorStoreIndex(
+            nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=emb
+        )
+        wanted = [n.node_id for n in nodes] + ["00000000-0000-4000-8000-999999999999"]
+        got = fetch_embeddings(store, wanted, batch=3)  # 3 batches, the last one partial
+        assert sorted(got) == sorted(n.node_id for n in nodes)
+        for node in nodes:
+            expected = np.asarray(emb.get_text_embedding(node.get_content()), dtype=np.float32)
+            assert np.allclose(np.asarray(got[node.node_id]), expected, atol=1e-6)
+    finally:
+        close_vector_store(store)
