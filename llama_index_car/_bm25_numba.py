@@ -67,6 +67,45 @@ def _sift_up(hs: Any, hi: Any, pos: int) -> None:  # pragma: no cover - compiled
             return
 
 
+@njit(cache=True, nogil=True)
+def _heap_push(hs: Any, hi: Any, size: int, k: int, s: float, d: int) -> int:  # pragma: no cover
+    """Offer ``(s, d)`` to the k-heap ``hs[:size]``/``hi[:size]`` (the worst at the root, by
+    score then higher id); returns the new size."""
+    if size < k:
+        hs[size] = s
+        hi[size] = d
+        _sift_up(hs, hi, size)
+        return size + 1
+    if _better(s, d, hs[0], hi[0]):
+        hs[0] = s
+        hi[0] = d
+        _sift_down(hs, hi, size, 0)
+    return size
+
+
+@njit(cache=True, nogil=True)
+def _heap_clear(hs: Any, hi: Any, k: int) -> None:  # pragma: no cover - compiled
+    """A full k-heap of zeros: a zero or a tie never enters it (``a > hs[0]`` admits)."""
+    for h in range(k):
+        hs[h] = 0.0
+        hi[h] = -1
+
+
+@njit(cache=True, nogil=True)
+def _keep_at_least(acc: Any, ids: Any, n: int, cut: float) -> int:  # pragma: no cover
+    """Keep, in order, the documents of ``ids[:n]`` whose ``acc`` is >= ``cut`` (reset the
+    others' ``acc`` to 0); branch-free. Returns how many are kept."""
+    kept = 0
+    for q in range(n):
+        d = ids[q]
+        a = acc[d]
+        ok = float(a) >= cut
+        ids[kept] = d
+        kept += ok
+        acc[d] = a if ok else np.float32(0)
+    return kept
+
+
 #: Quantization levels of the per-posting impact bytes (1..QLEVELS; never 0).
 QLEVELS = 255
 #: Bits of :func:`top_k`'s status: the path it took.
@@ -197,10 +236,8 @@ def _probe_theta(
     are scratch of length >= k."""
     if dense:
         _heap_dense(acc, k, hs, hi)
-    else:  # min-heap of the k best; a zero or a tie never enters: a predictable branch
-        for h in range(k):
-            hs[h] = 0.0
-            hi[h] = -1
+    else:  # min-heap of the k best; the branch is predictable
+        _heap_clear(hs, hi, k)
         for q in range(n):
             d = ids[q]
             a = float(acc[d])
@@ -232,9 +269,7 @@ def _block_max(acc: Any, lo: int, hi: int) -> float:  # pragma: no cover - compi
 def _heap_dense(acc: Any, k: int, hs: Any, hi: Any) -> None:  # pragma: no cover - compiled
     """The k best nonzero ``acc`` into the min-heap ``hs``/``hi`` (``hs[0] == 0`` if fewer
     than k are nonzero). Blocks of 64 whose maximum cannot enter the heap are skipped."""
-    for h in range(k):
-        hs[h] = 0.0
-        hi[h] = -1
+    _heap_clear(hs, hi, k)
     n = acc.shape[0]
     for b in range(0, n, 64):
         e = min(n, b + 64)
@@ -407,7 +442,6 @@ def top_k(
                 if rest[i] + fl < theta:
                     switched = True
                     break
-        nc = 0
         if not switched and dense:
             # every term read, most documents touched: the k best approximate scores
             # (block-max scan), then every document within 2 (D + F) of the k-th of them
@@ -435,13 +469,7 @@ def top_k(
         if dense:
             nc = _zero_below(acc, np.float32(cut - fl))  # (-fl: float32 rounding of cut)
         else:
-            for q in range(nt):
-                d = ids[q]
-                a = acc[d]
-                keep = float(a) >= cut
-                ids[nc] = d
-                nc += keep
-                acc[d] = a if keep else np.float32(0)
+            nc = _keep_at_least(acc, ids, nt, cut)
         if switched and 8 * nc > n:
             # still dense: probing would cost more than reading the next lists in full.
             # Go on accumulating (dense from now on; the documents just reset cannot reach
@@ -479,16 +507,7 @@ def top_k(
             out_s, out_i,
         )
         theta = max(theta, got)
-        cut = theta - dtot - fl - rest[i]
-        keep = 0
-        for q in range(nc):
-            d = ids[q]
-            a = acc[d]
-            ok = float(a) >= cut
-            ids[keep] = d
-            keep += ok
-            acc[d] = a if ok else np.float32(0)
-        nc = keep
+        nc = _keep_at_least(acc, ids, nc, theta - dtot - fl - rest[i])
     rem = m - i
     pos = np.empty(rem, np.int64)
     for r in range(rem):
@@ -516,15 +535,7 @@ def top_k(
         acc[d] = s
         ids[keep] = d
         keep += 1
-        if size < k:
-            out_s[size] = s
-            out_i[size] = d
-            size += 1
-            _sift_up(out_s, out_i, size - 1)
-        elif _better(s, d, out_s[0], out_i[0]):
-            out_s[0] = s
-            out_i[0] = d
-            _sift_down(out_s, out_i, size, 0)
+        size = _heap_push(out_s, out_i, size, k, s, d)
         if size == k:
             theta = max(theta, out_s[0] - dtot - fl)
     nc = keep
@@ -542,15 +553,7 @@ def top_k(
         if a + dtot + fl < theta:
             continue
         s = _exact(indptr, indices, tf, cols, weights, cnts, k1p1, norm, d)
-        if size < k:
-            out_s[size] = s
-            out_i[size] = d
-            size += 1
-            _sift_up(out_s, out_i, size - 1)
-        elif _better(s, d, out_s[0], out_i[0]):
-            out_s[0] = s
-            out_i[0] = d
-            _sift_down(out_s, out_i, size, 0)
+        size = _heap_push(out_s, out_i, size, k, s, d)
     if switched:
         flags |= PRUNED
     if dense:
