@@ -67,6 +67,8 @@ __all__ = [
 T = TypeVar("T")
 
 CURRENT_NAME = "CURRENT"
+#: a sibling of the generations that is not ours to collect: a store inside an index folder
+STORE_DIR_NAME = "store"
 LOCK_NAME = ".lock"
 MANIFEST_NAME = "manifest.json"
 _GEN_PREFIX = "gen-"
@@ -317,6 +319,7 @@ def _is_ours(target: Path) -> bool:
         or CURRENT_NAME in names
         or LOCK_NAME in names
         or MANIFEST_NAME in names
+        or names == {STORE_DIR_NAME}  # a local store kept inside an index folder, built first
         or any(_GEN_RE.match(n) for n in names)
     )
 

@@ -167,13 +167,18 @@ def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> d
         for k in keys:
             out[k].append(values[k])
 
-    for fi, path in zip(batch["file_index"], batch["path"], strict=True):
+    from llama_index_car.pipeline import key_documents
+
+    for fi, path, key, digest in zip(
+        batch["file_index"], batch["path"], batch["key"], batch["digest"], strict=True
+    ):
         fi, path = int(fi), str(path)
         try:
             docs = reader.load_data(Path(path))
         except errors as exc:
             row(fi, -1, path, error=f"{type(exc).__name__}: {exc}")
             continue
+        key_documents(docs, str(key), str(digest))  # the ids build_index gives
         nodes = parser.get_nodes_from_documents(docs)
         row(fi, -1, path, documents=len(docs))
         for pos, node in enumerate(nodes):
@@ -233,10 +238,12 @@ def _embed(
 
 
 def _run_dataset(
-    files: list[Path], chunk_size: int, chunk_overlap: int, tokenizer_spec: dict[str, Any],
-    provider: str, embed_model: BaseEmbedding | None, show_progress: bool,
+    files: list[tuple[Path, str, str]], chunk_size: int, chunk_overlap: int,
+    tokenizer_spec: dict[str, Any], provider: str, embed_model: BaseEmbedding | None,
+    show_progress: bool,
 ) -> list[dict[str, Any]]:
-    """Build and execute the Ray Data pipeline over ``files``; all output rows (any order)."""
+    """Build and execute the Ray Data pipeline over ``files`` (path, key, sha256); all
+    output rows (any order)."""
     import importlib
 
     data: Any = importlib.import_module("ray.data")
@@ -246,7 +253,8 @@ def _run_dataset(
     ctx.enable_progress_bars = show_progress
     try:
         ds = data.from_items(
-            [{"file_index": i, "path": str(p)} for i, p in enumerate(files)],
+            [{"file_index": i, "path": str(p), "key": k, "digest": d}
+             for i, (p, k, d) in enumerate(files)],
             override_num_blocks=len(files),
         )
         ds = ds.map_batches(
@@ -352,7 +360,7 @@ def ingest_ray(
     """
     from llama_index.core.storage.docstore.utils import json_to_doc
 
-    from llama_index_car.pipeline import FileFailure, find_hwpx_files
+    from llama_index_car.pipeline import FileFailure, _sha256_file, find_hwpx_files, source_keys
     from llama_index_car.providers import embed_provider
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
@@ -363,7 +371,9 @@ def ingest_ray(
     ray = _ray()
     started = _connect(ray, ray_address, num_cpus, runtime_env)
     try:
-        args = (files, chunk_size, chunk_overlap, tok.to_dict(), provider, embed_model,
+        keys = source_keys(source, files)
+        keyed = [(f, keys[str(f)], _sha256_file(f)) for f in files]
+        args = (keyed, chunk_size, chunk_overlap, tok.to_dict(), provider, embed_model,
                 show_progress)
         if ray.util.client.ray.is_connected():
             # Ray Data does not run over Ray Client: execute the dataset in a task on the
@@ -435,6 +445,7 @@ def build_index_ray(
         _resolve_embed,
         _sha256_file,
         finish_build,
+        source_keys,
         writable_folder,
     )
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
@@ -459,10 +470,10 @@ def build_index_ray(
         out, model=model, provider=provider, nodes=nodes,
         vectors={n.node_id: e for n, e in zip(nodes, res.embeddings, strict=True)},
         bm25=KiwiBM25Retriever.from_bm25(nodes, res.bm25),
-        files=[Path(f) for f in res.files],
+        keys=source_keys(source, [Path(f) for f in res.files]),
         hashes={str(f): _sha256_file(Path(f)) for f in res.files},
         documents=res.documents, failures=res.failures, chunk_size=chunk_size,
-        chunk_overlap=chunk_overlap, store=None, start=start,
+        chunk_overlap=chunk_overlap, store=None, record=None, start=start,
     )
 
 

@@ -8,8 +8,7 @@ One call turns a folder of HWPX files into a self-contained directory::
       bm25/               KiwiBM25Retriever.persist() output (generations: JSON + mapped .npy)
 
 Table cells (coordinates and text) travel in each table node's ``cells`` metadata
-(:func:`~llama_index.readers.hwpx.node_cells` decodes them); folders written before that
-also hold a ``tables.json`` with the cell text, still read by :meth:`LocalIndex.cells_for`.
+(:func:`~llama_index.readers.hwpx.node_cells` decodes them).
 
 Pipeline: HWPX files → :class:`~llama_index.readers.hwpx.HWPXReader` → documents →
 :class:`~llama_index.readers.hwpx.HWPXNodeParser` (``chunk_size=1000``, ``chunk_overlap=150``
@@ -61,6 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
+from llama_index_car._persist import STORE_DIR_NAME
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.base_retriever import BaseRetriever
@@ -89,17 +89,20 @@ __all__ = [
     "update_index",
 ]
 
-#: 2: generations (``CURRENT`` + ``gen-*/``) bound by ``manifest.json``, per-file hashes,
-#: optional external store; 1: a flat folder (still read)
-FORMAT_VERSION = 2
-READ_VERSIONS: tuple[int, ...] = (1, 2)
+#: 3: generations (``CURRENT`` + ``gen-*/``) bound by ``manifest.json``, per-file hashes keyed
+#: by the path under the source folder, content-addressed node ids, the store as a record
+#: (kind, collection, fingerprint: never a host, a password or an outside path)
+FORMAT_VERSION = 3
+READ_VERSIONS: tuple[int, ...] = (3,)
 FOLDER_KIND = "LlamaCarIndexFolder"
 MANIFEST_NAME = "car_index.json"
 VECTOR_DIR = "vector"
 BM25_DIR = "bm25"
-HYPOTHESIZER_DIR = "hypothesizer"
-TABLES_NAME = "tables.json"
 VECTORS_NAME = "embeddings.npy"
+#: a local store kept inside the index folder (``--store qdrant``, no path)
+STORE_DIR = STORE_DIR_NAME
+#: environment variable naming the store of a store-backed folder (like ``--store``)
+STORE_ENV = "LLAMA_CAR_STORE"
 IDS_NAME = "ids.json"
 RETRIEVER_KINDS: tuple[str, ...] = ("car", "hybrid", "bm25", "dense")
 
@@ -171,6 +174,47 @@ def find_hwpx_files(source: str | Path | Sequence[str | Path]) -> list[Path]:
     if not files:
         raise ConfigurationError(f"no .hwpx files found in {', '.join(map(str, sources))}")
     return sorted(set(files))
+
+
+def source_keys(source: str | Path | Sequence[str | Path], files: Sequence[Path]) -> dict[str, str]:
+    """``{str(file): key}``: what the manifest and the node ids call each file.
+
+    For one source folder, the key is the file's path under it (POSIX), so the folder spelled
+    absolutely, relatively or through a symlink gives the same keys, and moving the folder
+    keeps them; otherwise the file's resolved absolute path.
+
+    >>> source_keys("docs", [Path("docs/a/b.hwpx")])
+    {'docs/a/b.hwpx': 'a/b.hwpx'}
+    """
+    if isinstance(source, str | Path) and Path(source).is_dir():
+        root = Path(source)
+        return {str(f): f.relative_to(root).as_posix() for f in files}
+    return {str(f): f.resolve().as_posix() for f in files}
+
+
+def key_documents(documents: Sequence[Document], key: str, digest: str) -> None:
+    """Name one file's documents by content: ``key@sha256[:16]`` (plus the reader's
+    ``#sectionN``), so node ids (uuid5 of the document id and chunk index) are the same for
+    the same content at the same place, and new for changed content — an update never
+    overwrites a live node's vector in a store."""
+    base = f"{key}@{digest[:16]}"
+    for doc in documents:
+        _, sep, section = str(doc.id_).rpartition("#section")
+        doc.id_ = f"{base}#section{section}" if sep and section.isdigit() else base
+
+
+def _key_all(documents: Sequence[Document], keys: dict[str, str], hashes: dict[str, str]) -> None:
+    """:func:`key_documents` for every document (grouped by the ``file_path`` it came from)."""
+    for doc in documents:
+        path = str(doc.metadata.get("file_path", ""))
+        if path in keys:
+            key_documents([doc], keys[path], hashes[path])
+
+
+def doc_key(ref_doc_id: str | None) -> str:
+    """The file key of a node's ``ref_doc_id`` (``key@digest[#sectionN]``)."""
+    base = str(ref_doc_id or "").split("#section")[0]
+    return base.rpartition("@")[0] or base
 
 
 def _progress(items: Sequence[Any], enabled: bool, desc: str) -> Iterable[Any]:
@@ -304,20 +348,75 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _store_uri(store: str | None) -> str | None:
-    """``store`` with file paths made absolute and any password removed (it is read from
-    ``PGPASSWORD`` at query time, never written to the folder)."""
+def _local_store_uri(kind: str, folder: Path) -> str:
+    """The URI of a ``kind`` store kept in ``folder/store`` (Milvus Lite: a file in it)."""
+    where = folder / STORE_DIR
+    return f"milvus://{where / 'milvus.db'}" if kind == "milvus" else f"{kind}://{where}"
+
+
+def store_record(store: str | None) -> dict[str, Any] | None:
+    """What an index folder records of ``store`` (``None``: vectors in the folder).
+
+    ``store`` is a URI, or a bare local kind (``qdrant``, ``chroma``, ``milvus``,
+    ``pgserver``) for a store kept inside the index folder. The record holds the kind, the
+    collection, whether the store is inside the folder, and a fingerprint
+    (:func:`~llama_index_car.stores.store_fingerprint`): never a host, a password or a path.
+    """
     if not store:
         return None
-    from llama_index_car.stores import store_kind
+    from llama_index_car.stores import (
+        DEFAULT_COLLECTION,
+        LOCAL_KINDS,
+        store_fingerprint,
+        store_kind,
+    )
 
-    kind = store_kind(store)
-    if kind in ("milvus", "qdrant", "chroma", "pgserver"):
-        path = store.split("://", 1)[1].split("?", 1)[0]
-        return f"{kind}://{Path(path).expanduser().resolve()}"
-    from sqlalchemy.engine import make_url
+    if "://" not in store:
+        if store not in LOCAL_KINDS:
+            raise ConfigurationError(
+                f"--store {store!r}: a store inside the index folder is one of "
+                f"{', '.join(LOCAL_KINDS)}; other stores need a URI"
+            )
+        return {"kind": store, "collection": DEFAULT_COLLECTION, "inside": True,
+                "fingerprint": ""}
+    return {"kind": store_kind(store), "collection": DEFAULT_COLLECTION, "inside": False,
+            "fingerprint": store_fingerprint(store)}
 
-    return str(make_url(store).set(password=None).render_as_string(hide_password=False))
+
+def store_uri_for(
+    record: dict[str, Any], folder: Path, given: str | None, *, what: str = "this index"
+) -> str:
+    """The store URI to open for a folder's store ``record``: the one the user ``given``
+    (argument, ``--store`` or ``$LLAMA_CAR_STORE``), checked against the record; else, for a
+    store inside the folder, ``folder/store``. The folder itself never names a host or a path.
+
+    Raises:
+        ConfigurationError: no URI given for a store outside the folder, or the given one is
+            of another kind or another database than the recorded one.
+    """
+    from llama_index_car.stores import store_fingerprint, store_kind
+
+    kind = str(record.get("kind", ""))
+    given = given or None
+    if given is None or "://" not in given:
+        if given is not None and given != kind:
+            raise ConfigurationError(f"--store {given!r} is not the {kind} store of {what}")
+        if record.get("inside"):
+            return _local_store_uri(kind, folder)
+        raise ConfigurationError(
+            f"{what} keeps its vectors in a {kind} store outside the folder; pass its URI "
+            f"with --store (or ${STORE_ENV}): the folder does not say where to connect"
+        )
+    if store_kind(given) != kind:
+        raise ConfigurationError(
+            f"--store is a {store_kind(given)} store but {what} was built with {kind}"
+        )
+    if record.get("fingerprint") and store_fingerprint(given) != record["fingerprint"]:
+        raise ConfigurationError(
+            f"--store names another {kind} database than the one {what} was built with "
+            "(host, port, database or schema differ)"
+        )
+    return given
 
 
 def _vectors(
@@ -334,14 +433,33 @@ def _vectors(
 
 
 def _open_store_index(
-    store: str, model: BaseEmbedding, dims: int | None, overwrite: bool = False
+    store: str, model: BaseEmbedding, dims: int | None, *, create: bool,
+    collection: str | None = None,
 ) -> VectorStoreIndex:
+    """The ``VectorStoreIndex`` over ``store``; ``create=True`` (a new build) replaces its
+    collection, ``create=False`` (load, update) opens only what exists."""
     from llama_index.core import VectorStoreIndex
 
-    from llama_index_car.stores import open_vector_store
+    from llama_index_car.stores import DEFAULT_COLLECTION, open_vector_store
 
-    vs = open_vector_store(store, dim=dims, overwrite=overwrite)
+    vs = open_vector_store(store, dim=dims, overwrite=create, create=create,
+                           collection=collection or DEFAULT_COLLECTION)
     return VectorStoreIndex.from_vector_store(vs, embed_model=model)
+
+
+def _check_store_holds(index: VectorStoreIndex, ids: Sequence[str], uri: str) -> None:
+    """A reopened store must serve (some of) the folder's nodes: a wrong path or an empty
+    collection is a one-line error, not an empty dense channel."""
+    if not ids:
+        return
+    from llama_index_car.stores import _safe, fetch_embeddings
+
+    sample = sorted(ids)[:3]
+    if not fetch_embeddings(index.vector_store, sample):
+        raise ConfigurationError(
+            f"{_safe(uri)} holds none of this index's nodes (looked up {len(sample)}); "
+            "give the store the index was built with"
+        )
 
 
 def _write_folder(
@@ -350,13 +468,6 @@ def _write_folder(
     """One crash-safe generation of the folder (see :mod:`llama_index_car._persist`)."""
     from llama_index_car import _persist
 
-    legacy = [out / n for n in (VECTOR_DIR, BM25_DIR, HYPOTHESIZER_DIR, TABLES_NAME)]
-    if (out / MANIFEST_NAME).is_file() and not (out / _persist.CURRENT_NAME).exists():
-        import shutil
-
-        for path in [*legacy, out / MANIFEST_NAME]:  # a flat folder of an older version
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(
-                missing_ok=True)
     with _persist.replace_dir(out) as gen:
         if index is not None:
             _write_vectors(gen / VECTOR_DIR, index, [n.node_id for n in bm25.nodes])
@@ -384,8 +495,8 @@ def _write_vectors(folder: Path, index: VectorStoreIndex, ids: list[str]) -> Non
 
 
 def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
-    """``{node_id: vector}`` stored in an index folder (format 2 ``embeddings.npy``, or the
-    ``SimpleVectorStore`` JSON of format-1 folders); ``{}`` for a store-backed folder."""
+    """``{node_id: vector}`` stored in an index folder (``embeddings.npy``); ``{}`` for a
+    store-backed folder."""
     import numpy as np
 
     from llama_index_car import _persist
@@ -397,9 +508,6 @@ def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
         if not isinstance(ids, list) or matrix.ndim != 2 or matrix.shape[0] != len(ids):
             raise IndexPersistError(f"{folder}: {IDS_NAME} and {VECTORS_NAME} disagree; rebuild")
         return {str(i): row.tolist() for i, row in zip(ids, matrix, strict=True)}
-    if (folder / "default__vector_store.json").is_file():
-        data = json.loads((folder / "default__vector_store.json").read_text(encoding="utf-8"))
-        return dict(data["embedding_dict"])
     return {}
 
 
@@ -504,10 +612,13 @@ def build_index(
     start = time.perf_counter()
     out = writable_folder(persist_dir, overwrite, "pass overwrite=True (--overwrite) or update "
                           "it (--update)")
-    store = _store_uri(store)
+    record = store_record(store)
+    store_uri = store_uri_for(record, out, store) if record else None
     files = find_hwpx_files(source)
+    keys = source_keys(source, files)
     hashes = {str(f): _sha256_file(f) for f in files}
     documents, failures = read_documents(files, show_progress=show_progress, on_error=on_error)
+    _key_all(documents, keys, hashes)
     nodes = parse_nodes(
         documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap, show_progress=show_progress
     )
@@ -521,8 +632,9 @@ def build_index(
     bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes, show_progress=show_progress)
     return finish_build(
         out, model=model, provider=provider, nodes=nodes, vectors=vectors, bm25=bm25,
-        files=files, hashes=hashes, documents=len(documents), failures=failures,
-        chunk_size=chunk_size, chunk_overlap=chunk_overlap, store=store, start=start,
+        keys=keys, hashes=hashes, documents=len(documents), failures=failures,
+        chunk_size=chunk_size, chunk_overlap=chunk_overlap, store=store_uri, record=record,
+        start=start,
     )
 
 
@@ -545,32 +657,37 @@ def finish_build(
     nodes: Sequence[BaseNode],
     vectors: dict[str, list[float]],
     bm25: Any,
-    files: Sequence[Path],
+    keys: dict[str, str],
     hashes: dict[str, str],
     documents: int,
     failures: Sequence[FileFailure],
     chunk_size: int,
     chunk_overlap: int,
     store: str | None,
+    record: dict[str, Any] | None,
     start: float,
 ) -> BuildSummary:
-    """The tail shared by every builder (local, Ray): the vector index (local or ``store``)
-    over ``vectors``, then one crash-safe generation of the folder with its manifest."""
+    """The tail shared by every builder (local, Ray): the vector index (local or the
+    ``store`` URI, its manifest ``record``) over ``vectors``, then one crash-safe generation
+    of the folder with its manifest. ``keys``/``hashes``: ``{str(file): key / sha256}``."""
     from llama_index.core import StorageContext, VectorStoreIndex
 
     dims = len(next(iter(vectors.values())))
     embedded = [n.model_copy(update={"embedding": vectors[n.node_id]}) for n in nodes]
     if store:
-        index = _open_store_index(store, model, dims, overwrite=True)
+        if record and record.get("inside"):
+            out.mkdir(parents=True, exist_ok=True)
+        index = _open_store_index(store, model, dims, create=True)
         index.insert_nodes(embedded)
     else:
         index = VectorStoreIndex(
             embedded, storage_context=StorageContext.from_defaults(), embed_model=model
         )
     spec = embed_spec(model, provider) | {"dimensions": dims}
+    failed = {keys.get(f.path, f.path) for f in failures}
     manifest = _folder_manifest(
-        spec, chunk_size, chunk_overlap, store, files, documents, nodes, failures,
-        _sources(hashes, nodes, failed={f.path for f in failures}),
+        spec, chunk_size, chunk_overlap, record, list(keys.values()), documents, nodes,
+        failures, _sources({keys[f]: hashes[f] for f in keys}, nodes, failed=failed),
     )
     _write_folder(out, manifest, None if store else index, bm25)
     return _summary(out, manifest, list(failures), start)
@@ -579,12 +696,11 @@ def finish_build(
 def _sources(
     hashes: dict[str, str], nodes: Sequence[BaseNode], failed: set[str]
 ) -> dict[str, dict[str, Any]]:
-    """``{file: {"sha256", "node_ids", "failed"}}``: a file that failed keeps its hash, so
-    ``--update`` retries it only once its content changes."""
+    """``{key: {"sha256", "node_ids", "failed"}}`` (``hashes``: ``{key: sha256}``): a file
+    that failed keeps its hash, so ``--update`` retries it only once its content changes."""
     by_file: dict[str, list[str]] = {}
     for n in nodes:
-        by_file.setdefault(str(n.ref_doc_id or n.metadata.get("file_path", "")), []).append(
-            n.node_id)
+        by_file.setdefault(doc_key(n.ref_doc_id), []).append(n.node_id)
     return {
         path: {"sha256": digest, "node_ids": by_file.get(path, []), "failed": path in failed}
         for path, digest in hashes.items()
@@ -592,9 +708,10 @@ def _sources(
 
 
 def _folder_manifest(
-    spec: dict[str, Any], chunk_size: int, chunk_overlap: int, store: str | None,
-    files: Sequence[Path], documents: int, nodes: Sequence[BaseNode],
+    spec: dict[str, Any], chunk_size: int, chunk_overlap: int, store: dict[str, Any] | None,
+    files: Sequence[str], documents: int, nodes: Sequence[BaseNode],
     failures: Sequence[FileFailure], sources: dict[str, dict[str, Any]],
+    store_garbage: Sequence[str] = (),
 ) -> dict[str, Any]:
     return {
         "format_version": FORMAT_VERSION,
@@ -603,7 +720,8 @@ def _folder_manifest(
         "chunk_size": chunk_size,
         "chunk_overlap": chunk_overlap,
         "store": store,
-        "files": [str(f) for f in files],
+        "store_garbage": sorted(store_garbage),
+        "files": list(files),
         "documents": documents,
         "nodes": len(nodes),
         "table_nodes": sum(1 for n in nodes if n.metadata.get("table_index") is not None),
@@ -649,15 +767,25 @@ def update_index(
 ) -> BuildSummary:
     """Bring ``persist_dir`` up to date with ``source``: files whose sha256 changed (or that
     are new) are read, parsed and embedded again; the nodes of vanished or changed files are
-    removed — in the store and BM25, as one update
-    (:meth:`CriterionAwareRetriever.insert_nodes` semantics) — and a new generation of the
-    folder is written. With nothing changed, no model is loaded and nothing is written.
+    removed, and a new generation of the folder is written. With nothing changed, no model is
+    loaded and nothing is written. Files are matched by :func:`source_keys` (their path under
+    the source folder), so how the folder is spelled does not matter.
 
-    Options left ``None`` come from the folder's manifest; given ones must match it.
+    A store-backed folder is updated in an order whose every prefix leaves the channels in
+    agreement (a SIGKILL at any point included): node ids are content-addressed
+    (:func:`key_documents`), so (1) the new nodes are added to the store — the folder does
+    not list them yet, and the dense channel only returns the folder's ids; (2) the new
+    generation of the folder is written (the commit point), recording the ids to remove as
+    ``store_garbage``; (3) they are deleted from the store. A crash after (2) leaves only
+    garbage that no channel returns; the next update deletes it first.
+
+    Options left ``None`` come from the folder's manifest; given ones must match it. A store
+    outside the folder needs its URI again (``store``; the folder never says where to
+    connect).
 
     Raises:
-        ConfigurationError: ``chunk_size``/``chunk_overlap``/``embed``/``store`` differ from
-            the manifest, or the folder predates per-file hashes (rebuild it once).
+        ConfigurationError: ``chunk_size``/``chunk_overlap``/``embed`` differ from the
+            manifest, or ``store`` is missing or is not the folder's store.
         IndexPersistError: the folder is missing or damaged.
     """
     from llama_index_car import _persist
@@ -666,11 +794,6 @@ def update_index(
     out = Path(persist_dir)
     root = _persist.live_dir(out)
     manifest = read_manifest(out)
-    if "sources" not in manifest:
-        raise ConfigurationError(
-            f"{root / MANIFEST_NAME} has no per-file hashes (built by an older version); "
-            "rebuild it once without --update"
-        )
     recorded = manifest.get("embed", {})
     _check_same(
         manifest, root,
@@ -678,7 +801,6 @@ def update_index(
             "--chunk-size": (manifest.get("chunk_size"), chunk_size),
             "--chunk-overlap": (manifest.get("chunk_overlap"), chunk_overlap),
             "--embed": (recorded.get("provider"), embed),
-            "--store": (manifest.get("store"), _store_uri(store)),
         },
     )
     if embed_model is not None and recorded.get("model_name") and (
@@ -688,50 +810,67 @@ def update_index(
             f"--update: embedding {getattr(embed_model, 'model_name', '')!r} differs from "
             f"{recorded['model_name']!r} recorded in {root / MANIFEST_NAME}"
         )
+    record = manifest.get("store")
+    if record is None and store:
+        raise ConfigurationError(
+            f"--update: --store {store!r} differs from {root / MANIFEST_NAME}, which keeps "
+            "its vectors in the folder; drop --store or rebuild"
+        )
     files = find_hwpx_files(source)
-    hashes = {str(f): _sha256_file(f) for f in files}
+    keys = source_keys(source, files)
+    hashes = {keys[str(f)]: _sha256_file(f) for f in files}
     sources: dict[str, dict[str, Any]] = dict(manifest["sources"])
-    changed = [f for f in files if sources.get(str(f), {}).get("sha256") != hashes[str(f)]]
-    vanished = [p for p in sources if p not in hashes]
+    changed = [f for f in files if sources.get(keys[str(f)], {}).get("sha256") != hashes[
+        keys[str(f)]]]
+    vanished = [k for k in sources if k not in hashes]
     if not changed and not vanished:
         return _summary(out, manifest, [], start, updated=0, removed=0, unchanged=len(files))
 
-    from llama_index_car.retrievers._store import IndexDense  # after the no-change exit
-    from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
-
-    local = load_index(out, embed_model=embed_model)
+    local = load_index(out, embed_model=embed_model, store=store)
     model = local.index._embed_model
-    ids = frozenset(n.node_id for n in local.bm25.nodes)
-    car = CriterionAwareRetriever(
-        IndexDense(local.index, 50, None, ids), local.bm25
-    )
-    car._bind(local.index, None)
     documents, failures = read_documents(changed, show_progress=show_progress, on_error=on_error)
+    _key_all(documents, keys, {str(f): hashes[keys[str(f)]] for f in changed})
     nodes = parse_nodes(
         documents, chunk_size=int(manifest["chunk_size"]),
         chunk_overlap=int(manifest["chunk_overlap"]), show_progress=show_progress,
     )
     vectors = _vectors(model, nodes, cache_dir, use_cache, show_progress) if nodes else {}
-    stale = [i for p in [*map(str, changed), *vanished] for i in sources.get(p, {}).get(
-        "node_ids", [])]
-    car._update(
-        [i for i in stale if i in ids],
-        [n.model_copy(update={"embedding": vectors[n.node_id]}) for n in nodes],
-    )
-    for p in [*map(str, changed), *vanished]:
-        sources.pop(p, None)
-    sources.update(_sources({str(f): hashes[str(f)] for f in changed}, nodes,
-                            failed={f.path for f in failures}))
-    all_nodes = car.lexical_retriever.nodes
+    gone = {keys[str(f)] for f in changed} | set(vanished)
+    stale = {i for k in gone for i in sources.get(k, {}).get("node_ids", [])}
+    live = {n.node_id for n in local.bm25.nodes}
+    fresh = [n for n in nodes if n.node_id not in live - stale]
+    embedded = [n.model_copy(update={"embedding": vectors[n.node_id]}) for n in fresh]
+    new_ids = {n.node_id for n in fresh}
+    stale -= new_ids  # the same content again: its node stays
+    garbage = (set(manifest.get("store_garbage", [])) | stale) - new_ids - (live - stale)
+    if record is not None and manifest.get("store_garbage"):
+        local.index.delete_nodes(sorted(set(manifest["store_garbage"]) - live - new_ids))
+    if embedded:
+        local.index.insert_nodes(embedded)  # (1): the folder does not list them yet
+    bm25 = local.bm25
+    if stale & live:
+        bm25.delete_nodes(sorted(stale & live))
+    if fresh:
+        bm25.insert_nodes(fresh)
+    if record is None and stale & live:
+        local.index.delete_nodes(sorted(stale & live))
+    for k in gone:
+        sources.pop(k, None)
+    changed_keys = {keys[str(f)] for f in changed}
+    sources.update(_sources({k: hashes[k] for k in changed_keys}, nodes,
+                            failed={keys.get(f.path, f.path) for f in failures}))
     old_failures = [FileFailure(**f) for f in manifest.get("failures", [])
-                    if f.get("path") in hashes and f.get("path") not in map(str, changed)]
+                    if keys.get(str(f.get("path")), f.get("path")) in hashes
+                    and keys.get(str(f.get("path")), f.get("path")) not in changed_keys]
     new_manifest = _folder_manifest(
         recorded, int(manifest["chunk_size"]), int(manifest["chunk_overlap"]),
-        manifest.get("store"), files, sum(1 for v in sources.values() if not v.get("failed")),
-        all_nodes, old_failures + failures, sources,
+        record, sorted(hashes), sum(1 for v in sources.values() if not v.get("failed")),
+        bm25.nodes, old_failures + failures, sources,
+        store_garbage=sorted(garbage) if record is not None else (),
     )
-    _write_folder(out, new_manifest, None if manifest.get("store") else car.index,
-                  car.lexical_retriever)
+    _write_folder(out, new_manifest, None if record is not None else local.index, bm25)  # (2)
+    if record is not None and garbage:
+        local.index.delete_nodes(sorted(garbage))  # (3)
     return _summary(out, new_manifest, failures, start, updated=len(changed),
                     removed=len(vanished), unchanged=len(files) - len(changed))
 
@@ -777,12 +916,32 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
     return dict(manifest)
 
 
+def _check_store_record(record: dict[str, Any], path: Path) -> None:
+    """The manifest's store record has exactly the known fields with their types."""
+    from llama_index_car.stores import _NAME_RE, STORE_KINDS
+
+    ok = (
+        set(record) == {"kind", "collection", "inside", "fingerprint"}
+        and record["kind"] in STORE_KINDS
+        and isinstance(record["collection"], str) and bool(_NAME_RE.match(record["collection"]))
+        and isinstance(record["inside"], bool)
+        and isinstance(record["fingerprint"], str) and len(record["fingerprint"]) <= 64
+        and not (record["inside"] and record["kind"] == "postgresql")
+    )
+    if not ok:
+        raise IndexPersistError(
+            f"{path}: field 'store' is not a store record (kind, collection, inside, "
+            "fingerprint); rebuild the index with llama-car index"
+        )
+
+
 #: field -> accepted types of ``car_index.json`` (a field may be absent in older folders)
 _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "embed": (dict,),
     "chunk_size": (int,),
     "chunk_overlap": (int,),
-    "store": (str, type(None)),
+    "store": (dict, type(None)),
+    "store_garbage": (list,),
     "files": (list,),
     "documents": (int,),
     "nodes": (int,),
@@ -826,33 +985,14 @@ class LocalIndex:
     index: VectorStoreIndex
     nodes: list[BaseNode]
     bm25: KiwiBM25Retriever
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def cells_for(self, metadata: dict[str, Any]) -> list[dict[str, Any]]:
         """Cells of a table node as ``[{"table", "row", "col", "row_span", "col_span", "text",
-        "depth", "parent"}]`` (0-based; see :func:`llama_index.readers.hwpx.node_cells`).
-
-        Coordinates and text come from the node's ``cells`` metadata. Nodes of folders built
-        before the cells carried text (a list of ``[table, row, col, row_span, col_span]``)
-        take the text from the folder's ``tables.json``; a cell whose text is not available
-        keeps ``text=""``. Non-table nodes give ``[]``.
-        """
+        "depth", "parent"}]`` (0-based; see :func:`llama_index.readers.hwpx.node_cells`);
+        ``[]`` for other nodes."""
         from llama_index.readers.hwpx import node_cells
 
-        cells = node_cells(metadata)
-        if not cells or not isinstance(metadata.get("cells"), list):
-            return [c.to_dict() for c in cells]
-        files = self.tables.get(str(metadata.get("file_path", "")), [])
-        text: dict[tuple[int, int, int], str] = {}
-        for t in files:
-            for row, col, _rs, _cs, cell_text in t["cells"]:
-                text[(int(t["index"]), int(row), int(col))] = str(cell_text)
-        out = []
-        for c in cells:
-            d = c.to_dict()
-            d["text"] = text.get((c.table, c.row, c.col), "")
-            out.append(d)
-        return out
+        return [c.to_dict() for c in node_cells(metadata)]
 
     def as_retriever(
         self,
@@ -885,10 +1025,11 @@ class LocalIndex:
             return self.bm25_retriever(similarity_top_k)
         from llama_index_car.retrievers._store import IndexDense
 
-        if kind == "dense":  # no node-id list frozen at load time (any store)
-            return IndexDense(self.index, similarity_top_k)
+        ids = frozenset(n.node_id for n in self.nodes)  # a store may hold more (updates)
+        if kind == "dense":
+            return IndexDense(self.index, similarity_top_k, None, ids)
         pool = max(pool_top_k, similarity_top_k)
-        dense = IndexDense(self.index, pool)
+        dense = IndexDense(self.index, pool, None, ids)
         lexical = self.bm25_retriever(pool)
         if kind == "hybrid":
             return WeightedRRFRetriever.from_alpha(
@@ -918,7 +1059,12 @@ class LocalIndex:
         return clone
 
 
-def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = None) -> LocalIndex:
+def load_index(
+    persist_dir: str | Path,
+    *,
+    embed_model: BaseEmbedding | None = None,
+    store: str | None = None,
+) -> LocalIndex:
     """Open an index folder written by :func:`build_index`.
 
     Args:
@@ -929,14 +1075,20 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
             than the ``provider`` field; ``openai`` needs ``OPENAI_API_KEY``). A model whose
             name differs from the recorded one is refused, since its vectors are not comparable.
 
-    A folder built with ``store=`` reopens that store (a PostgreSQL password comes from
-    ``PGPASSWORD``); its nodes are BM25's.
+    A folder is data: it never chooses where to connect or what to write. A store-backed
+    folder opens its store only at a place the user names — ``store`` (a URI, default
+    ``$LLAMA_CAR_STORE``), checked against the folder's record (kind, fingerprint) — or, for a
+    store kept inside the folder (``--store qdrant`` at build time), at ``DIR/store``. Nothing
+    is created: a missing store path or collection is an error, and the store must hold the
+    folder's nodes. A PostgreSQL password comes from the URI or ``PGPASSWORD``, sent only to
+    the host the user named.
 
     Raises:
         IndexPersistError: a file is missing or damaged (named in the message).
-        ConfigurationError: ``embed_model`` does not match the recorded embedding.
+        ConfigurationError: ``embed_model`` does not match the recorded embedding, or the
+            store is not given, not the recorded one, or does not hold the folder's nodes.
     """
-    from llama_index.core import VectorStoreIndex, load_index_from_storage
+    import os
 
     from llama_index_car import _persist
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
@@ -959,77 +1111,32 @@ def load_index(persist_dir: str | Path, *, embed_model: BaseEmbedding | None = N
             f"{root} was indexed with embedding {recorded['model_name']!r} but the query "
             f"embedding is {name!r}; use the same model (--embed {recorded.get('provider')})"
         )
-    store = manifest.get("store")
-    for sub in (BM25_DIR,) if store else (VECTOR_DIR, BM25_DIR):
+    record = manifest.get("store")
+    for sub in (BM25_DIR,) if record else (VECTOR_DIR, BM25_DIR):
         if not (root / sub).is_dir():
             raise IndexPersistError(f"{root / sub} is missing; rebuild the index")
+    uri = None
+    if record is not None:  # before any file is mapped: a wrong store is one line
+        _check_store_record(record, root / MANIFEST_NAME)
+        uri = store_uri_for(record, Path(persist_dir), store or os.environ.get(STORE_ENV),
+                            what=str(persist_dir))
     bm25 = KiwiBM25Retriever.from_persist_dir(str(root / BM25_DIR))
-    if store:
-        index = _open_store_index(str(store), embed_model, recorded.get("dimensions"))
-    elif (root / VECTOR_DIR / VECTORS_NAME).is_file():
+    if uri is not None and record is not None:
+        index = _open_store_index(uri, embed_model, recorded.get("dimensions"), create=False,
+                                  collection=str(record["collection"]))
+        _check_store_holds(index, [n.node_id for n in bm25.nodes], uri)
+    else:
         try:
             index = _index_from_vectors(root / VECTOR_DIR, bm25.nodes, embed_model)
         except (OSError, ValueError, KeyError) as exc:
             raise IndexPersistError(f"{root / VECTOR_DIR} is damaged ({exc}); rebuild") from exc
-    else:
-        try:
-            storage = _load_storage(root / VECTOR_DIR)
-            loaded = load_index_from_storage(storage, embed_model=embed_model)
-        except (OSError, ValueError, KeyError) as exc:
-            raise IndexPersistError(f"{root / VECTOR_DIR} is damaged ({exc}); rebuild") from exc
-        if not isinstance(loaded, VectorStoreIndex):
-            raise IndexPersistError(f"{root / VECTOR_DIR} does not hold a VectorStoreIndex")
-        index = loaded
     nodes = sorted(bm25.nodes, key=lambda n: n.node_id)
-    tables: dict[str, list[dict[str, Any]]] = {}
-    tables_path = root / TABLES_NAME
-    if tables_path.is_file():
-        try:
-            tables = dict(json.loads(tables_path.read_text(encoding="utf-8"))["files"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise IndexPersistError(f"{tables_path} is damaged ({exc}); rebuild") from exc
     return LocalIndex(
         persist_dir=Path(persist_dir),
         manifest=manifest,
         index=index,
         nodes=list(nodes),
         bm25=bm25,
-        tables=tables,
-    )
-
-
-def _load_storage(folder: Path) -> Any:
-    """The ``vector/`` StorageContext, its ``SimpleVectorStore`` read with ``json`` directly.
-
-    ``SimpleVectorStore.from_persist_path`` decodes through ``dataclasses_json``, one type
-    check per float (~17x slower than ``json.load`` for 752 x 512 floats); the file is the
-    same, only the decoding differs. Other parts load as LlamaIndex stores them.
-    """
-    from llama_index.core import StorageContext
-    from llama_index.core.storage.docstore import SimpleDocumentStore
-    from llama_index.core.storage.index_store import SimpleIndexStore
-    from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
-
-    path = folder / "default__vector_store.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(data, dict) or not isinstance(data.get("embedding_dict"), dict):
-        raise ValueError(f"{path}: no embedding_dict")
-    vectors = data["embedding_dict"]
-    if not all(
-        isinstance(v, list) and all(isinstance(x, int | float) for x in v) for v in vectors.values()
-    ):
-        raise ValueError(f"{path}: embedding_dict values must be lists of numbers")
-    store = SimpleVectorStore(
-        data=SimpleVectorStoreData(
-            embedding_dict=vectors,
-            text_id_to_ref_doc_id=dict(data.get("text_id_to_ref_doc_id") or {}),
-            metadata_dict=dict(data.get("metadata_dict") or {}),
-        )
-    )
-    return StorageContext.from_defaults(
-        docstore=SimpleDocumentStore.from_persist_dir(str(folder)),
-        index_store=SimpleIndexStore.from_persist_dir(str(folder)),
-        vector_store=store,
     )
 
 

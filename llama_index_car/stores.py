@@ -17,6 +17,11 @@ Each store holds one collection (``collection``, default ``llama_car``; PGVector
 it in the table ``data_<collection>``). ``dim`` (the embedding dimension) is needed to create
 a Milvus collection or a pgvector table. ``overwrite=True`` drops the collection first.
 
+``create=False`` (what loading an index folder uses) opens only what exists: a local path
+that is missing, or a collection that is not there, is a :class:`ConfigurationError`, never a
+new folder, file or database. Every SQL identifier (``schema``, the table) is checked against
+``[A-Za-z_][A-Za-z0-9_]{0,62}`` and quoted by the dialect.
+
 One process can have one Qdrant local or Milvus Lite client per path: :func:`open_vector_store`
 reuses the open one, and :func:`close_vector_store` releases it (do it before another process
 opens the same path). Nodes must have UUID ids and flat metadata (what ``HWPXNodeParser``
@@ -50,10 +55,13 @@ __all__ = [
     "close_vector_store",
     "fetch_embeddings",
     "open_vector_store",
+    "store_fingerprint",
     "store_kind",
 ]
 
 STORE_KINDS: tuple[str, ...] = ("milvus", "postgresql", "pgserver", "qdrant", "chroma")
+#: kinds whose data is a local path (the others connect over the network)
+LOCAL_KINDS: tuple[str, ...] = ("milvus", "pgserver", "qdrant", "chroma")
 DEFAULT_COLLECTION = "llama_car"
 _SCHEMES = {"postgres": "postgresql", "postgresql+psycopg2": "postgresql"}
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -64,6 +72,7 @@ _HINT = (
 
 _lock = threading.Lock()
 _clients: dict[tuple[str, str], Any] = {}  # (kind, path) -> open client / server
+_client_locks: dict[str, threading.RLock] = {}  # Qdrant local path -> its calls' lock
 
 
 def store_kind(uri: str) -> str:
@@ -73,6 +82,29 @@ def store_kind(uri: str) -> str:
     if kind not in STORE_KINDS:
         raise ConfigurationError(f"unsupported store URI {uri!r}; {_HINT}")
     return kind
+
+
+def store_fingerprint(uri: str) -> str:
+    """What identifies the store ``uri`` names, without secrets: for PostgreSQL, the sha256
+    (16 hex digits) of ``host:port/database`` and the ``schema``; ``""`` for local stores,
+    whose folder may move with the index. An index folder records it so that a store URI the
+    user gives later can be checked against the one it was built with.
+
+    >>> store_fingerprint("qdrant:///tmp/q")
+    ''
+    >>> a = store_fingerprint("postgresql://u:secret@db.example:5432/car")
+    >>> a == store_fingerprint("postgresql://other@db.example:5432/car") and len(a)
+    16
+    """
+    import hashlib
+
+    kind = store_kind(uri)
+    if kind != "postgresql":
+        return ""
+    parts = urlsplit(str(uri))
+    schema = parse_qs(parts.query).get("schema", ["public"])[0]
+    where = f"{(parts.hostname or '').lower()}:{parts.port or 5432}{parts.path}?schema={schema}"
+    return hashlib.sha256(where.encode("utf-8")).hexdigest()[:16]
 
 
 def _path_of(uri: str) -> str:
@@ -89,12 +121,17 @@ def open_vector_store(
     dim: int | None = None,
     collection: str = DEFAULT_COLLECTION,
     overwrite: bool = False,
+    create: bool = True,
 ) -> BasePydanticVectorStore:
     """The llama-index vector store for ``uri`` (see the module docstring).
 
+    ``create=False`` opens only an existing local path and an existing collection (and never
+    with ``overwrite``): nothing is created.
+
     Raises:
-        ConfigurationError: unknown scheme, bad collection name, or ``dim`` missing where the
-            store needs it to create its collection.
+        ConfigurationError: unknown scheme, bad collection or schema name, ``dim`` missing
+            where the store needs it to create its collection, or (``create=False``) a
+            missing path or collection.
         MissingDependencyError: the ``[stores]`` extra is not installed (the message says
             ``pip install 'llama-index-car[stores]'``).
     """
@@ -105,13 +142,31 @@ def open_vector_store(
         )
     if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
         raise ConfigurationError(f"dim={dim!r} is invalid; use the embedding dimension (>= 1)")
+    if overwrite and not create:
+        raise ConfigurationError("overwrite=True needs create=True")
+    path = _path_of(uri) if kind in LOCAL_KINDS else ""
+    if path:
+        if not create:
+            _must_exist(uri, path, is_file=kind == "milvus")
     if kind == "milvus":
-        return _milvus(_path_of(uri), dim, collection, overwrite)
+        return _milvus(path, dim, collection, overwrite, create)
     if kind in ("postgresql", "pgserver"):
-        return _postgres(uri, kind, dim, collection, overwrite)
+        return _postgres(uri, kind, dim, collection, overwrite, create)
     if kind == "qdrant":
-        return _qdrant(_path_of(uri), collection, overwrite)
-    return _chroma(_path_of(uri), collection, overwrite)
+        return _qdrant(path, collection, overwrite, create)
+    return _chroma(path, collection, overwrite, create)
+
+
+def _must_exist(uri: str, path: str, *, is_file: bool) -> None:
+    """``create=False``: the local store must already be there (as a file or a folder)."""
+    p = Path(path)
+    ok = p.is_file() if is_file else p.is_dir()
+    if not ok:
+        what = "file" if is_file else "folder"
+        raise ConfigurationError(
+            f"{uri}: no store {what} at {p}; give the path of the store this index was "
+            "built with (nothing is created when an index is opened)"
+        )
 
 
 def close_vector_store(store: Any) -> None:
@@ -124,7 +179,7 @@ def close_vector_store(store: Any) -> None:
         ]
         for key in owned:
             del _clients[key]
-    name = type(store).__name__
+    name = store.class_name() if hasattr(store, "class_name") else type(store).__name__
     if name == "MilvusVectorStore":
         store.client.close()
         for _kind, path in owned:
@@ -176,7 +231,7 @@ def _shared(kind: str, path: str, open_client: Any) -> Any:
     return client
 
 
-def _milvus(path: str, dim: int | None, collection: str, overwrite: bool) -> Any:
+def _milvus(path: str, dim: int | None, collection: str, overwrite: bool, create: bool) -> Any:
     require("pymilvus", extra="stores", package="pymilvus")
     require("llama_index.vector_stores.milvus", extra="stores",
             package="llama-index-vector-stores-milvus")
@@ -184,7 +239,8 @@ def _milvus(path: str, dim: int | None, collection: str, overwrite: bool) -> Any
 
     if not path.endswith(".db"):
         raise ConfigurationError(f"milvus://{path}: a Milvus Lite file must end in .db")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if create:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
     exists = False
     if not overwrite:
         from pymilvus import MilvusClient
@@ -194,6 +250,8 @@ def _milvus(path: str, dim: int | None, collection: str, overwrite: bool) -> Any
             exists = probe.has_collection(collection)
         finally:
             probe.close()
+    if not create and not exists:
+        raise ConfigurationError(f"milvus://{path} holds no collection {collection}")
     if dim is None and not exists:
         raise ConfigurationError(f"milvus://{path}: pass dim= to create collection {collection}")
     store = MilvusVectorStore(
@@ -219,7 +277,9 @@ def _pg_server(path: str) -> str:
     return str(_shared("pgserver", path, start).get_uri())
 
 
-def _postgres(uri: str, kind: str, dim: int | None, collection: str, overwrite: bool) -> Any:
+def _postgres(
+    uri: str, kind: str, dim: int | None, collection: str, overwrite: bool, create: bool
+) -> Any:
     require("llama_index.vector_stores.postgres", extra="stores",
             package="llama-index-vector-stores-postgres")
     from llama_index.vector_stores.postgres import PGVectorStore
@@ -235,16 +295,23 @@ def _postgres(uri: str, kind: str, dim: int | None, collection: str, overwrite: 
                                   host=str(url.query["host"]))
     query = parse_qs(urlsplit(str(uri)).query)
     schema = query.get("schema", ["public"])[0]
+    if not _NAME_RE.match(schema):
+        raise ConfigurationError(
+            f"schema={schema!r} is invalid; use letters, digits and _ (max 63)"
+        )
     table = f"data_{collection}"
     engine = create_engine(sync_url)
     try:
+        quote = engine.dialect.identifier_preparer.quote_identifier
+        qualified = f"{quote(schema)}.{quote(table)}"
         with engine.begin() as conn:
-            conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+            if create:
+                conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
             if overwrite:
-                conn.execute(text(f'DROP TABLE IF EXISTS "{schema}"."{table}"'))
-            exists = conn.execute(
-                text("SELECT to_regclass(:name)"), {"name": f'"{schema}"."{table}"'}
-            ).scalar()
+                conn.execute(text(f"DROP TABLE IF EXISTS {qualified}"))
+            exists = conn.execute(text("SELECT to_regclass(:name)"), {"name": qualified}).scalar()
+            if not create and exists is None:
+                raise ConfigurationError(f"{_safe(uri)} holds no table {schema}.{table}")
             if dim is None and exists is not None:
                 found = (
                     conn.execute(
@@ -252,14 +319,14 @@ def _postgres(uri: str, kind: str, dim: int | None, collection: str, overwrite: 
                             "SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(:n) "
                             "AND attname = 'embedding'"
                         ),
-                        {"n": f'"{schema}"."{table}"'},
+                        {"n": qualified},
                     ).scalar()
                 )
                 dim = int(found) if found else None
     finally:
         engine.dispose()
     if dim is None:
-        raise ConfigurationError(f"{uri}: pass dim= to create the table {table}")
+        raise ConfigurationError(f"{_safe(uri)}: pass dim= to create the table {table}")
     return PGVectorStore.from_params(
         connection_string=sync_url.render_as_string(hide_password=False),
         async_connection_string=async_url.render_as_string(hide_password=False),
@@ -269,20 +336,26 @@ def _postgres(uri: str, kind: str, dim: int | None, collection: str, overwrite: 
     )
 
 
-def _qdrant(path: str, collection: str, overwrite: bool) -> Any:
+def _qdrant(path: str, collection: str, overwrite: bool, create: bool) -> Any:
     require("qdrant_client", extra="stores", package="qdrant-client")
     require("llama_index.vector_stores.qdrant", extra="stores",
             package="llama-index-vector-stores-qdrant")
-    from llama_index.vector_stores.qdrant import QdrantVectorStore
     from qdrant_client import QdrantClient
 
+    from llama_index_car._qdrant_local import locked_qdrant_store
+
     client = _shared("qdrant", path, lambda p: QdrantClient(path=p))
-    if overwrite and client.collection_exists(collection):
-        client.delete_collection(collection)
-    return QdrantVectorStore(client=client, collection_name=collection)
+    with _lock:
+        lock = _client_locks.setdefault(path, threading.RLock())
+    with lock:
+        if overwrite and client.collection_exists(collection):
+            client.delete_collection(collection)
+        if not create and not client.collection_exists(collection):
+            raise ConfigurationError(f"qdrant://{path} holds no collection {collection}")
+    return locked_qdrant_store(client, collection, lock)
 
 
-def _chroma(path: str, collection: str, overwrite: bool) -> Any:
+def _chroma(path: str, collection: str, overwrite: bool, create: bool) -> Any:
     require("chromadb", extra="stores", package="chromadb")
     require("llama_index.vector_stores.chroma", extra="stores",
             package="llama-index-vector-stores-chroma")
@@ -295,8 +368,22 @@ def _chroma(path: str, collection: str, overwrite: bool) -> Any:
             client.delete_collection(collection)
         except Exception:  # chromadb raises its own NotFoundError types across versions
             pass
-    coll = client.get_or_create_collection(collection, metadata={"hnsw:space": "cosine"})
+    if create:
+        coll = client.get_or_create_collection(collection, metadata={"hnsw:space": "cosine"})
+    elif collection not in {getattr(c, "name", c) for c in client.list_collections()}:
+        raise ConfigurationError(f"chroma://{path} holds no collection {collection}")
+    else:
+        coll = client.get_collection(collection)
     return ChromaVectorStore(chroma_collection=coll)
+
+
+def _safe(uri: str) -> str:
+    """``uri`` without its password (for messages)."""
+    parts = urlsplit(str(uri))
+    if parts.password is None:
+        return str(uri)
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 def fetch_embeddings(store: Any, node_ids: list[str], batch: int = 500) -> dict[str, list[float]]:

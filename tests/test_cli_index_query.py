@@ -80,7 +80,7 @@ def test_index_skips_bad_files_and_summarises(index_run: dict[str, Any]) -> None
 def test_index_manifest_and_layout(index_run: dict[str, Any]) -> None:
     out: Path = index_run["out"]
     manifest = json.loads((live_dir(out) / "car_index.json").read_text(encoding="utf-8"))
-    assert manifest["format_version"] == 2
+    assert manifest["format_version"] == 3
     assert manifest["embed"]["provider"] == "e5"  # the offline default
     assert manifest["embed"]["class_name"] == "MultilingualE5Embedding"
     assert manifest["embed"]["dimensions"] == 384

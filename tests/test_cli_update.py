@@ -29,11 +29,13 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return rc, captured.out, captured.err
 
 
-def _hits(capsys: pytest.CaptureFixture[str], folder: Path, kind: str) -> dict[str, list[Any]]:
+def _hits(
+    capsys: pytest.CaptureFixture[str], folder: Path, kind: str, *extra: str
+) -> dict[str, list[Any]]:
     out = {}
     for q in QUESTIONS:
         rc, stdout, stderr = _run(capsys, "query", str(folder), q, "--retriever", kind,
-                                  "--top-k", "20", "--json")
+                                  "--top-k", "20", "--json", *extra)
         assert rc == 0, stderr
         out[q] = sorted((h["node_id"], round(h["score"], 6)) for h in json.loads(stdout)["hits"])
     return out
@@ -113,23 +115,34 @@ def test_update_refuses_options_that_differ_from_the_manifest(
     or importlib.util.find_spec("llama_index.vector_stores.qdrant") is None,
     reason="qdrant-client / llama-index-vector-stores-qdrant not installed ([stores] extra)",
 )
+@pytest.mark.parametrize("where", ["inside", "outside"])
 def test_store_build_update_and_query(
-    src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
 ) -> None:
+    """Inside: ``--store qdrant`` keeps the store in ``DIR/store``, and query / update need
+    nothing more. Outside: the folder does not say where the store is, so query and update
+    need ``--store`` (or ``$LLAMA_CAR_STORE``) again and refuse to run without it."""
     idx, qdir = tmp_path / "idx", tmp_path / "qdrant"
+    store = ["--store", "qdrant"] if where == "inside" else ["--store", f"qdrant://{qdir}"]
+    again = [] if where == "inside" else store
     rc, _, err = _run(capsys, "index", str(src), "--persist", str(idx), "--embed", "use",
-                      "--store", f"qdrant://{qdir}", "--no-progress")
+                      *store, "--no-progress")
     assert rc == 0, err
-    assert not list(idx.rglob("default__vector_store.json"))  # vectors live in the store
+    assert not list(idx.rglob("embeddings.npy"))  # vectors live in the store
+    assert (idx / "store").is_dir() == (where == "inside")
     _change(src)
+    if where == "outside":
+        rc, _, err = _run(capsys, "index", str(src), "--persist", str(idx), "--update",
+                          "--no-progress")
+        assert rc == 2 and "--store" in err and len(err.strip().splitlines()) == 1, err
     rc, out, err = _run(capsys, "index", str(src), "--persist", str(idx), "--update",
-                        "--no-progress")
+                        *again, "--no-progress")
     assert rc == 0 and "2 changed or new, 1 removed" in out, err
     fresh = tmp_path / "fresh"
     assert _run(capsys, "index", str(src), "--persist", str(fresh), "--embed", "use",
                 "--no-progress")[0] == 0
-    dense = _hits(capsys, idx, "dense")
+    dense = _hits(capsys, idx, "dense", *again)
     expected = _hits(capsys, fresh, "dense")
     for q in QUESTIONS:  # same nodes, same vectors; store scores equal to 1e-4
         assert [i for i, _ in dense[q]] == [i for i, _ in expected[q]]
-    assert _hits(capsys, idx, "bm25") == _hits(capsys, fresh, "bm25")
+    assert _hits(capsys, idx, "bm25", *again) == _hits(capsys, fresh, "bm25")

@@ -158,23 +158,6 @@ def test_use_built_index_is_still_queried_with_use(
     assert rc == 0 and "embedding use-multilingual-v3" in captured.out, captured.err
 
 
-def test_manifest_without_provider_means_use(
-    use_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Folders written before the ``provider`` field existed were all built with USE."""
-    from llama_index_car.pipeline import load_index
-
-    monkeypatch.setenv("CAR_EMBED_MODEL", "e5")
-    old = tmp_path / "old"  # a flat folder of format 1, as such versions wrote it
-    shutil.copytree(live_dir(use_index), old)
-    (old / "manifest.json").unlink()
-    manifest = _manifest(old)
-    manifest["format_version"] = 1
-    del manifest["embed"]["provider"]
-    (old / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
-    assert type(load_index(old).index._embed_model).__name__ == USE
-
-
 def test_e5_query_on_a_use_index_is_refused_in_one_line(
     use_index: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,6 +26,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car._errors",
     "llama_index_car._jsonl",
     "llama_index_car._persist",
+    "llama_index_car._qdrant_local",
     "llama_index_car.bm25",
     "llama_index_car.cli",
     "llama_index_car.cli._args",

@@ -233,3 +233,53 @@ def test_fetch_embeddings_returns_the_stored_vectors(store_uri: str) -> None:
             assert np.allclose(np.asarray(got[node.node_id]), expected, atol=1e-6)
     finally:
         close_vector_store(store)
+
+
+def test_queries_racing_updates_raise_nothing(
+    corpus_nodes: list[Any], shared_parts: dict[str, Any], store_uri: str
+) -> None:
+    """Four query threads against inserts and deletes on one store (issue 20, item 7: Qdrant
+    local's client is not thread-safe; every call of it now holds one lock). The threads
+    are released together by a barrier and keep querying until the updates are done; each
+    must have queried while updates ran, and no query may raise."""
+    import threading
+
+    from llama_index_car.stores import close_vector_store, open_vector_store
+
+    emb = HashedBigramEmbedding()
+    store = open_vector_store(store_uri, dim=64, overwrite=True)
+    try:
+        index = VectorStoreIndex(corpus_nodes, embed_model=emb,
+                                 storage_context=StorageContext.from_defaults(vector_store=store))
+        car = CriterionAwareRetriever.from_defaults(
+            index=index, nodes=corpus_nodes, token_cache=shared_parts["token_cache"])
+        errors: list[str] = []
+        done = threading.Event()
+        start = threading.Barrier(5)
+        during = [0, 0, 0, 0]
+
+        def query(i: int) -> None:
+            start.wait()
+            while not done.is_set():
+                try:
+                    car.retrieve(QUERIES[i])
+                except Exception as exc:  # what the test counts
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                during[i] += 1
+
+        threads = [threading.Thread(target=query, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        start.wait()
+        for k in range(12):
+            node = TextNode(text=f"{NEW_TEXT} {k}", id_=f"00000000-0000-4000-8000-{k:012d}",
+                            metadata={"file_name": "new.hwpx", "file_path": "new.hwpx"})
+            car.insert_nodes([node])
+            car.delete_nodes([node.node_id])
+        done.set()
+        for t in threads:
+            t.join(timeout=120)
+        assert errors == [], errors[:5]
+        assert all(n > 0 for n in during), during
+    finally:
+        close_vector_store(store)

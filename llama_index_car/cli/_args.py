@@ -179,14 +179,22 @@ def query_text(value: str) -> str:
 STORE_SCHEMES: tuple[str, ...] = ("milvus", "postgresql", "postgres", "pgserver", "qdrant", "chroma")
 
 
+#: local store kinds that may live inside the index folder (``--store qdrant``)
+INSIDE_STORES: tuple[str, ...] = ("milvus", "pgserver", "qdrant", "chroma")
+
+
 def store_uri(value: str) -> str:
     """A vector-store URI: ``milvus://F.db``, ``postgresql://…``, ``pgserver://DIR``,
-    ``qdrant://DIR`` or ``chroma://DIR``."""
+    ``qdrant://DIR`` or ``chroma://DIR``; or a bare local kind (``qdrant``, ``chroma``,
+    ``milvus``, ``pgserver``): a store kept inside the index folder."""
+    if value in INSIDE_STORES:
+        return value
     scheme, sep, rest = value.partition("://")
     if not sep or scheme.lower() not in STORE_SCHEMES or not rest.strip():
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a store URI; use milvus://FILE.db, postgresql://USER@HOST/DB, "
-            "pgserver://DIR, qdrant://DIR or chroma://DIR"
+            "pgserver://DIR, qdrant://DIR or chroma://DIR, or qdrant|chroma|milvus|pgserver "
+            "for a store inside the index folder"
         )
     if scheme.lower() == "milvus" and not rest.split("?", 1)[0].endswith(".db"):
         raise argparse.ArgumentTypeError(f"{value!r}: a Milvus Lite file must end in .db")

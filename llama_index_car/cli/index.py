@@ -3,10 +3,13 @@
 ``--update`` re-indexes only the files whose content (sha256) changed or that are new, and
 removes the nodes of files that vanished; options it is given must match the folder's
 manifest (``--chunk-size``, ``--chunk-overlap``, ``--embed``, ``--store``), and omitted ones
-are taken from it. ``--store URI`` keeps the vectors in a real vector store
+are taken from it. ``--store`` keeps the vectors in a real vector store
+(``pip install 'llama-index-car[stores]'``) and BM25 and the manifest in ``DIR``: a bare
+``qdrant``, ``chroma``, ``milvus`` or ``pgserver`` keeps the store inside ``DIR/store``; a URI
 (``milvus://PATH.db``, ``postgresql://USER@HOST:PORT/DB`` with ``PGPASSWORD``,
-``pgserver://DIR``, ``qdrant://DIR``, ``chroma://DIR``; ``pip install 'llama-index-car[stores]'``)
-and BM25, the hypothesizer and the manifest in ``DIR``.
+``pgserver://DIR``, ``qdrant://DIR``, ``chroma://DIR``) keeps it there, and queries and
+updates need the same ``--store`` again (or ``$LLAMA_CAR_STORE``): an index folder records the
+store's kind and a fingerprint, never where to connect.
 
 Reads every ``*.hwpx`` under ``HWPX_DIR`` (recursively), splits it into section, paragraph
 and table nodes, embeds them (offline multilingual-e5-small by default, through the
@@ -36,7 +39,7 @@ from llama_index_car.cli._args import (
 EPILOG = """example:
   llama-car index ./guidelines --persist ./car-index
   llama-car index ./guidelines --persist ./car-index --update
-  llama-car index ./guidelines --persist ./car-qdrant --store qdrant://./qdrant-data
+  llama-car index ./guidelines --persist ./car-qdrant --store qdrant
   llama-car index ./guidelines --persist ./car-index --ray   # on a local Ray cluster
   llama-car query ./car-index "측구 깊이 설치기준" --retriever car --explain
 """
@@ -69,8 +72,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--store", metavar="URI", type=store_uri, default=None,
-        help="keep vectors in milvus://F.db | postgresql://… | pgserver://DIR | qdrant://DIR "
-        "| chroma://DIR (needs the [stores] extra)",
+        help="keep vectors in a store: qdrant | chroma | milvus | pgserver (inside DIR) or "
+        "milvus://F.db | postgresql://… | pgserver://DIR | qdrant://DIR | chroma://DIR "
+        "(outside: give it again to query and --update; needs the [stores] extra)",
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--overwrite", action="store_true", help="write into a non-empty DIR")

@@ -29,6 +29,7 @@ from llama_index_car.cli._args import (
     positive_int,
     positive_seconds,
     query_text,
+    store_uri,
     unit_float,
 )
 from llama_index_car.hypothesizers.base import sanitize_text
@@ -72,6 +73,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--explain", action="store_true", help="snippets, all cells, fusion details")
     p.add_argument("--json", action="store_true", help="print the hits as JSON")
+    p.add_argument(
+        "--store", metavar="URI", type=store_uri, default=None,
+        help="the vector store of a folder built with --store URI (default "
+        "$LLAMA_CAR_STORE); the folder itself never says where to connect",
+    )
     p.add_argument(
         "--embed",
         choices=EMBED_MODELS,
@@ -245,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
 
         hypothesizer = LLMCriterionHypothesizer(llm=llm, timeout=deadline, deadline=deadline)
 
-    local = load_index(args.persist_dir, embed_model=embed_model)
+    local = load_index(args.persist_dir, embed_model=embed_model, store=args.store)
     pool = max(50, args.top_k)
     retriever = local.as_retriever(
         args.retriever,
