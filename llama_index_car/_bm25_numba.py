@@ -20,6 +20,14 @@ same order, as the numpy path of :mod:`llama_index_car.bm25`, so scores are bit-
 * the few survivors are rescored with the exact float64 operations in query order, so the
   returned top-k and its scores are the dense exact path's, ties included (the error bounds
   are in :func:`top_k`'s docstring).
+
+Memory safety does not rest on :func:`prepare`'s check: a memory-mapped ``indices.npy`` can be
+overwritten in place after it. Every document id a kernel reads from ``indices`` and then
+uses as an index is compared with N where it is used (one predictable branch per posting;
+``benchmarks/bm25_bounds_cost.py`` measures it), the binary searches stay inside their
+column, and ``indptr`` is the caller's private copy; an out-of-range id ends the kernel with
+a failure status instead of an out-of-bounds access. Divisions use numpy's error model
+(``0/0`` is NaN, never a ``ZeroDivisionError``).
 """
 
 from __future__ import annotations
@@ -32,12 +40,12 @@ from numba import njit
 __all__ = ["DENSE", "PASSES", "PRUNED", "QLEVELS", "RESUMED", "prepare", "scores", "top_k"]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _better(sa: float, ia: int, sb: float, ib: int) -> bool:  # pragma: no cover - compiled
     return sa > sb or (sa == sb and ia < ib)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _sift_down(hs: Any, hi: Any, size: int, pos: int) -> None:  # pragma: no cover - compiled
     while True:
         left = 2 * pos + 1
@@ -55,7 +63,7 @@ def _sift_down(hs: Any, hi: Any, size: int, pos: int) -> None:  # pragma: no cov
             return
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _sift_up(hs: Any, hi: Any, pos: int) -> None:  # pragma: no cover - compiled
     while pos > 0:
         parent = (pos - 1) // 2
@@ -67,7 +75,7 @@ def _sift_up(hs: Any, hi: Any, pos: int) -> None:  # pragma: no cover - compiled
             return
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _heap_push(hs: Any, hi: Any, size: int, k: int, s: float, d: int) -> int:  # pragma: no cover
     """Offer ``(s, d)`` to the k-heap ``hs[:size]``/``hi[:size]`` (the worst at the root, by
     score then higher id); returns the new size."""
@@ -83,7 +91,7 @@ def _heap_push(hs: Any, hi: Any, size: int, k: int, s: float, d: int) -> int:  #
     return size
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _heap_clear(hs: Any, hi: Any, k: int) -> None:  # pragma: no cover - compiled
     """A full k-heap of zeros: a zero or a tie never enters it (``a > hs[0]`` admits)."""
     for h in range(k):
@@ -91,7 +99,7 @@ def _heap_clear(hs: Any, hi: Any, k: int) -> None:  # pragma: no cover - compile
         hi[h] = -1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _keep_at_least(acc: Any, ids: Any, n: int, cut: float) -> int:  # pragma: no cover
     """Keep, in order, the documents of ``ids[:n]`` whose ``acc`` is >= ``cut`` (reset the
     others' ``acc`` to 0); branch-free. Returns how many are kept."""
@@ -112,7 +120,7 @@ QLEVELS = 255
 PRUNED, DENSE, RESUMED, PASSES = 1, 2, 4, 8
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def prepare(
     indptr: Any,
     indices: Any,
@@ -140,7 +148,7 @@ def prepare(
         best = 0.0
         for p in range(indptr[j], indptr[j + 1]):
             d = indices[p]
-            if d <= prev or d >= n:
+            if d <= prev or d >= n or tf[p] == 0:
                 return False
             prev = d
             t = float(tf[p])
@@ -149,15 +157,18 @@ def prepare(
                 best = g
         scale = QLEVELS / best if best > 0 else 0.0
         for p in range(indptr[j], indptr[j + 1]):
+            d = indices[p]  # read again: a mapped file may have changed since the check
+            if d < 0 or d >= n:
+                return False
             t = float(tf[p])
-            g = t * k1p1 / (t + norm[indices[p]])
+            g = t * k1p1 / (t + norm[d])
             quant[p] = max(1, min(QLEVELS, int(g * scale + 0.5)))
         colmax[j] = best
         valid[j] = 1
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _lower_bound(indices: Any, lo: int, hi: int, d: int) -> int:  # pragma: no cover - compiled
     while lo < hi:
         mid = (lo + hi) >> 1
@@ -168,7 +179,7 @@ def _lower_bound(indices: Any, lo: int, hi: int, d: int) -> int:  # pragma: no c
     return lo
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _gallop(indices: Any, p: int, hi: int, d: int) -> int:  # pragma: no cover - compiled
     """First position in ``[p, hi)`` whose id is >= ``d`` (``hi`` if none): exponential
     then binary search, O(log distance)."""
@@ -186,7 +197,7 @@ def _gallop(indices: Any, p: int, hi: int, d: int) -> int:  # pragma: no cover -
         step <<= 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _exact(
     indptr: Any,
     indices: Any,
@@ -211,7 +222,7 @@ def _exact(
     return s
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _probe_theta(
     indptr: Any,
     indices: Any,
@@ -255,7 +266,7 @@ def _probe_theta(
     return low
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def _block_max(acc: Any, lo: int, hi: int) -> float:  # pragma: no cover - compiled
     """``max(acc[lo:hi])`` (fastmath only lets the compiler vectorize the reduction; a max
     is exact either way)."""
@@ -265,7 +276,7 @@ def _block_max(acc: Any, lo: int, hi: int) -> float:  # pragma: no cover - compi
     return float(mx)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _heap_dense(acc: Any, k: int, hs: Any, hi: Any) -> None:  # pragma: no cover - compiled
     """The k best nonzero ``acc`` into the min-heap ``hs``/``hi`` (``hs[0] == 0`` if fewer
     than k are nonzero). Blocks of 64 whose maximum cannot enter the heap are skipped."""
@@ -283,7 +294,7 @@ def _heap_dense(acc: Any, k: int, hs: Any, hi: Any) -> None:  # pragma: no cover
                 _sift_down(hs, hi, k, 0)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _zero_below(acc: Any, cut: Any) -> int:  # pragma: no cover - compiled
     """``acc[d] = 0`` where ``acc[d] < cut``; returns how many stay nonzero (a branch-free
     loop the compiler vectorizes)."""
@@ -296,7 +307,7 @@ def _zero_below(acc: Any, cut: Any) -> int:  # pragma: no cover - compiled
     return kept
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _nonzero(acc: Any, ids: Any) -> int:  # pragma: no cover - compiled
     """List the ids of the nonzero ``acc`` in order into ``ids``; returns how many. Reads
     eight bytes at a time and skips all-zero words (candidates are sparse)."""
@@ -319,7 +330,7 @@ def _nonzero(acc: Any, ids: Any) -> int:  # pragma: no cover - compiled
     return nc
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def top_k(
     indptr: Any,
     indices: Any,
@@ -370,7 +381,8 @@ def top_k(
     accumulation), ``RESUMED`` (a switch was taken back: too many candidates), ``PASSES``
     (a remaining list was read in full for dense candidates). -2: fewer than k documents
     match or a weight is negative (no safe bound), so the caller must use the dense exact
-    path.
+    path. -3: a document id out of ``[0, N)`` was read (the arrays changed after
+    :func:`prepare`); ``acc`` is left dirty and must be discarded.
     """
     m = cols.shape[0]
     for c in range(m):
@@ -422,10 +434,15 @@ def top_k(
                 dense = True
             if dense:
                 for p in range(lo, hi):
-                    acc[indices[p]] += wc * np.float32(quant[p])
+                    d = indices[p]
+                    if d < 0 or d >= n:
+                        return 0, -3
+                    acc[d] += wc * np.float32(quant[p])
             else:
                 for p in range(lo, hi):
                     d = indices[p]
+                    if d < 0 or d >= n:
+                        return 0, -3
                     a = acc[d]
                     ids[nt] = d
                     nt += a == 0
@@ -500,6 +517,8 @@ def top_k(
         wc = wq[c]
         for p in range(indptr[j], indptr[j + 1]):
             d = indices[p]
+            if d < 0 or d >= n:
+                return 0, -3
             a = acc[d]
             acc[d] = a + wc * np.float32(quant[p]) * np.float32(a != 0)
         got = _probe_theta(
@@ -561,7 +580,7 @@ def top_k(
     return size, flags
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def scores(
     indptr: Any,
     indices: Any,
@@ -572,13 +591,18 @@ def scores(
     cnts: Any,
     k1p1: float,
     out: Any,
-) -> None:  # pragma: no cover - compiled
-    """Add every query term's contributions into ``out`` (columns through :func:`prepare`)."""
+) -> bool:  # pragma: no cover - compiled
+    """Add every query term's contributions into ``out`` (columns through :func:`prepare`);
+    ``False`` if a document id read is out of range (the mapped file changed)."""
+    n = norm.shape[0]
     for c in range(cols.shape[0]):
         j = cols[c]
         w = weights[c]
         cnt = cnts[c]
         for p in range(indptr[j], indptr[j + 1]):
             d = indices[p]
+            if d < 0 or d >= n:
+                return False
             t = float(tf[p])
             out[d] += w * (t * k1p1 / (t + norm[d])) * cnt
+    return True

@@ -38,16 +38,18 @@ hand, or a nested part such as ``bm25/`` inside a generation) is read as is by
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from llama_index_car._errors import IndexPersistError
 
@@ -58,7 +60,10 @@ __all__ = [
     "fsync_write",
     "live_dir",
     "load_live",
+    "open_regular",
+    "read_json",
     "read_manifest",
+    "write_error",
     "replace_dir",
     "write_json",
     "write_manifest",
@@ -74,15 +79,138 @@ MANIFEST_NAME = "manifest.json"
 _GEN_PREFIX = "gen-"
 _GEN_RE = re.compile(r"^gen-[0-9a-f]{32}$")
 _HASH_CHUNK = 1 << 22
+#: Largest ``CURRENT`` read (it holds two generation names, ~100 bytes).
+MAX_CURRENT_BYTES = 4096
+#: Largest ``manifest.json`` read (one ~100-byte entry per file of a generation).
+MAX_MANIFEST_BYTES = 64 << 20
+#: Deepest JSON nesting read from an index folder (the formats use at most 4).
+MAX_JSON_DEPTH = 32
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(
+    os, "O_NOCTTY", 0
+)
 
 
 # ----------------------------------------------------------------------------- files
+def write_error(path: str | os.PathLike[str], exc: OSError) -> IndexPersistError:
+    """An :class:`IndexPersistError` naming ``path`` and the cause of a failed write.
+
+    A full disk says "no space left on device", a read-only mount "read-only file system";
+    the message also names the fix. numpy's ``tofile`` reports a short write without an
+    errno; it is recognised from the free space left.
+    """
+    code = exc.errno
+    if code is None:
+        with contextlib.suppress(OSError):
+            st = os.statvfs(Path(path).parent)
+            if st.f_bavail == 0 or st.f_favail == 0:
+                code = errno.ENOSPC
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        cause = "no space left on device"
+        fix = "free some space or write the index elsewhere"
+    elif code == errno.EROFS:
+        cause = "read-only file system"
+        fix = "write the index to a writable directory"
+    elif code in (errno.EACCES, errno.EPERM):
+        cause = "permission denied"
+        fix = "write the index to a directory you can write"
+    else:
+        cause = exc.strerror or str(exc)
+        fix = "check the directory and retry"
+    return IndexPersistError(f"cannot write {path}: {cause}; {fix}")
+
+
 def fsync_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` and fsync it before returning."""
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Write ``data`` to ``path`` and fsync it before returning.
+
+    Raises:
+        IndexPersistError: the write failed (see :func:`write_error`).
+    """
+    try:
+        with open(path, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except IndexPersistError:
+        raise
+    except OSError as exc:
+        raise write_error(path, exc) from exc
+
+
+def read_bounded(path: Path, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``max_bytes`` of them.
+
+    The file is opened non-blocking (a FIFO cannot hang the reader) and checked with
+    ``fstat`` on the open descriptor before anything is read: a FIFO, a device (a symlink to
+    ``/dev/zero``), a directory or a file larger than ``max_bytes`` is refused.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        IndexPersistError: anything else, naming ``path``.
+    """
+    with open_regular(path) as fh:
+        return _read_at_most(path, fh, max_bytes)
+
+
+def _read_at_most(path: Path, fh: BinaryIO, max_bytes: int) -> bytes:
+    try:
+        st = os.fstat(fh.fileno())
+        if st.st_size > max_bytes:
+            raise IndexPersistError(
+                f"{path} is {st.st_size} bytes, more than the {max_bytes} such a file can "
+                "hold; it is not one written by llama-index-car: persist it again"
+            )
+        data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        if isinstance(exc, IndexPersistError):
+            raise
+        raise IndexPersistError(f"{path} is unreadable ({exc.strerror or exc})") from exc
+    if len(data) > max_bytes:
+        raise IndexPersistError(f"{path} grew past {max_bytes} bytes while read; persist it again")
+    return data
+
+
+def _depth_ok(obj: Any, limit: int) -> bool:
+    """Whether the parsed JSON ``obj`` nests at most ``limit`` containers (iterative)."""
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return True
+
+
+def read_json(
+    path: str | os.PathLike[str], *, max_bytes: int = MAX_MANIFEST_BYTES, max_depth: int = MAX_JSON_DEPTH
+) -> Any:
+    """Parse the UTF-8 JSON file ``path`` of an (untrusted) index folder.
+
+    :func:`read_bounded` (regular file, at most ``max_bytes``), then JSON nested at most
+    ``max_depth`` deep; integers of more than 4,300 digits and deeper nesting are refused.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        IndexPersistError: naming ``path`` and the problem.
+    """
+    path = Path(path)
+    raw = read_bounded(path, max_bytes)
+    try:
+        obj = json.loads(raw)
+    except RecursionError as exc:
+        raise IndexPersistError(
+            f"{path} nests JSON deeper than {max_depth} levels; persist it again"
+        ) from exc
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, int digits limit
+        raise IndexPersistError(f"{path} is damaged ({exc}); persist it again") from exc
+    if not _depth_ok(obj, max_depth):
+        raise IndexPersistError(f"{path} nests JSON deeper than {max_depth} levels; persist it again")
+    return obj
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -103,12 +231,50 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _sha256(path: Path) -> str:
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for binary reading, after checking on the open descriptor that it is
+    a regular file. The open is non-blocking, so a FIFO in an index folder cannot hang the
+    reader, and a device (a symlink to ``/dev/zero``) is refused before anything is read.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        IndexPersistError: it is unreadable or not a regular file, naming it.
+    """
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise IndexPersistError(f"{path} is unreadable ({exc})") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IndexPersistError(
+                f"{path} is not a regular file (a FIFO, device or directory); "
+                "an index folder holds regular files only: persist it again"
+            )
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """sha256 hex digest of the regular file ``path`` (see :func:`open_regular`)."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK):
-            h.update(chunk)
+    try:
+        with open_regular(path) as fh:
+            while chunk := fh.read(_HASH_CHUNK):
+                h.update(chunk)
+    except FileNotFoundError as exc:
+        raise IndexPersistError(f"{path} is missing; persist the index again") from exc
+    except OSError as exc:
+        if isinstance(exc, IndexPersistError):
+            raise
+        raise IndexPersistError(f"{path} is unreadable ({exc})") from exc
     return h.hexdigest()
+
+
+_sha256 = sha256_file
 
 
 def _files_under(root: Path) -> list[Path]:
@@ -142,27 +308,27 @@ def read_manifest(
     *,
     kind: str,
     format_versions: Collection[int],
-    verify: bool = True,
+    verify: bool | Callable[[str], bool] = True,
     required: Collection[str] = (),
 ) -> dict[str, Any]:
     """Read and check ``root/manifest.json``.
 
     Checks the ``kind``, that ``format_version`` is one of ``format_versions``, that every file
     in ``required`` is listed, and (``verify=True``) that every listed file exists with the
-    recorded size and sha256, and that no listed path escapes ``root``.
+    recorded size and sha256, and that no listed path escapes ``root``. ``verify`` may be a
+    predicate on the listed names: only the files it accepts are hashed (the others are read,
+    and checked, by a nested loader). ``manifest.json`` is read with :func:`read_json`.
 
     Raises:
         IndexPersistError: naming the manifest or the first offending file and the fix.
     """
     mpath = root / MANIFEST_NAME
-    if not mpath.is_file():
+    try:
+        manifest = read_json(mpath)
+    except FileNotFoundError:
         raise IndexPersistError(
             f"{mpath} is missing: {root} is incomplete or not a {kind} directory; persist it again"
-        )
-    try:
-        manifest = json.loads(mpath.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise IndexPersistError(f"{mpath} is damaged ({exc}); persist it again") from exc
+        ) from None
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or not all(
         isinstance(v, dict)
@@ -185,12 +351,19 @@ def read_manifest(
     missing = [name for name in required if name not in files]
     if missing:
         raise IndexPersistError(f"{mpath} does not list {missing}; persist it again")
-    resolved_root = root.resolve()
+    try:
+        resolved_root = root.resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise IndexPersistError(f"{root} cannot be resolved ({exc})") from exc
     for name, entry in files.items():
         path = root / name
-        if resolved_root not in path.resolve().parents:
+        try:
+            inside = resolved_root in path.resolve().parents
+        except (OSError, RuntimeError, ValueError):  # symlink loop, NUL byte
+            inside = False
+        if not inside:
             raise IndexPersistError(f"{mpath} lists {name!r}, which is outside {root}")
-        if not verify:
+        if not verify or (callable(verify) and not verify(name)):
             continue
         if not path.is_file():
             raise IndexPersistError(f"{path} is missing; persist it again")
@@ -205,15 +378,9 @@ def read_manifest(
 def _read_current(target: Path) -> dict[str, Any] | None:
     path = target / CURRENT_NAME
     try:
-        raw = path.read_bytes()
+        current = read_json(path, max_bytes=MAX_CURRENT_BYTES, max_depth=1)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise IndexPersistError(f"{path} is unreadable ({exc})") from exc
-    try:
-        current = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise IndexPersistError(f"{path} is damaged ({exc}); persist the index again") from exc
     gen = current.get("generation") if isinstance(current, dict) else None
     prev = current.get("previous") if isinstance(current, dict) else None
     if not isinstance(gen, str) or not _GEN_RE.match(gen) or (
@@ -272,7 +439,14 @@ def load_live(
 @contextlib.contextmanager
 def _exclusive_lock(target: Path, timeout: float) -> Iterator[None]:
     path = target / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        raise write_error(path, exc) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise IndexPersistError(f"{path} is not a regular file; remove it and retry")
     try:
         try:
             import fcntl
@@ -335,8 +509,8 @@ def _remove(path: Path) -> None:
 def _legacy_entries(target: Path) -> list[Path]:
     """Top-level entries of a legacy flat index (files listed by its top-level manifest)."""
     try:
-        files = json.loads((target / MANIFEST_NAME).read_bytes()).get("files", {})
-    except (OSError, ValueError, AttributeError):
+        files = read_json(target / MANIFEST_NAME).get("files", {})
+    except (OSError, AttributeError):
         return []
     if not isinstance(files, dict):
         return []
@@ -376,7 +550,10 @@ def replace_dir(target: str | os.PathLike[str], *, lock_timeout: float = 60.0) -
     root = Path(target)
     if root.exists() and not root.is_dir():
         raise IndexPersistError(f"{root} is a file; pass a directory to persist into")
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(root, exc) from exc
     if not _is_ours(root):
         raise IndexPersistError(
             f"{root} is a non-empty directory that is not a llama-index-car index; "
@@ -387,14 +564,20 @@ def replace_dir(target: str | os.PathLike[str], *, lock_timeout: float = 60.0) -
         legacy = _legacy_entries(root) if (root / MANIFEST_NAME).is_file() else []
         name = _GEN_PREFIX + uuid.uuid4().hex
         gen = root / name
-        gen.mkdir()
+        try:
+            gen.mkdir()
+        except OSError as exc:
+            raise write_error(gen, exc) from exc
         try:
             yield gen
             _fsync_dir(gen)
             pointer = {"generation": name, "previous": current}
             tmp = root / f".tmp-{uuid.uuid4().hex}"
             fsync_write(tmp, json.dumps(pointer).encode("utf-8"))
-            os.replace(tmp, root / CURRENT_NAME)
+            try:
+                os.replace(tmp, root / CURRENT_NAME)
+            except OSError as exc:
+                raise write_error(root / CURRENT_NAME, exc) from exc
             _fsync_dir(root)
         except BaseException:
             shutil.rmtree(gen, ignore_errors=True)

@@ -45,6 +45,7 @@ import hashlib
 import math
 import os
 import threading
+import tokenize
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, islice
@@ -56,7 +57,15 @@ import scipy.sparse as sp
 
 from llama_index_car import _bm25_kernels
 from llama_index_car._errors import ConfigurationError, IndexPersistError
-from llama_index_car._persist import load_live, read_manifest, replace_dir, write_manifest
+from llama_index_car._persist import (
+    load_live,
+    open_regular,
+    read_manifest,
+    replace_dir,
+    sha256_file,
+    write_error,
+    write_manifest,
+)
 
 __all__ = ["BM25_FORMAT_VERSION", "BM25Okapi", "top_k_from_scores"]
 
@@ -68,6 +77,10 @@ _KIND = "BM25Okapi"
 AUTO_NUMBA_MIN_DOCS = 50_000
 #: ``verify="auto"`` hashes every file when the index is at most this many bytes.
 AUTO_VERIFY_BYTES = 16 << 20
+#: Largest ``k1`` accepted (beyond it ``k1 + 1`` swamps every count; 1e308 made every
+#: score inf). ``epsilon`` is accepted in ``[-EPSILON_MAX, EPSILON_MAX]``.
+K1_MAX = 1000.0
+EPSILON_MAX = 1000.0
 Verify = Literal["auto", "full", "lazy"]
 Backend = Literal["auto", "numba", "numpy"]
 
@@ -207,6 +220,11 @@ class _MappedTerms:
         lo = int(np.searchsorted(self.hashes, h, side="left"))
         while lo < self.hashes.shape[0] and self.hashes[lo] == h:
             j = int(self.order[lo])
+            if not 0 <= j < len(self):  # the mapped table changed after its check
+                raise IndexPersistError(
+                    f"term table is inconsistent (column {j} of {len(self)}): the index files "
+                    "were altered after loading; load or build the index again"
+                )
             if self.term_bytes(j) == data:
                 return j
             lo += 1
@@ -360,22 +378,115 @@ def _npy_name(name: str) -> str:
     return name + ".npy"
 
 
+_NPY_ERRORS = (
+    ValueError,
+    SyntaxError,
+    TypeError,
+    OverflowError,
+    MemoryError,
+    RecursionError,
+    EOFError,
+    UnicodeDecodeError,
+    tokenize.TokenError,
+)
+
+
 def _load_npy(root: Path, name: str, mmap: bool) -> np.ndarray:
+    """One 1-D ``.npy`` array of ``root``, memory-mapped or read.
+
+    The file is opened non-blocking and must be a regular file; its header is parsed with
+    numpy's reader (any failure, a Python-2 header that does not tokenize included, is an
+    :class:`IndexPersistError`), and the size it declares must equal the file's before any
+    memory is allocated or mapped (a header declaring 2**40 entries is refused, not a
+    ``MemoryError``). No pickle.
+    """
     path = root / _npy_name(name)
+    fmt = np.lib.format
     try:
+        fh = open_regular(path)
+    except FileNotFoundError as exc:
+        raise IndexPersistError(f"{path} is missing; save the index again") from exc
+    with fh:
         try:
-            arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-        except ValueError as exc:  # numpy cannot map an empty array: read it instead
-            if not mmap or "empty" not in str(exc):
-                raise
-            arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise IndexPersistError(
-            f"{path} is not a readable .npy array ({exc}); save it again"
-        ) from exc
-    if not isinstance(arr, np.ndarray):
-        raise IndexPersistError(f"{path} does not hold one array; save the index again")
-    return arr
+            version = fmt.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = fmt.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, _, dtype = fmt.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"unsupported .npy format version {version}")
+        except _NPY_ERRORS as exc:
+            raise IndexPersistError(
+                f"{path} is not a readable .npy array (damaged header: {exc}); save it again"
+            ) from exc
+        except OSError as exc:
+            raise IndexPersistError(f"{path} is unreadable ({exc}); save it again") from exc
+        if dtype.hasobject or len(shape) != 1 or shape[0] < 0:
+            raise IndexPersistError(
+                f"{path}: expected a 1-D array of numbers, got {dtype} with shape {shape}; "
+                "save the index again"
+            )
+        count = int(shape[0])
+        offset = fh.tell()
+        size = os.fstat(fh.fileno()).st_size
+        if offset + count * dtype.itemsize != size:
+            raise IndexPersistError(
+                f"{path}: the header declares {count} entries of {dtype} "
+                f"({offset + count * dtype.itemsize} bytes with the header), the file has "
+                f"{size} bytes; save the index again"
+            )
+        try:
+            if count == 0:
+                return np.zeros(0, dtype=dtype)
+            if mmap:
+                return np.memmap(fh, dtype=dtype, mode="r", offset=offset, shape=(count,))
+            arr = np.fromfile(fh, dtype=dtype, count=count)
+        except (OSError, ValueError) as exc:
+            raise IndexPersistError(f"{path} is unreadable ({exc}); save it again") from exc
+        if arr.shape[0] != count:
+            raise IndexPersistError(f"{path} was truncated while read; save it again")
+        return arr
+
+
+def _write_npy(path: Path, arr: np.ndarray) -> None:
+    """``np.save`` layout (format 1.0, no pickle), fsynced; a failed write (a full disk, a
+    read-only mount) is an :class:`IndexPersistError` naming ``path`` and the cause (numpy's
+    own writer reports a full disk as "N requested and M written")."""
+    arr = np.ascontiguousarray(arr)
+    try:
+        with open(path, "wb") as fh:
+            np.lib.format.write_array_header_1_0(
+                fh, np.lib.format.header_data_from_array_1_0(arr)
+            )
+            view = arr.reshape(-1).view(np.uint8).data
+            for start in range(0, len(view), _WRITE_BLOCK):
+                fh.write(view[start : start + _WRITE_BLOCK])
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise write_error(path, exc) from exc
+
+
+def _out_memmap(path: Path, dtype: np.dtype[Any], count: int) -> np.memmap[Any, Any]:
+    """A writable ``.npy`` memory map of ``count`` entries whose blocks are allocated up
+    front (``posix_fallocate``): a full disk is an :class:`IndexPersistError` here, never a
+    SIGBUS when a page of the map is first written."""
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(0, dtype=dtype))
+    header["shape"] = (count,)
+    try:
+        with open(path, "wb") as fh:
+            np.lib.format.write_array_header_1_0(fh, header)
+            offset = fh.tell()
+            total = offset + count * np.dtype(dtype).itemsize
+            if hasattr(os, "posix_fallocate") and total > offset:
+                os.posix_fallocate(fh.fileno(), offset, total - offset)
+            else:  # pragma: no cover - platforms without fallocate
+                fh.truncate(total)
+        if count == 0:
+            return np.zeros(0, dtype=dtype)  # type: ignore[return-value]
+        return np.memmap(path, dtype=dtype, mode="r+", offset=offset, shape=(count,))
+    except OSError as exc:
+        raise write_error(path, exc) from exc
 
 
 def _expect(path: Path, arr: np.ndarray, dtypes: tuple[Any, ...], length: int | None) -> None:
@@ -405,6 +516,7 @@ def _float_field(meta: dict[str, Any], key: str, where: Path) -> float:
 
 
 _MERGE_BLOCK = 1 << 22
+_WRITE_BLOCK = 1 << 24
 #: Query tokens whose column lookup a loaded index remembers (then the memo is cleared).
 _MEMO_MAX = 1 << 16
 
@@ -493,12 +605,25 @@ class BM25Okapi:
 
     # ------------------------------------------------------------------ construction
     def _set_params(self, k1: float, b: float, epsilon: float) -> None:
-        if not (isinstance(k1, int | float) and math.isfinite(k1) and k1 >= 0):
-            raise ConfigurationError(f"k1 must be a finite number >= 0, got {k1!r}")
-        if not (isinstance(b, int | float) and math.isfinite(b) and 0 <= b <= 1):
-            raise ConfigurationError(f"b must be in [0, 1], got {b!r}")
-        if not (isinstance(epsilon, int | float) and math.isfinite(epsilon)):
-            raise ConfigurationError(f"epsilon must be a finite number, got {epsilon!r}")
+        def ok(x: object, lo: float, hi: float) -> bool:
+            return (
+                isinstance(x, int | float)
+                and not isinstance(x, bool)
+                and math.isfinite(x)
+                and lo <= x <= hi
+            )
+
+        if not ok(k1, 0.0, K1_MAX):
+            raise ConfigurationError(
+                f"k1 must be a finite number in [0, {K1_MAX:g}] (usual: 1.2-2.0), got {k1!r}"
+            )
+        if not ok(b, 0.0, 1.0):
+            raise ConfigurationError(f"b must be a finite number in [0, 1], got {b!r}")
+        if not ok(epsilon, -EPSILON_MAX, EPSILON_MAX):
+            raise ConfigurationError(
+                f"epsilon must be a finite number in [-{EPSILON_MAX:g}, {EPSILON_MAX:g}] "
+                f"(usual: 0.25), got {epsilon!r}"
+            )
         self.k1 = float(k1)
         self.b = float(b)
         self.epsilon = float(epsilon)
@@ -668,12 +793,12 @@ class BM25Okapi:
             _merge_postings(shards, remaps, indptr, indices, tf)
             return cls._from_arrays(indptr, indices, tf, doc_len, terms, k1, b, eps, backend)
         with replace_dir(out) as gen:
-            open_memmap = np.lib.format.open_memmap
-            m_ind = open_memmap(gen / "indices.npy", mode="w+", dtype=np.int32, shape=(nnz,))
-            m_tf = open_memmap(gen / "tf.npy", mode="w+", dtype=tf_dt, shape=(nnz,))
+            m_ind = _out_memmap(gen / "indices.npy", np.dtype(np.int32), nnz)
+            m_tf = _out_memmap(gen / "tf.npy", np.dtype(tf_dt), nnz)
             _merge_postings(shards, remaps, indptr, m_ind, m_tf)
-            m_ind.flush()
-            m_tf.flush()
+            for m in (m_ind, m_tf):
+                if isinstance(m, np.memmap):
+                    m.flush()
             del m_ind, m_tf
             merged = cls._from_arrays(
                 indptr, np.zeros(0, np.int32), np.zeros(0, np.uint8), doc_len, terms, k1, b, eps
@@ -681,10 +806,7 @@ class BM25Okapi:
             for name, arr in merged._arrays().items():
                 if name in ("indices", "tf"):
                     continue
-                with open(gen / _npy_name(name), "wb") as fh:
-                    np.save(fh, arr, allow_pickle=False)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                _write_npy(gen / _npy_name(name), arr)
             meta = merged._meta() | {"nnz": nnz, "tf_dtype": np.dtype(tf_dt).name}
             write_manifest(gen, kind=_KIND, format_version=BM25_FORMAT_VERSION, meta=meta)
         return cls.load(out, verify="lazy", backend=backend)
@@ -820,8 +942,9 @@ class BM25Okapi:
 
     def _corrupt(self) -> IndexPersistError:
         return IndexPersistError(
-            "posting lists are inconsistent (document ids out of range or not increasing); "
-            "the index files were altered after saving: save or build the index again"
+            "posting lists are inconsistent (document ids out of range or not increasing, or "
+            "zero counts); the index files (indices.npy, tf.npy) were altered after saving "
+            "or while loaded: save or build the index again"
         )
 
     def get_scores(self, tokens: Sequence[str]) -> np.ndarray:
@@ -838,9 +961,10 @@ class BM25Okapi:
         kern = self._kernel()
         if kern is not None:
             self._prepare(kern, cols)
-            kern["scores"](
+            if not kern["scores"](
                 self._indptr, self._indices, self._tf, self._norm, cols, weights, cnts, k1p1, out
-            )
+            ):
+                raise self._corrupt()
             return out
         n = self.corpus_size
         for j, w, cnt in zip(cols.tolist(), weights.tolist(), cnts.tolist(), strict=True):
@@ -851,6 +975,8 @@ class BM25Okapi:
             if docs[0] < 0 or docs[-1] >= n or (docs.size > 1 and (np.diff(docs) <= 0).any()):
                 raise self._corrupt()
             t = np.asarray(self._tf[lo:hi], dtype=np.float64)
+            if t.min() <= 0:  # a zero count (0/0 for an empty document): altered files
+                raise self._corrupt()
             out[docs] += w * (t * k1p1 / (t + self._norm[docs])) * cnt
         return out
 
@@ -924,6 +1050,7 @@ class BM25Okapi:
         acc, ids = self._buffers()
         out_s = np.empty(k, dtype=np.float64)
         out_i = np.empty(k, dtype=np.int64)
+        status = -3
         try:
             size, status = kern["top_k"](
                 self._indptr,
@@ -943,8 +1070,11 @@ class BM25Okapi:
                 out_i,
             )
         finally:
-            with self._pool_lock:
-                self._pool.append((acc, ids))
+            if status != -3:  # -3 (or an exception) leaves acc dirty: drop the pair
+                with self._pool_lock:
+                    self._pool.append((acc, ids))
+        if status == -3:  # a posting read out of range: the mapped files changed
+            raise self._corrupt()
         if status == -2:  # fewer than k matching documents (or a negative idf): dense path
             return top_k_from_scores(self.get_scores(tokens), k)
         order = np.lexsort((out_i, -out_s))
@@ -994,10 +1124,7 @@ class BM25Okapi:
         (no generations: for embedding in a caller's own crash-safe directory)."""
         root = Path(root)
         for name, arr in self._arrays().items():
-            with open(root / _npy_name(name), "wb") as fh:
-                np.save(fh, arr, allow_pickle=False)
-                fh.flush()
-                os.fsync(fh.fileno())
+            _write_npy(root / _npy_name(name), arr)
         write_manifest(root, kind=_KIND, format_version=BM25_FORMAT_VERSION, meta=self._meta())
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -1052,16 +1179,29 @@ class BM25Okapi:
             required=[_npy_name(a) for a in _ARRAYS],
         )
         files: dict[str, Any] = manifest["files"]
-        total = sum(int(e["bytes"]) for e in files.values())
-        full = verify == "full" or (verify == "auto" and total <= AUTO_VERIFY_BYTES)
+        # decide and check from the files this loader reads, never from what the manifest
+        # merely lists (a padding entry cannot push a small index to "lazy")
+        read = [_npy_name(a) for a in _ARRAYS]
+        sizes: dict[str, int] = {}
+        for name in read:
+            fp = root / name
+            try:
+                st = os.stat(fp)
+            except OSError as exc:
+                raise IndexPersistError(f"{fp} is missing; save the index again") from exc
+            if st.st_size != files[name]["bytes"]:
+                raise IndexPersistError(
+                    f"{fp} is {st.st_size} bytes, manifest.json says {files[name]['bytes']}; "
+                    "save the index again"
+                )
+            sizes[name] = st.st_size
+        full = verify == "full" or (verify == "auto" and sum(sizes.values()) <= AUTO_VERIFY_BYTES)
         if full:
-            read_manifest(root, kind=_KIND, format_versions=(BM25_FORMAT_VERSION,), verify=True)
-        else:
-            for name, entry in files.items():
-                fp = root / name
-                if not fp.is_file() or fp.stat().st_size != entry["bytes"]:
+            for name in read:
+                if sha256_file(root / name) != files[name]["sha256"]:
                     raise IndexPersistError(
-                        f"{fp} is missing or its size differs from manifest.json; save it again"
+                        f"{root / name} is corrupt (sha256 differs from manifest.json); "
+                        "save the index again"
                     )
         meta = manifest.get("meta")
         mpath = root / "manifest.json"
@@ -1082,7 +1222,9 @@ class BM25Okapi:
         _expect(p["term_offsets"], a["term_offsets"], (np.int64,), v + 1)
         _expect(p["term_hash"], a["term_hash"], (np.uint64,), v)
         _expect(p["term_order"], a["term_order"], (np.int32,), v)
-        indptr = np.asarray(a["indptr"])
+        # a private copy (V + 1 int64, the size of idf): the kernels index with it, so it must
+        # not change under them (indices/tf may stay mapped: every id is checked as read)
+        indptr = np.array(a["indptr"])
         if indptr[0] != 0 or indptr[-1] != nnz or (np.diff(indptr) <= 0).any():
             raise IndexPersistError(
                 f"{p['indptr']}: column pointers must start at 0, increase strictly and end at "

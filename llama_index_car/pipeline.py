@@ -895,8 +895,8 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
             "(create one with: llama-car index HWPX_DIR --persist DIR)"
         )
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        manifest = _persist.read_json(path)  # regular file, bounded size and nesting
+    except (OSError, ValueError) as exc:
         raise IndexPersistError(f"{path} is damaged ({exc}); rebuild the index") from exc
     found = manifest.get("format_version") if isinstance(manifest, dict) else None
     if found not in READ_VERSIONS:
@@ -906,8 +906,11 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
         )
     if found >= 2:
         try:
+            # bm25/ is hashed by its own loader (KiwiBM25Retriever / BM25Okapi.load, which
+            # hashes what it reads, memory-mapped arrays per its verify mode): not twice here
             _persist.read_manifest(root, kind=FOLDER_KIND, format_versions=(found,),
-                                   required=(MANIFEST_NAME,))
+                                   required=(MANIFEST_NAME,),
+                                   verify=lambda name: not name.startswith(BM25_DIR + "/"))
         except IndexPersistError as exc:
             raise IndexPersistError(
                 f"{exc}; or rebuild the index with llama-car index"
