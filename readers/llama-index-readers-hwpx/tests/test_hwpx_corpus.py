@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from llama_index.readers.hwpx import (
     HWPXFormatError,
     HWPXNodeParser,
     HWPXReader,
+    HWPXReadWarning,
     HWPXTable,
 )
 from lxml import etree
@@ -184,7 +186,6 @@ BAD = SHARED / "corpus" / "hwpx" / "bad"
     ("name", "error", "needle"),
     [
         ("encrypted_password_12345.hwpx", HWPXEncryptedError, "encryption-data"),
-        ("hwp5_binary_named_hwpx.hwpx", HWPXFormatError, "HWP 5"),
         ("truncated_zip_derived.hwpx", HWPXFormatError, "truncated"),
     ],
 )
@@ -195,6 +196,20 @@ def test_bad_files_raise_typed_errors(
     with pytest.raises(error, match=needle) as exc:
         HWPXReader().load_data(path)
     assert type(exc.value) is error and name in str(exc.value)
+
+
+def test_hwp5_bytes_named_hwpx_are_read_by_content(corpus_dir: Path) -> None:
+    from llama_index.readers.hwpx import HWPReader
+
+    path = corpus_dir / "bad" / "hwp5_binary_named_hwpx.hwpx"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        docs = HWPXReader().load_data(path)
+    lines = [str(w.message) for w in caught if issubclass(w.category, HWPXReadWarning)]
+    assert len(lines) == 1 and "HWP 5" in lines[0] and str(path) in lines[0]
+    # the same document as the HWP 5 reader reads it under its own name
+    twin = HWPReader().load_bytes(path.read_bytes(), file_name=str(path))
+    assert docs[0].text == twin[0].text and len(docs[0].text) > 100
 
 
 def test_backslash_entry_names_read_fine(corpus_dir: Path) -> None:
@@ -210,10 +225,12 @@ def test_bad_folder_batch_keeps_going(corpus_dir: Path) -> None:
     reader = HWPXReader()
     with pytest.warns(UserWarning):
         docs = reader.load_data(corpus_dir / "bad")
-    assert [d.metadata["file_name"] for d in docs] == ["backslash_entry_names.hwpx"]
+    assert [d.metadata["file_name"] for d in docs] == [
+        "backslash_entry_names.hwpx",
+        "hwp5_binary_named_hwpx.hwpx",  # HWP 5 bytes: read by content, with a warning
+    ]
     assert sorted(Path(f.file).name for f in reader.failures) == [
         "encrypted_password_12345.hwpx",
-        "hwp5_binary_named_hwpx.hwpx",
         "truncated_zip_derived.hwpx",
     ]
 

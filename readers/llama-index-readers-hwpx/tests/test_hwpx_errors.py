@@ -52,12 +52,15 @@ def test_not_a_zip(tmp_path: Path, reader: HWPXReader) -> None:
     assert str(path) in str(exc.value) and exc.value.file == str(path)
 
 
-def test_hwp5_binary_points_to_an_hwp_reader(tmp_path: Path, reader: HWPXReader) -> None:
+def test_hwp5_bytes_go_to_the_hwp_reader(tmp_path: Path, reader: HWPXReader) -> None:
+    from llama_index.readers.hwpx import HWPFormatError
+
     path = tmp_path / "old.hwpx"
-    path.write_bytes(OLE2 + b"\x00" * 504)
-    with pytest.raises(HWPXFormatError, match="HWP 5") as exc:
-        reader.load_data(path)
-    assert "HWPReader" in str(exc.value) and str(path) in str(exc.value)
+    path.write_bytes(OLE2 + b"\x00" * 504)  # OLE2 magic, nothing valid behind it
+    with pytest.warns(HWPXReadWarning, match="HWP 5"):
+        with pytest.raises(HWPFormatError, match="OLE2") as exc:
+            reader.load_data(path)
+    assert isinstance(exc.value, HWPXFormatError) and str(path) in str(exc.value)
 
 
 def test_truncated_zip(tmp_path: Path, reader: HWPXReader) -> None:

@@ -83,7 +83,7 @@ def _assert_limit(exc: pytest.ExceptionInfo[HWPXLimitError], file: str, limit: s
     assert err.limit == limit and err.file == file
     assert err.value > err.maximum
     msg = str(err)
-    assert msg.startswith(file) and f"{limit}=" in msg and f"HWPXReader({limit}=" in msg
+    assert msg.startswith(file) and f"{limit}=" in msg and f"{err.reader_name}({limit}=" in msg
 
 
 # ----------------------------------------------------------------------------- #1 grid

@@ -1,4 +1,5 @@
-"""LlamaIndex reader for HWPX (Hancom OWPML) documents with cell-coordinate tables."""
+"""LlamaIndex readers for Hangul documents (HWPX, HWPML, binary HWP 5) with cell-coordinate
+tables."""
 
 from llama_index.readers.hwpx._errors import (
     HWPXEncryptedError,
@@ -23,6 +24,12 @@ from llama_index.readers.hwpx.base import (
 )
 from llama_index.readers.hwpx.hml import HMLFormatError, HMLLimitError, HMLReader
 from llama_index.readers.hwpx.hml_writer import HMLBuilder, HMLSectionBuilder
+from llama_index.readers.hwpx.hwp import (
+    HWPEncryptedError,
+    HWPFormatError,
+    HWPLimitError,
+    HWPReader,
+)
 from llama_index.readers.hwpx.node_parser import HWPXNodeParser
 from llama_index.readers.hwpx.writer import HWPXBuilder, SectionBuilder, TableSpec
 
@@ -51,6 +58,10 @@ __all__ = [
     "HMLReader",
     "HMLFormatError",
     "HMLLimitError",
+    "HWPReader",
+    "HWPFormatError",
+    "HWPLimitError",
+    "HWPEncryptedError",
     "HMLBuilder",
     "HMLSectionBuilder",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 __all__ = ["HWPXError", "HWPXEncryptedError", "HWPXFormatError", "HWPXLimitError"]
 
 
@@ -54,6 +56,9 @@ class HWPXLimitError(HWPXFormatError):
         detail: the message without the file prefix and the "raise the limit" hint.
     """
 
+    #: the reader class named in the "raise the limit" hint
+    reader_name: ClassVar[str] = "HWPXReader"
+
     def __init__(
         self,
         file: str,
@@ -71,7 +76,7 @@ class HWPXLimitError(HWPXFormatError):
         super().__init__(
             file,
             f"{message}; raise the limit if the file is trusted, e.g. "
-            f"HWPXReader({limit}={_suggest(value)})",
+            f"{self.reader_name}({limit}={_suggest(value)})",
             part=part,
         )
 

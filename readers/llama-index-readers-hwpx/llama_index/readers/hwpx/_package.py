@@ -265,8 +265,7 @@ def open_package(data: bytes, file: str, limits: Limits) -> Package:
         raise HWPXFormatError(
             file,
             "this is a binary HWP 5 (OLE2/CFB) document with an .hwpx name, not HWPX; "
-            "read it with an HWP 5 reader (e.g. llama-index-readers-file HWPReader) or "
-            "re-save it as .hwpx in Hangul",
+            "read it with HWPReader (HWPXReader.parse_bytes does so by itself)",
         )
     if data[:4] not in ZIP_MAGICS:
         raise HWPXFormatError(file, "not a zip file, so not an HWPX package")

@@ -28,6 +28,8 @@ from llama_index.readers.hwpx._errors import HWPXError, HWPXFormatError, HWPXLim
 from llama_index.readers.hwpx._headings import classify
 from llama_index.readers.hwpx._model import HWPXTable
 from llama_index.readers.hwpx._package import (
+    OLE2_MAGIC,
+    ZIP_MAGICS,
     Limits,
     check_mimetype_and_manifest,
     open_package,
@@ -100,6 +102,8 @@ class HWPXReader(BasePydanticReader):
     is_remote: bool = False
     #: what a directory load collects; a directory with this suffix is a (bad) file, not a batch
     file_suffix: ClassVar[str] = ".hwpx"
+    #: the :func:`sniff_format` name of the format this class parses itself
+    native_format: ClassVar[str] = "hwpx"
     split_sections: bool = Field(
         default=False, description="One Document per section instead of one per file."
     )
@@ -169,7 +173,32 @@ class HWPXReader(BasePydanticReader):
         )
 
     def parse_bytes(self, data: bytes, file: str = "<bytes>") -> ParsedHWPX:
-        """Parse an HWPX package held in memory; ``file`` names it in errors."""
+        """Parse a document held in memory; ``file`` names it in errors.
+
+        The format is decided by the bytes, not the name: HWP 5 (OLE2), HWPX (zip) or HWPML
+        content given to another format's reader is read by the matching reader (same
+        fields) with one :class:`HWPXReadWarning`."""
+        kind = sniff_format(data)
+        if kind is not None and kind != self.native_format:
+            return self._parse_as(kind, data, file)
+        return self._parse_native(data, file)
+
+    def _parse_as(self, kind: str, data: bytes, file: str) -> ParsedHWPX:
+        """``data`` read by the reader of format ``kind`` configured like this one."""
+        cls = _reader_class(kind)
+        if kind in FORMAT_NAMES:
+            warnings.warn(
+                f"{file}: the content is {FORMAT_NAMES[kind]}, not {suffix_name(self)} as its "
+                f"name says; read as {FORMAT_NAMES[kind]}",
+                HWPXReadWarning,
+                stacklevel=3,
+            )
+        mine = type(self).model_fields
+        other = cls(**{k: getattr(self, k) for k in cls.model_fields if k in mine})
+        return other._parse_native(data, file)
+
+    def _parse_native(self, data: bytes, file: str) -> ParsedHWPX:
+        """Parse an HWPX package held in memory."""
         limits = self.limits()
         pkg = open_package(data, file, limits)
         try:
@@ -191,6 +220,17 @@ class HWPXReader(BasePydanticReader):
                 del root
         finally:
             pkg.zf.close()
+        return self._assemble(file, package_title, raw_sections, state, pkg.warnings)
+
+    def _assemble(
+        self,
+        file: str,
+        package_title: str,
+        raw_sections: list[list[Block]],
+        state: FileState,
+        warnings_before: Sequence[str] = (),
+    ) -> ParsedHWPX:
+        """Headings, sections and title from the walked blocks (shared by every format)."""
         _warn_structure(file, state.warnings)
         tables = [t for t in state.tables if t is not None]
         flat = [b for sec in raw_sections for b in sec]
@@ -206,7 +246,7 @@ class HWPXReader(BasePydanticReader):
             sections[b["section"]].append(b)
         title = _pick_title(classified, package_title, file, self.heading_max_chars)
         return ParsedHWPX(
-            file, title, package_title, sections, tables, pkg.warnings + state.warnings
+            file, title, package_title, sections, tables, list(warnings_before) + state.warnings
         )
 
     def load_tables(self, path: str | PurePath, fs: Any | None = None) -> list[HWPXTable]:
@@ -348,6 +388,34 @@ class HWPXReader(BasePydanticReader):
                 if "path" in b:
                     path_before = list(b["path"])
         return docs
+
+
+FORMAT_NAMES = {"hwp": "HWP 5 (OLE2)", "hwpx": "HWPX (zip)", "hml": "HWPML (XML)"}
+
+
+def sniff_format(data: bytes) -> str | None:
+    """The format of ``data`` by its first bytes: ``"hwp"`` (OLE2 compound file, or the HWP
+    3.x signature), ``"hwpx"`` (zip), ``"hml"`` (XML whose root is ``HWPML``) or None."""
+    if data[:8] == OLE2_MAGIC or data.startswith(b"HWP Document File"):
+        return "hwp"
+    if data[:4] in ZIP_MAGICS:
+        return "hwpx"
+    head = data[:2048].lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head.startswith(b"<") and b"<HWPML" in head:
+        return "hml"
+    return None
+
+
+def _reader_class(kind: str) -> type[HWPXReader]:
+    if kind == "hwp":
+        from llama_index.readers.hwpx.hwp import HWPReader
+
+        return HWPReader
+    if kind == "hml":
+        from llama_index.readers.hwpx.hml import HMLReader
+
+        return HMLReader
+    return HWPXReader
 
 
 def suffix_name(reader: HWPXReader) -> str:

@@ -30,10 +30,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from llama_index.readers.hwpx._errors import HWPXError, HWPXFormatError, HWPXLimitError
-from llama_index.readers.hwpx._headings import classify
 from llama_index.readers.hwpx._package import local, parse_xml
 from llama_index.readers.hwpx._parse import Block, FileState, SectionWalker
-from llama_index.readers.hwpx.base import HWPXReader, ParsedHWPX, _pick_title, _warn_structure
+from llama_index.readers.hwpx.base import HWPXReader, ParsedHWPX
 from lxml import etree
 
 __all__ = ["HMLReader", "HMLFormatError", "HMLLimitError"]
@@ -52,6 +51,8 @@ class HMLFormatError(HWPXFormatError):
 class HMLLimitError(HMLFormatError, HWPXLimitError):
     """A reader limit was exceeded by an HWPML file: both an :class:`HMLFormatError` and an
     :class:`HWPXLimitError` (``limit``, ``value``, ``maximum`` name what to raise)."""
+
+    reader_name: ClassVar[str] = "HMLReader"
 
 
 def _as_hml(exc: HWPXFormatError, file: str, part: str) -> HMLFormatError:
@@ -76,6 +77,7 @@ _RENAME: dict[str, str] = {
     "NBSPACE": "nbSpace",
     "FWSPACE": "fwSpace",
     "HYPHEN": "hyphen",
+    "HYPEN": "hyphen",  # sic: Hangul 2010 writes <HYPEN/>
     "TABLE": "tbl",
     "ROW": "tr",
     "CELL": "tc",
@@ -184,12 +186,13 @@ class HMLReader(HWPXReader):
     """
 
     file_suffix: ClassVar[str] = ".hml"
+    native_format: ClassVar[str] = "hml"
 
     @classmethod
     def class_name(cls) -> str:
         return "HMLReader"
 
-    def parse_bytes(self, data: bytes, file: str = "<bytes>") -> ParsedHWPX:
+    def _parse_native(self, data: bytes, file: str) -> ParsedHWPX:
         """Parse an HWPML document held in memory; ``file`` names it in errors."""
         if len(data) > self.max_file_bytes:
             raise HMLLimitError(
@@ -231,18 +234,4 @@ class HMLReader(HWPXReader):
                 raise _as_hml(exc, file, part) from exc
             except RecursionError as exc:
                 raise HMLFormatError(file, "XML nested too deeply", part=part) from exc
-        _warn_structure(file, state.warnings)
-        tables = [t for t in state.tables if t is not None]
-        flat = [b for sec in raw_sections for b in sec]
-        classified = classify(
-            flat,
-            tables,
-            glyph_headings=self.glyph_headings,
-            boxed_titles=self.boxed_titles,
-            max_chars=self.heading_max_chars,
-        )
-        by_section: list[list[Block]] = [[] for _ in raw_sections]
-        for b in classified:
-            by_section[b["section"]].append(b)
-        title = _pick_title(classified, package_title, file, self.heading_max_chars)
-        return ParsedHWPX(file, title, package_title, by_section, tables, list(state.warnings))
+        return self._assemble(file, package_title, raw_sections, state)

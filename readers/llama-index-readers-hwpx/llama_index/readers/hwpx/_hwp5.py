@@ -1,0 +1,763 @@
+"""Binary HWP 5.x (OLE2/CFB compound file) -> OWPML-shaped element trees for the HWPX walker.
+
+Format facts (Hancom, 한글 문서 파일 형식 5.0, revision 1.3):
+
+- Streams: ``FileHeader`` (256 bytes: 32-byte signature ``HWP Document File``, UINT32 version
+  ``0xMMnnPPrr``, UINT32 flags: bit 0 compressed, bit 1 password, bit 2 distribution
+  (배포용), ...), ``DocInfo`` and ``BodyText/Section<N>`` (record streams, raw-deflate
+  compressed when flag bit 0 is set), ``ViewText/Section<N>`` (distribution documents: the
+  sections encrypted), ``\\x05HwpSummaryInformation`` (an OLE property set; 2 = title).
+- A record: UINT32 header = tag id (bits 0-9), level (bits 10-19), size (bits 20-31); size
+  0xFFF means a UINT32 extended size follows. Records nest by level: a record's children are
+  the records after it with a greater level, up to the next with a level <= its own.
+- DocInfo ``PARA_SHAPE`` (tag 25), in id order: UINT32 properties 1, bits 23-24 the heading
+  type (1 = outline), bits 25-27 the level (0-based), as ``<hh:heading type="OUTLINE"
+  level=..>`` in HWPX.
+- BodyText: ``PARA_HEADER`` (66: UINT32 nchars, UINT32 control mask, UINT16 para shape id, ...)
+  with children ``PARA_TEXT`` (67: WCHAR[nchars]) and one ``CTRL_HEADER`` (71: UINT32 ctrl id)
+  per extended control character of the text, in text order. Character codes 0-31 are
+  controls: *char* controls take 1 WCHAR (0 unusable, 10 line break, 13 paragraph end, 24
+  hyphen, 25-29 reserved, 30 non-breaking space, 31 fixed-width space); *inline* controls
+  take 8 WCHARs (4 field end, 5-7 reserved, 8 title mark, 9 tab, 19-20 reserved); *extended*
+  controls take 8 WCHARs and own the next CTRL_HEADER (1 reserved, 2 section/column
+  definition, 3 field start, 11 drawing object/table, 12 reserved, 14 reserved, 15 hidden
+  comment, 16 header/footer, 17 footnote/endnote, 18 auto number, 21 page control, 22
+  bookmark/index mark, 23 overlapping letters/ruby text).
+- ``tbl `` ctrl: a ``LIST_HEADER`` (72) before the ``TABLE`` record (77: UINT32 props, UINT16
+  rows, UINT16 cols, ...) is the caption; each ``LIST_HEADER`` after it is a cell: INT16
+  paragraph count, UINT32 properties, UINT16 (unused), then the cell properties UINT16 column,
+  UINT16 row, UINT16 column span, UINT16 row span, .... A list's paragraphs are the
+  ``PARA_HEADER`` records that follow its LIST_HEADER at the same level.
+- ``gso `` ctrl (drawing objects, pictures): a LIST_HEADER directly under the ctrl is the
+  caption; LIST_HEADERs inside its ``SHAPE_COMPONENT`` (76) tree are text boxes (글상자).
+  ``fn  ``/``en  `` (notes), ``head``/``foot`` (page header/footer): one LIST_HEADER and its
+  paragraphs. ``eqed`` (equation): ``EQEDIT`` (88: UINT32 props, WORD len, WCHAR[len] script).
+  ``atno`` (auto number): UINT32 props, UINT16 number.
+
+Each section becomes the element tree :class:`~._parse.SectionWalker` walks for HWPX (``sec >
+p > run > t | tbl | footNote | endNote | drawText | caption | header | footer | equation >
+script | autoNum``; ``tbl > caption, tr > tc > subList, cellAddr, cellSpan``), so HWP 5 shares
+the HWPX table model, renderer, heading classifier and limits.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from io import BytesIO
+from typing import Any
+
+from llama_index.readers.hwpx._errors import HWPXEncryptedError, HWPXFormatError, HWPXLimitError
+from llama_index.readers.hwpx._package import OLE2_MAGIC, RATIO_FLOOR_BYTES, Limits
+from lxml import etree
+
+HWP_SIGNATURE = b"HWP Document File"
+HWP3_SIGNATURE = b"HWP Document File V3"
+FLAG_COMPRESSED = 0x1
+FLAG_PASSWORD = 0x2
+FLAG_DISTRIBUTION = 0x4
+
+TAG_PARA_SHAPE = 25
+TAG_PARA_HEADER = 66
+TAG_PARA_TEXT = 67
+TAG_CTRL_HEADER = 71
+TAG_LIST_HEADER = 72
+TAG_SHAPE_COMPONENT = 76
+TAG_TABLE = 77
+TAG_EQEDIT = 88
+TAG_FORM_OBJECT = 91
+
+_EXTENDED = frozenset({1, 2, 3, 11, 12, 14, 15, 16, 17, 18, 21, 22, 23})
+_INLINE = frozenset({4, 5, 6, 7, 8, 9, 19, 20})
+_CHAR_TEXT = {9: "\t", 10: "\n", 24: "-", 30: " ", 31: " "}
+_CONTROL = re.compile(r"[\x00-\x1f]")
+_SECTION = re.compile(r"^Section(\d+)$")
+_CHUNK = 1 << 20
+# a list (cell, text box, note) nested in another deeper than this is refused (each level is
+# a few Python frames in the builder and the walker; HWPX gets the same cap from libxml2)
+MAX_LIST_DEPTH = 200
+
+
+def _wstring(props: str, name: str) -> str | None:
+    """Whitespace-normalised value of ``name:wstring:<n>:<n chars>`` in a property string."""
+    m = re.search(rf"(?:^|[\s:]){name}:wstring:(\d+):", props)
+    if m is None:
+        return None
+    return " ".join(props[m.end() : m.end() + int(m.group(1))].split())
+
+
+def _ctrl_id(raw: bytes) -> str:
+    """A CTRL_HEADER's UINT32 ctrl id as its 4 characters (stored little-endian, reversed)."""
+    return raw[3::-1].decode("latin-1")
+
+
+@dataclass
+class HWPFile:
+    """The streams of an opened HWP 5 file that the reader uses."""
+
+    version: tuple[int, int, int, int]
+    flags: int
+    docinfo: bytes
+    sections: list[tuple[str, bytes]]
+    title: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Records:
+    """A record stream, flat: tag, level, payload start/end (into ``data``), subtree end."""
+
+    data: bytes
+    tags: list[int]
+    levels: list[int]
+    starts: list[int]
+    ends: list[int]
+    sub_end: list[int]
+
+
+class _Budget:
+    """Decompressed bytes read so far from one file (``max_total_bytes`` and the ratio)."""
+
+    def __init__(self, file: str, limits: Limits, file_bytes: int) -> None:
+        self.file = file
+        self.limits = limits
+        self.file_bytes = file_bytes
+        self.total = 0
+
+
+def _limit(
+    file: str, message: str, limit: str, value: float, maximum: float, part: str | None
+) -> HWPXLimitError:
+    from llama_index.readers.hwpx.hwp import HWPLimitError
+
+    return HWPLimitError(file, message, limit=limit, value=value, maximum=maximum, part=part)
+
+
+def _format(file: str, message: str, part: str | None = None) -> HWPXFormatError:
+    from llama_index.readers.hwpx.hwp import HWPFormatError
+
+    return HWPFormatError(file, message, part=part)
+
+
+def inflate(raw: bytes, budget: _Budget, part: str) -> bytes:
+    """Raw-deflate ``raw`` in bounded chunks, enforcing ``max_part_bytes``,
+    ``max_total_bytes`` and ``max_compression_ratio`` (per stream above 64 KiB, and of the
+    whole file) before each chunk is kept."""
+    limits = budget.limits
+    file = budget.file
+    d = zlib.decompressobj(-15)
+    chunks: list[bytes] = []
+    size = 0
+    buf = raw
+    try:
+        while True:
+            chunk = d.decompress(buf, _CHUNK)
+            buf = d.unconsumed_tail
+            if chunk:
+                size += len(chunk)
+                _check_sizes(budget, part, size, len(raw), "expands to")
+                chunks.append(chunk)
+            elif not buf or d.eof:
+                break
+        tail = d.flush()
+    except zlib.error as exc:
+        raise _format(file, f"corrupt compressed stream (zlib: {exc})", part) from exc
+    if tail:
+        size += len(tail)
+        _check_sizes(budget, part, size, len(raw), "expands to")
+        chunks.append(tail)
+    if not d.eof:
+        raise _format(file, "truncated compressed stream (the deflate data ends early)", part)
+    budget.total += size
+    ratio_cap = limits.max_compression_ratio
+    if budget.total > RATIO_FLOOR_BYTES and budget.total > ratio_cap * max(budget.file_bytes, 1):
+        ratio = budget.total / max(budget.file_bytes, 1)
+        raise _limit(
+            file,
+            f"file compression ratio {ratio:.1f} ({budget.total} bytes from "
+            f"{budget.file_bytes}) exceeds max_compression_ratio={ratio_cap:g}",
+            "max_compression_ratio", ratio, ratio_cap, part,
+        )
+    return b"".join(chunks)
+
+
+def _check_sizes(budget: _Budget, part: str, size: int, compressed: int, what: str) -> None:
+    limits = budget.limits
+    file = budget.file
+    if size > limits.max_part_bytes:
+        raise _limit(
+            file,
+            f"stream exceeds max_part_bytes={limits.max_part_bytes} when decompressed",
+            "max_part_bytes", size, limits.max_part_bytes, part,
+        )
+    if budget.total + size > limits.max_total_bytes:
+        raise _limit(
+            file,
+            f"file exceeds max_total_bytes={limits.max_total_bytes} when decompressed",
+            "max_total_bytes", budget.total + size, limits.max_total_bytes, part,
+        )
+    cap = limits.max_compression_ratio
+    if size > RATIO_FLOOR_BYTES and size > cap * max(compressed, 1):
+        ratio = size / max(compressed, 1)
+        raise _limit(
+            file,
+            f"stream compression ratio {ratio:.1f} ({what} {size} bytes from {compressed}) "
+            f"exceeds max_compression_ratio={cap:g}",
+            "max_compression_ratio", ratio, cap, part,
+        )
+
+
+def _hwp3_error(file: str) -> HWPXFormatError:
+    return _format(
+        file,
+        "this is an HWP 3.x document ('HWP Document File V3.00'), an older binary format "
+        "this reader does not read; open it in Hangul and save it as HWP 5 (.hwp) or HWPX",
+    )
+
+
+def open_hwp(data: bytes, file: str, limits: Limits) -> HWPFile:
+    """Check the container and header and return the (decompressed) streams.
+
+    Raises (all naming ``file``): HWP 3.x, not an OLE2 file, missing or corrupt streams, a
+    password or distribution (배포용) document, any limit exceeded."""
+    import olefile
+
+    if len(data) > limits.max_file_bytes:
+        raise _limit(
+            file, f"file is {len(data)} bytes, above max_file_bytes={limits.max_file_bytes}",
+            "max_file_bytes", len(data), limits.max_file_bytes, None,
+        )
+    if data.startswith(HWP3_SIGNATURE):
+        raise _hwp3_error(file)
+    if data[:8] != OLE2_MAGIC:
+        raise _format(file, "not an OLE2 compound file, so not an HWP 5 document")
+    try:
+        ole = olefile.OleFileIO(BytesIO(data))
+    except Exception as exc:  # olefile raises OSError, ValueError, struct.error, IndexError...
+        raise _format(
+            file, f"corrupt OLE2 compound file ({type(exc).__name__}: {exc})"
+        ) from exc
+    try:
+        return _read_streams(ole, data, file, limits)
+    finally:
+        ole.close()
+
+
+def _stream(ole: Any, name: str, file: str, size_cap: int) -> bytes:
+    try:
+        size = ole.get_size(name)
+        if size > size_cap:
+            raise _format(
+                file, f"stream declares {size} bytes, more than the file holds", name
+            )
+        with ole.openstream(name) as fh:
+            out = fh.read()
+    except HWPXFormatError:
+        raise
+    except Exception as exc:
+        raise _format(
+            file, f"corrupt or truncated stream ({type(exc).__name__}: {exc})", name
+        ) from exc
+    return bytes(out)
+
+
+def _read_streams(ole: Any, data: bytes, file: str, limits: Limits) -> HWPFile:
+    try:
+        entries = ole.listdir(streams=True, storages=False)
+    except Exception as exc:
+        raise _format(file, f"corrupt OLE2 directory ({type(exc).__name__}: {exc})") from exc
+    names = {"/".join(e) for e in entries}
+    if "FileHeader" not in names:
+        raise _format(file, "no FileHeader stream: not an HWP 5 document", "FileHeader")
+    header = _stream(ole, "FileHeader", file, len(data))
+    if len(header) < 40 or not header.startswith(HWP_SIGNATURE):
+        if header.startswith(HWP3_SIGNATURE):
+            raise _hwp3_error(file)
+        raise _format(
+            file, "FileHeader has no 'HWP Document File' signature: not an HWP 5 document",
+            "FileHeader",
+        )
+    v, flags = struct.unpack_from("<II", header, 32)
+    version = (v >> 24 & 0xFF, v >> 16 & 0xFF, v >> 8 & 0xFF, v & 0xFF)
+    if version[0] != 5:
+        raise _format(
+            file, f"HWP version {'.'.join(map(str, version))} is not 5.x", "FileHeader"
+        )
+    if flags & FLAG_PASSWORD:
+        raise _encrypted(
+            file,
+            "the document is password-protected (암호 설정 문서): its streams are encrypted; "
+            "open it in Hangul with the password and save an unprotected copy",
+        )
+    if flags & FLAG_DISTRIBUTION or any(n.startswith("ViewText/") for n in names):
+        raise _encrypted(
+            file,
+            "this is a distribution document (배포용 문서): Hangul stores its body encrypted "
+            "(ViewText streams) so that it can only be viewed, and this reader does not "
+            "decrypt it; ask the author for the original or save it as a normal document",
+        )
+    budget = _Budget(file, limits, len(data))
+    compressed = bool(flags & FLAG_COMPRESSED)
+
+    def body(name: str) -> bytes:
+        raw = _stream(ole, name, file, len(data))
+        return inflate(raw, budget, name) if compressed else raw
+
+    if "DocInfo" not in names:
+        raise _format(file, "no DocInfo stream", "DocInfo")
+    docinfo = body("DocInfo")
+    numbered = sorted(
+        (int(m.group(1)), n)
+        for n in names
+        if n.startswith("BodyText/") and (m := _SECTION.match(n[9:])) is not None
+    )
+    if not numbered:
+        raise _format(file, "no BodyText/Section<N> stream: no document body", "BodyText")
+    sections = [(n, body(n)) for _, n in numbered]
+    title = ""
+    if "\x05HwpSummaryInformation" in names:
+        try:
+            props = ole.getproperties("\x05HwpSummaryInformation", convert_time=False)
+            raw_title = props.get(2)
+            if isinstance(raw_title, bytes):
+                raw_title = raw_title.decode("utf-16-le", "replace")
+            if isinstance(raw_title, str):
+                title = raw_title.replace("\x00", "").strip()
+        except Exception:  # a broken summary never makes the document unreadable
+            title = ""
+    return HWPFile(version, flags, docinfo, sections, title)
+
+
+def _encrypted(file: str, message: str) -> HWPXEncryptedError:
+    from llama_index.readers.hwpx.hwp import HWPEncryptedError
+
+    return HWPEncryptedError(file, message)
+
+
+def read_records(data: bytes, file: str, part: str, max_records: int) -> Records:
+    """Split a record stream; a size beyond the stream or too many records raise."""
+    tags: list[int] = []
+    levels: list[int] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    n = len(data)
+    pos = 0
+    unpack = struct.unpack_from
+    while pos < n:
+        if pos + 4 > n:
+            raise _format(file, f"truncated record header at byte {pos}", part)
+        (h,) = unpack("<I", data, pos)
+        pos += 4
+        size = h >> 20
+        if size == 0xFFF:
+            if pos + 4 > n:
+                raise _format(file, f"truncated extended record size at byte {pos}", part)
+            (size,) = unpack("<I", data, pos)
+            pos += 4
+        end = pos + size
+        if end > n:
+            raise _format(
+                file,
+                f"record (tag {h & 0x3FF}) at byte {pos - 4} declares {size} bytes, beyond "
+                f"the end of the stream ({n} bytes)",
+                part,
+            )
+        if len(tags) >= max_records:
+            raise _limit(
+                file, f"more than max_records={max_records} records in one stream",
+                "max_records", len(tags) + 1, max_records, part,
+            )
+        tags.append(h & 0x3FF)
+        levels.append(h >> 10 & 0x3FF)
+        starts.append(pos)
+        ends.append(end)
+        pos = end
+    # subtree ends: the first later record whose level is <= this one's
+    count = len(tags)
+    sub_end = [count] * count
+    stack: list[int] = []
+    for i, lvl in enumerate(levels):
+        while stack and levels[stack[-1]] >= lvl:
+            sub_end[stack.pop()] = i
+        stack.append(i)
+    return Records(data, tags, levels, starts, ends, sub_end)
+
+
+def outline_levels(rec: Records) -> dict[str, int]:
+    """Para shape id (its position among PARA_SHAPE records) -> 1-based outline level."""
+    out: dict[str, int] = {}
+    pid = 0
+    data = rec.data
+    for tag, start, end in zip(rec.tags, rec.starts, rec.ends, strict=True):
+        if tag != TAG_PARA_SHAPE:
+            continue
+        if end - start >= 4:
+            (props,) = struct.unpack_from("<I", data, start)
+            if props >> 23 & 0x3 == 1:
+                out[str(pid)] = (props >> 25 & 0x7) + 1
+        pid += 1
+    return out
+
+
+class SectionBuilder:
+    """Build one section's OWPML-shaped tree from its records (see the module docstring)."""
+
+    def __init__(
+        self, rec: Records, file: str, part: str, limits: Limits,
+        warn: Callable[[str], None],
+    ) -> None:
+        self.rec = rec
+        self.file = file
+        self.part = part
+        self.limits = limits
+        self.warn = warn
+        self.depth = 0
+
+    def build(self) -> etree._Element:
+        sec = etree.Element("sec")
+        rec = self.rec
+        if rec.tags:
+            lvl = min(rec.levels)
+            self._list(sec, 0, len(rec.tags), lvl)
+        return sec
+
+    # ------------------------------------------------------------------ lists
+    def _list(self, parent: etree._Element, i: int, end: int, level: int) -> None:
+        """Every PARA_HEADER at ``level`` in records ``[i, end)`` as a ``p`` of ``parent``."""
+        rec = self.rec
+        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        while i < end:
+            if tags[i] == TAG_PARA_HEADER and levels[i] == level:
+                self._paragraph(parent, i)
+            i = sub_end[i]
+
+    def _list_after(self, parent: etree._Element, head: int, end: int) -> int:
+        """The paragraphs following LIST_HEADER ``head`` at its level, as ``p`` children of
+        ``parent``; returns the index after them."""
+        rec = self.rec
+        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        level = levels[head]
+        self.depth += 1
+        if self.depth > MAX_LIST_DEPTH:
+            raise _format(
+                self.file,
+                f"lists (cells, text boxes, notes) nested deeper than {MAX_LIST_DEPTH}",
+                self.part,
+            )
+        i = sub_end[head]
+        while i < end and tags[i] == TAG_PARA_HEADER and levels[i] == level:
+            self._paragraph(parent, i)
+            i = sub_end[i]
+        self.depth -= 1
+        return i
+
+    # ------------------------------------------------------------------ paragraphs
+    def _paragraph(self, parent: etree._Element, i: int) -> None:
+        rec = self.rec
+        data = rec.data
+        p = etree.SubElement(parent, "p")
+        start = rec.starts[i]
+        if rec.ends[i] - start >= 10:
+            (shape,) = struct.unpack_from("<H", data, start + 8)
+            p.set("paraPrIDRef", str(shape))
+        run = etree.SubElement(p, "run")
+        text_at = -1
+        ctrls: list[int] = []
+        j = i + 1
+        end = rec.sub_end[i]
+        child_level = rec.levels[i] + 1
+        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        while j < end:
+            if levels[j] == child_level:
+                tag = tags[j]
+                if tag == TAG_PARA_TEXT and text_at < 0:
+                    text_at = j
+                elif tag == TAG_CTRL_HEADER:
+                    ctrls.append(j)
+            j = sub_end[j]
+        if text_at < 0:
+            # no text record: a paragraph holding nothing but (possibly) its controls
+            for c in ctrls:
+                self._control(run, c)
+            return
+        self._text(run, data[rec.starts[text_at] : rec.ends[text_at]], ctrls)
+
+    def _text(self, run: etree._Element, raw: bytes, ctrls: list[int]) -> None:
+        """Decode PARA_TEXT: text pieces into ``t`` elements, extended controls in order.
+
+        The text of an unfilled click-here field (누름틀 whose "modified" flag, bit 15 of its
+        properties, is clear) is its guide text (``Direction`` of its command), which Hangul
+        shows greyed and never prints; HWPX stores such a field empty. It is dropped when it
+        equals the guide text, as in HWPX."""
+        if len(raw) & 1:
+            raw = raw[:-1]
+        s = raw.decode("utf-16-le", "surrogatepass")
+        if len(s) * 2 != len(raw):  # a surrogate pair: work in code units
+            s = "".join(chr(u) for u in struct.unpack(f"<{len(raw) // 2}H", raw))
+        n_ctrl = 0
+        pieces: list[str] = []
+        # open fields: (guide text or None, len(pieces) when the field started)
+        fields: list[tuple[str | None, int]] = []
+        pos = 0
+        n = len(s)
+        search = _CONTROL.search
+        while pos < n:
+            m = search(s, pos)
+            if m is None:
+                pieces.append(s[pos:])
+                break
+            k = m.start()
+            if k > pos:
+                pieces.append(s[pos:k])
+            code = ord(s[k])
+            if code in _EXTENDED:
+                pos = k + 8
+                if n_ctrl < len(ctrls):
+                    c = ctrls[n_ctrl]
+                    if code == 3:
+                        fields.append((self._guide_text(c), len(pieces)))
+                    else:
+                        if pieces:
+                            self._t(run, pieces)
+                        # an object inside a field: the field is never a bare guide text
+                        fields = [(None, 0) for _ in fields]
+                        self._control(run, c)
+                n_ctrl += 1
+                continue
+            if code in _INLINE:
+                pos = k + 8
+                if code == 9:
+                    pieces.append("\t")
+                elif code == 4 and fields:
+                    guide, at = fields.pop()
+                    if guide is not None and " ".join("".join(pieces[at:]).split()) == guide:
+                        del pieces[at:]
+                continue
+            if code == 13:
+                pos = k + 1
+                continue
+            piece = _CHAR_TEXT.get(code)
+            if piece is not None:
+                pieces.append(piece)
+            pos = k + 1
+        if pieces:
+            self._t(run, pieces)
+        # controls the text did not reference (a damaged text): read them anyway, in order
+        for c in ctrls[n_ctrl:]:
+            self._control(run, c)
+
+    def _guide_text(self, c: int) -> str | None:
+        """The whitespace-normalised guide text of an unmodified click-here field, else None.
+
+        Field CTRL_HEADER: UINT32 ctrl id, UINT32 properties (bit 15: content modified),
+        BYTE extra properties, WORD command length, WCHAR command[len] (``Clickhere:set:..:
+        Direction:wstring:<n>:<n chars> ...``)."""
+        rec = self.rec
+        start, stop = rec.starts[c], rec.ends[c]
+        data = rec.data
+        if stop - start < 11 or data[start : start + 4] != b"klc%":
+            return None
+        (props,) = struct.unpack_from("<I", data, start + 4)
+        if props & 0x8000:
+            return None
+        (n,) = struct.unpack_from("<H", data, start + 9)
+        raw = data[start + 11 : min(start + 11 + 2 * n, stop)]
+        command = raw[: len(raw) & ~1].decode("utf-16-le", "replace")
+        return _wstring(command, "Direction")
+
+    @staticmethod
+    def _t(run: etree._Element, pieces: list[str]) -> None:
+        text = "".join(pieces)
+        pieces.clear()
+        if _SURROGATE.search(text):  # code units from the slow path: pair them again
+            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        if text:
+            etree.SubElement(run, "t").text = _xml_safe(text)
+
+    # ------------------------------------------------------------------ controls
+    def _control(self, run: etree._Element, c: int) -> None:
+        rec = self.rec
+        start, stop = rec.starts[c], rec.ends[c]
+        if stop - start < 4:
+            return
+        cid = _ctrl_id(rec.data[start : start + 4])
+        if cid == "tbl ":
+            self._table(run, c)
+        elif cid == "gso ":
+            self._shape(run, c)
+        elif cid in ("fn  ", "en  ", "head", "foot"):
+            name = {"fn  ": "footNote", "en  ": "endNote", "head": "header", "foot": "footer"}
+            el = etree.SubElement(run, name[cid])
+            self._first_list(etree.SubElement(el, "subList"), c)
+        elif cid == "eqed":
+            self._equation(run, c)
+        elif cid == "atno":
+            if stop - start >= 10:
+                (num,) = struct.unpack_from("<H", rec.data, start + 8)
+                etree.SubElement(run, "autoNum").set("num", str(num))
+        elif cid == "form":
+            self._form(run, c)
+        elif cid == "tcmt":
+            return  # hidden comment (숨은 설명): never text, as hp:hiddenComment in HWPX
+
+    def _form(self, run: etree._Element, c: int) -> None:
+        """A form object (양식 개체): check boxes and radio buttons as HWPX ``checkBtn`` /
+        ``radioBtn`` (caption and checked state). FORM_OBJECT: UINT32 type id twice (``+cbt``
+        check box, ``+rbt`` radio button...), UINT32 length, then the property string as a
+        WORD-length-prefixed WCHAR string (``... Caption:wstring:<n>:<text> Value:int:<v>``)."""
+        rec = self.rec
+        j, end = c + 1, rec.sub_end[c]
+        while j < end:
+            if rec.tags[j] == TAG_FORM_OBJECT:
+                start, stop = rec.starts[j], rec.ends[j]
+                data = rec.data
+                if stop - start < 14:
+                    return
+                kind = data[start : start + 4][::-1]
+                name = {b"+cbt": "checkBtn", b"+rbt": "radioBtn"}.get(kind)
+                if name is None:
+                    return
+                raw = data[start + 14 : stop]
+                props = raw[: len(raw) & ~1].decode("utf-16-le", "replace")
+                btn = etree.SubElement(run, name)
+                btn.set("caption", _xml_safe(_wstring(props, "Caption") or ""))
+                value = re.search(r"(?:^|\s)Value:int:(\d+)", props)
+                btn.set("value", "CHECKED" if value and value.group(1) == "1" else "UNCHECKED")
+                return
+            j = rec.sub_end[j]
+
+    def _first_list(self, parent: etree._Element, c: int) -> None:
+        """The paragraphs of the first LIST_HEADER directly under ctrl ``c``."""
+        rec = self.rec
+        j, end = c + 1, rec.sub_end[c]
+        lvl = rec.levels[c] + 1
+        while j < end:
+            if rec.tags[j] == TAG_LIST_HEADER and rec.levels[j] == lvl:
+                self._list_after(parent, j, end)
+                return
+            j = rec.sub_end[j]
+
+    def _equation(self, run: etree._Element, c: int) -> None:
+        rec = self.rec
+        j, end = c + 1, rec.sub_end[c]
+        while j < end:
+            if rec.tags[j] == TAG_EQEDIT:
+                start, stop = rec.starts[j], rec.ends[j]
+                if stop - start >= 6:
+                    (n,) = struct.unpack_from("<H", rec.data, start + 4)
+                    raw = rec.data[start + 6 : min(start + 6 + 2 * n, stop)]
+                    script = raw[: len(raw) & ~1].decode("utf-16-le", "replace")
+                    eq = etree.SubElement(run, "equation")
+                    etree.SubElement(eq, "script").text = _xml_safe(script)
+                return
+            j = rec.sub_end[j]
+
+    def _shape(self, run: etree._Element, c: int) -> None:
+        """``gso ``: caption (LIST_HEADER under the ctrl) and text boxes (LIST_HEADERs in the
+        SHAPE_COMPONENT tree, groups included)."""
+        rec = self.rec
+        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        shape = etree.SubElement(run, "gso")
+        j, end = c + 1, sub_end[c]
+        lvl = levels[c] + 1
+        while j < end:
+            if levels[j] == lvl:
+                if tags[j] == TAG_LIST_HEADER:
+                    cap = etree.SubElement(shape, "caption")
+                    j = self._list_after(etree.SubElement(cap, "subList"), j, end)
+                    continue
+                if tags[j] == TAG_SHAPE_COMPONENT:
+                    self._text_boxes(shape, j)
+            j = sub_end[j]
+
+    def _text_boxes(self, shape: etree._Element, k: int) -> None:
+        rec = self.rec
+        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        j, end = k + 1, sub_end[k]
+        lvl = levels[k] + 1
+        while j < end:
+            if levels[j] == lvl:
+                if tags[j] == TAG_LIST_HEADER:
+                    box = etree.SubElement(shape, "drawText")
+                    j = self._list_after(etree.SubElement(box, "subList"), j, end)
+                    continue
+                if tags[j] == TAG_SHAPE_COMPONENT:  # a member of a group (묶음 개체)
+                    self.depth += 1
+                    if self.depth > MAX_LIST_DEPTH:
+                        raise _format(self.file, "drawing objects grouped too deeply", self.part)
+                    self._text_boxes(shape, j)
+                    self.depth -= 1
+            j = sub_end[j]
+
+    def _table(self, run: etree._Element, c: int) -> None:
+        rec = self.rec
+        data = rec.data
+        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        tbl = etree.SubElement(run, "tbl")
+        j, end = c + 1, sub_end[c]
+        lvl = levels[c] + 1
+        seen_table = False
+        tr: etree._Element | None = None
+        last_row = -1
+        n_cells = 0
+        cap_cells = self.limits.max_table_cells
+        while j < end:
+            if levels[j] != lvl:
+                j = sub_end[j]
+                continue
+            tag = tags[j]
+            if tag == TAG_TABLE and not seen_table:
+                seen_table = True
+                start, stop = rec.starts[j], rec.ends[j]
+                if stop - start >= 8:
+                    rows, cols = struct.unpack_from("<HH", data, start + 4)
+                    grid = max(rows, 1) * max(cols, 1)
+                    if grid > cap_cells:
+                        raise _limit(
+                            self.file,
+                            f"table declares a {rows}x{cols} grid: {grid} exceeds "
+                            f"max_table_cells={cap_cells}",
+                            "max_table_cells", grid, cap_cells, self.part,
+                        )
+                    tbl.set("rowCnt", str(rows))
+                    tbl.set("colCnt", str(cols))
+            elif tag == TAG_LIST_HEADER:
+                if not seen_table:  # the caption comes before the TABLE record
+                    cap = etree.Element("caption")
+                    tbl.insert(0, cap)
+                    j = self._list_after(etree.SubElement(cap, "subList"), j, end)
+                    continue
+                n_cells += 1
+                if n_cells > cap_cells:
+                    raise _limit(
+                        self.file, f"table cell count {n_cells} exceeds "
+                        f"max_table_cells={cap_cells}",
+                        "max_table_cells", n_cells, cap_cells, self.part,
+                    )
+                start, stop = rec.starts[j], rec.ends[j]
+                if stop - start >= 16:
+                    col, row, cs, rs = struct.unpack_from("<HHHH", data, start + 8)
+                else:
+                    col, row, cs, rs = 0, max(last_row, 0), 1, 1
+                if tr is None or row != last_row:
+                    tr = etree.SubElement(tbl, "tr")
+                    last_row = row
+                tc = etree.SubElement(tr, "tc")
+                sub = etree.SubElement(tc, "subList")
+                etree.SubElement(tc, "cellAddr", rowAddr=str(row), colAddr=str(col))
+                etree.SubElement(tc, "cellSpan", rowSpan=str(rs), colSpan=str(cs))
+                j = self._list_after(sub, j, end)
+                continue
+            j = sub_end[j]
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_safe(text: str) -> str:
+    """Characters lxml refuses (C0 controls, lone surrogates) dropped."""
+    return _XML_BAD.sub("", text) if _XML_BAD.search(text) else text
