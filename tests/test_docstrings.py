@@ -82,6 +82,8 @@ MODULES: tuple[str, ...] = (
     "llama_index.readers.hwpx",
     "llama_index.readers.hwpx._errors",
     "llama_index.readers.hwpx._headings",
+    "llama_index.readers.hwpx._hwp5",
+    "llama_index.readers.hwpx.hwp",
     "llama_index.readers.hwpx._model",
     "llama_index.readers.hwpx._package",
     "llama_index.readers.hwpx._node_meta",
