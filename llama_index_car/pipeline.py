@@ -644,7 +644,10 @@ def writable_folder(persist_dir: str | Path, overwrite: bool, how: str) -> Path:
     out = Path(persist_dir)
     if out.exists() and not out.is_dir():
         raise ConfigurationError(f"--persist {out} is a file; pass a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    from llama_index_car._persist import LOCK_NAME
+
+    # a lone lock file is what a build that failed (full disk, ^C) leaves: the folder is empty
+    if out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir()) and not overwrite:
         raise ConfigurationError(f"{out} is not empty; choose a new folder, {how}")
     return out
 
@@ -1118,7 +1121,14 @@ def load_index(
     for sub in (BM25_DIR,) if record else (VECTOR_DIR, BM25_DIR):
         if not (root / sub).is_dir():
             raise IndexPersistError(f"{root / sub} is missing; rebuild the index")
+    from llama_index_car.stores import _safe
+
     uri = None
+    if record is None and store is not None:  # $LLAMA_CAR_STORE may be set for other folders
+        raise ConfigurationError(
+            f"{persist_dir} keeps its vectors in the folder (built without --store); "
+            f"drop --store {_safe(store)}"
+        )
     if record is not None:  # before any file is mapped: a wrong store is one line
         _check_store_record(record, root / MANIFEST_NAME)
         uri = store_uri_for(record, Path(persist_dir), store or os.environ.get(STORE_ENV),
