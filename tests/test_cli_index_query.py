@@ -438,3 +438,25 @@ def test_index_missing_openai_key_is_one_line_exit_2(
     lines = [line for line in err.strip().splitlines() if not line.startswith("skipped ")]
     assert rc == 2 and len(lines) == 1 and "OPENAI_API_KEY" in lines[0]
     assert not (tmp_path / "o" / "car_index.json").exists()
+
+
+def test_printed_fields_are_bounded_unless_full(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 18: one cell holding a whole standard printed a 76,236-character line."""
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from llama_index_car.cli.query import FIELD_CHARS, LINE_CHARS, hit_record, print_hits
+
+    huge = "가" * 50_000
+    node = TextNode(text=huge, metadata={"section_title": "제목" * 500, "file_name": "a.hwpx",
+                                         "table_index": 0})
+    cells = [{"table": 0, "row": r, "col": 0, "text": huge} for r in range(20)]
+    record = hit_record(1, NodeWithScore(node=node, score=1.0), "bm25", cells)
+    for explain in (False, True):
+        print_hits([record], explain=explain)
+        lines = capsys.readouterr().out.splitlines()
+        assert max(map(len, lines)) <= LINE_CHARS + 40, (explain, max(map(len, lines)))
+        assert any("…" in line for line in lines)
+    print_hits([record], explain=True, full=True)
+    out = capsys.readouterr().out
+    assert out.count(huge) == 20 and "제목" * 500 in out
+    assert FIELD_CHARS < LINE_CHARS

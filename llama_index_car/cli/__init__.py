@@ -15,7 +15,9 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from llama_index_car._errors import CarError
 from llama_index_car.cli._args import OneLineParser
@@ -127,6 +129,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     module = importlib.import_module(SUBCOMMANDS[args.command])
+    with warnings.catch_warnings():
+        if not os.environ.get(DEBUG_ENV):
+            warnings.showwarning = _warning_printer(args.command)
+        return _run(module, args)
+
+
+def _warning_printer(command: str) -> Any:
+    """``warnings.showwarning`` that prints one line per distinct message (a library's
+    ``UserWarning`` is a note to the user, not a file/line report)."""
+    seen: set[str] = set()
+
+    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        text = _one_line(message if isinstance(message, Warning) else Warning(message))
+        if text not in seen:
+            seen.add(text)
+            print(f"llama-car {command}: warning: {text}", file=sys.stderr)
+
+    return show
+
+
+def _run(module: Any, args: argparse.Namespace) -> int:
+    """``module.run(args)`` with the package's and the environment's errors as one line."""
     check = getattr(module, "check_args", None)  # cross-option checks, before any work
     try:
         if check is not None:

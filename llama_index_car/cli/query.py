@@ -3,7 +3,9 @@
 Prints the top hits with section title, file, score and each channel's rank (dense, BM25);
 for ``--retriever car`` the criterion hypothesis the query was expanded with; for table hits
 the cells with their (row, col) coordinates. ``--explain`` adds the heading path, a text
-snippet, every cell and the fusion details. ``--json`` prints the same as JSON.
+snippet, every cell and the fusion details. Every printed field is cut (a title or a cell at
+120 characters, a cell line at 400: a whole standard can sit in one cell); ``--full`` prints
+them whole, and ``--json`` prints the same as JSON, never cut.
 
 Providers: the query embedding must match the one the index was built with (``--embed``);
 ``--llm anthropic`` makes CAR write its hypothesis with Claude (``ANTHROPIC_API_KEY``);
@@ -46,6 +48,11 @@ EPILOG = """examples:
 
 SNIPPET_CHARS = 160
 COMPACT_CELLS = 8
+#: longest printed field (a title, a file name, one cell) unless ``--full``; ``--json`` and
+#: ``--full`` keep everything
+FIELD_CHARS = 120
+#: longest printed cell line unless ``--full`` (a whole standard can sit in one cell)
+LINE_CHARS = 400
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -72,6 +79,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--alpha", type=unit_float, default=0.5, help="dense weight in the fusion, 0..1 (0.5)"
     )
     p.add_argument("--explain", action="store_true", help="snippets, all cells, fusion details")
+    p.add_argument("--full", action="store_true",
+                   help=f"print fields whole (default: cut at {FIELD_CHARS} characters, a "
+                   f"cell line at {LINE_CHARS}; --json is never cut)")
     p.add_argument("--json", action="store_true", help="print the hits as JSON")
     p.add_argument(
         "--store", metavar="URI", type=store_uri, default=None,
@@ -187,9 +197,24 @@ def format_channels(channels: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def format_cells(cells: Sequence[dict[str, Any]], limit: int | None) -> str:
+def clip(text: str, limit: int | None) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked with ``…`` (``None``: whole).
+
+    >>> clip("가나다라마", 3), clip("가나", 3), clip("가나다라", None)
+    ('가나…', '가나', '가나다라')
+    """
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: max(limit - 1, 0)] + "…"
+
+
+def format_cells(
+    cells: Sequence[dict[str, Any]], limit: int | None, field: int | None = None,
+    line: int | None = None,
+) -> str:
     """``(r,c) text | (r,c) text …`` for the first ``limit`` non-empty cells (``(tN r,c)``
-    when the cells come from more than one table)."""
+    when the cells come from more than one table); each cell text cut to ``field``
+    characters and the whole line to ``line``."""
     kept = [c for c in cells if shown(c.get("text", ""))]
     more = 0
     if limit is not None and len(kept) > limit:
@@ -201,27 +226,32 @@ def format_cells(cells: Sequence[dict[str, Any]], limit: int | None) -> str:
         table = f"t{shown(c.get('table'))} " if several else ""
         return f"({table}{shown(c.get('row'))},{shown(c.get('col'))})"
 
-    body = " | ".join(f"{where(c)} {shown(c.get('text'))}" for c in kept)
-    return body + (f" | … +{more} cells" if more else "")
+    body = " | ".join(f"{where(c)} {clip(shown(c.get('text')), field)}" for c in kept)
+    return clip(body, line) + (f" | … +{more} cells" if more else "")
 
 
-def print_hits(records: Sequence[dict[str, Any]], *, explain: bool) -> None:
-    """Human-readable listing of :func:`hit_record` dicts."""
+def print_hits(
+    records: Sequence[dict[str, Any]], *, explain: bool, full: bool = False
+) -> None:
+    """Human-readable listing of :func:`hit_record` dicts; every field is cut to
+    :data:`FIELD_CHARS` and a cell line to :data:`LINE_CHARS` unless ``full``."""
+    field, line = (None, None) if full else (FIELD_CHARS, LINE_CHARS)
     for r in records:
         score = "-" if r["score"] is None else f"{r['score']:.4f}"
         print(
-            f"{r['rank']:>2}. {shown(r['section_title'])}  [{shown(r['file_name'])}]  "
-            f"score {score}"
+            f"{r['rank']:>2}. {clip(shown(r['section_title']), field)}  "
+            f"[{clip(shown(r['file_name']), field)}]  score {score}"
         )
         if r["channels"]:
             print(f"      ranks: {format_channels(r['channels'])}")
         if r["cells"]:
             label = f"table {shown(r['table_index'])}" if r["table_index"] is not None else "table"
-            cells = format_cells(r["cells"], None if explain else COMPACT_CELLS)
+            cells = format_cells(r["cells"], None if explain or full else COMPACT_CELLS,
+                                 field, line)
             print(f"      {label} cells: {cells}")
         if explain:
             if r["heading_path"]:
-                print(f"      path: {shown(r['heading_path'])}")
+                print(f"      path: {clip(shown(r['heading_path']), line)}")
             snippet = shown(r["text"])[:SNIPPET_CHARS]
             print(f"      text: {snippet}…")
             if r["fallback"]:
@@ -303,5 +333,5 @@ def run(args: argparse.Namespace) -> int:
     if not records:
         print("no hits")
         return 0
-    print_hits(records, explain=args.explain)
+    print_hits(records, explain=args.explain, full=args.full)
     return 0
