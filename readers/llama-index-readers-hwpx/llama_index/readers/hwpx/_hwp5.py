@@ -234,16 +234,55 @@ def open_hwp(data: bytes, file: str, limits: Limits) -> HWPFile:
         raise _hwp3_error(file)
     if data[:8] != OLE2_MAGIC:
         raise _format(file, "not an OLE2 compound file, so not an HWP 5 document")
+    check_cfb_header(data, file)
     try:
-        ole = olefile.OleFileIO(BytesIO(data))
+        # DEFECT_INCORRECT: a stream chain shorter than its size, a FAT pointer out of range,
+        # a stream longer than the FAT... raise instead of being logged and read around
+        ole = olefile.OleFileIO(BytesIO(data), raise_defects=olefile.DEFECT_INCORRECT)
     except Exception as exc:  # olefile raises OSError, ValueError, struct.error, IndexError...
         raise _format(
             file, f"corrupt OLE2 compound file ({type(exc).__name__}: {exc})"
         ) from exc
     try:
+        root_size = ole.root.size if ole.root is not None else 0
+        if root_size > len(data):
+            raise _format(
+                file,
+                f"corrupt OLE2 compound file: the mini stream declares {root_size} bytes, "
+                f"more than the file holds ({len(data)})",
+            )
         return _read_streams(ole, data, file, limits)
     finally:
         ole.close()
+
+
+def check_cfb_header(data: bytes, file: str) -> None:
+    """The compound-file header's counts checked against the file's size before olefile
+    reads it: olefile loops ``num_difat_sectors`` times over a DIFAT chain (a chain pointing
+    at itself would grow the FAT by 127 sectors per turn) and reads ``num_mini_fat_sectors``
+    sectors for the mini FAT, both straight from the header. Sector size must be 512 or
+    4096 bytes (sector shift 9 or 12, @30) and the mini sector 64 bytes (shift 6, @32); the
+    FAT (@44), mini FAT (@64) and DIFAT (@72) sector counts at most the file's sectors."""
+    if len(data) < 512:
+        raise _format(file, f"truncated OLE2 compound file ({len(data)} bytes, header is 512)")
+    shift, mini_shift = struct.unpack_from("<HH", data, 30)
+    if shift not in (9, 12) or mini_shift != 6:
+        raise _format(
+            file,
+            f"corrupt OLE2 header: sector shift {shift} / mini sector shift {mini_shift} "
+            "(must be 9 or 12 / 6)",
+        )
+    n_sectors = -(-(len(data) - 512) // (1 << shift))
+    (n_fat,) = struct.unpack_from("<I", data, 44)
+    (n_minifat,) = struct.unpack_from("<I", data, 64)
+    (n_difat,) = struct.unpack_from("<I", data, 72)
+    for name, value in (("FAT", n_fat), ("mini FAT", n_minifat), ("DIFAT", n_difat)):
+        if value > n_sectors:
+            raise _format(
+                file,
+                f"corrupt OLE2 header: {value} {name} sectors declared, the file has "
+                f"{n_sectors} sectors",
+            )
 
 
 def _stream(ole: Any, name: str, file: str, size_cap: int) -> bytes:
@@ -273,9 +312,9 @@ def _read_streams(ole: Any, data: bytes, file: str, limits: Limits) -> HWPFile:
     if "FileHeader" not in names:
         raise _format(file, "no FileHeader stream: not an HWP 5 document", "FileHeader")
     header = _stream(ole, "FileHeader", file, len(data))
+    if header.startswith(HWP3_SIGNATURE):  # before the HWP 5 signature, its prefix
+        raise _hwp3_error(file)
     if len(header) < 40 or not header.startswith(HWP_SIGNATURE):
-        if header.startswith(HWP3_SIGNATURE):
-            raise _hwp3_error(file)
         raise _format(
             file, "FileHeader has no 'HWP Document File' signature: not an HWP 5 document",
             "FileHeader",
@@ -289,22 +328,27 @@ def _read_streams(ole: Any, data: bytes, file: str, limits: Limits) -> HWPFile:
     if flags & FLAG_PASSWORD:
         raise _encrypted(
             file,
-            "the document is password-protected (암호 설정 문서): its streams are encrypted; "
-            "open it in Hangul with the password and save an unprotected copy",
+            "cannot be read: the document is password-protected (암호 설정 문서) and its "
+            "streams are encrypted; open it in Hangul with the password and save an "
+            "unprotected copy",
         )
     if flags & FLAG_DISTRIBUTION or any(n.startswith("ViewText/") for n in names):
         raise _encrypted(
             file,
-            "this is a distribution document (배포용 문서): Hangul stores its body encrypted "
-            "(ViewText streams) so that it can only be viewed, and this reader does not "
-            "decrypt it; ask the author for the original or save it as a normal document",
+            "cannot be read: this is a distribution document (배포용 문서), whose body Hangul "
+            "stores encrypted (ViewText streams) so that it can only be viewed or printed, "
+            "and this reader does not decrypt it; ask the author for the original document",
         )
     budget = _Budget(file, limits, len(data))
     compressed = bool(flags & FLAG_COMPRESSED)
 
     def body(name: str) -> bytes:
         raw = _stream(ole, name, file, len(data))
-        return inflate(raw, budget, name) if compressed else raw
+        if compressed:
+            return inflate(raw, budget, name)
+        _check_sizes(budget, name, len(raw), len(raw), "is")  # stored: sizes, ratio 1
+        budget.total += len(raw)
+        return raw
 
     if "DocInfo" not in names:
         raise _format(file, "no DocInfo stream", "DocInfo")
@@ -415,6 +459,7 @@ class SectionBuilder:
         self.limits = limits
         self.warn = warn
         self.depth = 0
+        self.table_depth = 0
 
     def build(self) -> etree._Element:
         sec = etree.Element("sec")
@@ -693,6 +738,21 @@ class SectionBuilder:
             j = sub_end[j]
 
     def _table(self, run: etree._Element, c: int) -> None:
+        # the walker's max_table_depth, checked here before the nested tree is built
+        cap = self.limits.max_table_depth
+        if self.table_depth >= cap:
+            raise _limit(
+                self.file,
+                f"tables nested deeper than max_table_depth={cap}",
+                "max_table_depth", self.table_depth + 1, cap, self.part,
+            )
+        self.table_depth += 1
+        try:
+            self._table_body(run, c)
+        finally:
+            self.table_depth -= 1
+
+    def _table_body(self, run: etree._Element, c: int) -> None:
         rec = self.rec
         data = rec.data
         tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
