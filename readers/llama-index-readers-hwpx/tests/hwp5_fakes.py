@@ -315,3 +315,28 @@ def hwp5(
     for name in drop:
         streams.pop(name, None)
     return build_cfb(streams, declared_sizes)
+
+
+def property_set(props: Mapping[int, tuple[int, bytes]]) -> bytes:
+    """An OLE property set stream (MS-OLEPS) with one set: ``{id: (VT type, value bytes)}``.
+
+    Header: UINT16 byte order 0xFFFE, UINT16 version 0, UINT32 system id, CLSID[16], UINT32
+    set count 1, FMTID[16], UINT32 offset 48; the set: UINT32 size, UINT32 count, (id, offset)
+    pairs, then each value as UINT32 type + bytes (padded to 4)."""
+    pairs = b""
+    values = b""
+    head = 8 + 8 * len(props)
+    for pid, (vtype, value) in props.items():
+        pairs += struct.pack("<II", pid, head + len(values))
+        blob = struct.pack("<I", vtype) + value
+        values += blob + b"\x00" * (-len(blob) % 4)
+    section = struct.pack("<II", head + len(values), len(props)) + pairs + values
+    return (
+        struct.pack("<HHI", 0xFFFE, 0, 0x00020006) + b"\x00" * 16 + struct.pack("<I", 1)
+        + bytes.fromhex("e0859ff2f94f6810ab9108002b27b3d9") + struct.pack("<I", 48) + section
+    )
+
+
+def lpwstr(text: str) -> bytes:
+    """A VT_LPWSTR value: UINT32 length in characters (terminator included), UTF-16LE."""
+    return struct.pack("<I", len(text) + 1) + (text + "\x00").encode("utf-16-le")

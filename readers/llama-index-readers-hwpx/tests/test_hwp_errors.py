@@ -35,8 +35,10 @@ from .hwp5_fakes import (
     docinfo,
     file_header,
     hwp5,
+    lpwstr,
     nested_tables,
     paragraph,
+    property_set,
     record,
     table_paragraph,
 )
@@ -382,3 +384,37 @@ def test_error_hierarchy() -> None:
     assert issubclass(HWPFormatError, HWPXFormatError)
     assert issubclass(HWPLimitError, HWPFormatError) and issubclass(HWPLimitError, HWPXLimitError)
     assert issubclass(HWPEncryptedError, HWPXEncryptedError)
+
+
+# ----------------------------------------------------------------------------- summary
+SUMMARY = "\x05HwpSummaryInformation"
+
+
+def test_summary_title_is_read_from_the_property_set() -> None:
+    data = hwp5(extra={SUMMARY: property_set({1: (2, struct.pack("<H", 1200)),
+                                              2: (0x1F, lpwstr("규정 제목"))})})
+    assert HWPReader().parse_bytes(data, "t.hwp").package_title == "규정 제목"
+    ansi = "옛 제목".encode("cp949")
+    data = hwp5(extra={SUMMARY: property_set({1: (2, struct.pack("<H", 949)),
+                                              2: (0x1E, struct.pack("<I", len(ansi) + 1) + ansi + b"\x00")})})
+    assert HWPReader().parse_bytes(data, "a.hwp").package_title == "옛 제목"
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        # a vector of an unknown type declaring 2**32-1 items: olefile's getproperties looped
+        # over them (a hang, growing a list of None) - before, this file never finished
+        property_set({2: (0x1000, struct.pack("<I", 0xFFFFFFFF))}),
+        property_set({2: (0x1F, struct.pack("<I", 0xFFFFFFFF) + b"a\x00")}),  # length lies
+        property_set({2: (0x1F, lpwstr("제목"))})[:60],  # cut inside the set
+        b"\xfe\xff" + b"\xff" * 100,
+        b"",
+    ],
+    ids=["vector_2e32", "long_string", "cut", "garbage", "empty"],
+)
+def test_a_broken_summary_never_stops_the_document(summary: bytes) -> None:
+    data = hwp5([paragraph("본문")], extra={SUMMARY: summary})
+    parsed = HWPReader().parse_bytes(data, "s.hwp")
+    assert parsed.package_title in ("", "a", "제목")
+    assert HWPReader().load_bytes(data, "s.hwp")[0].text == "본문"

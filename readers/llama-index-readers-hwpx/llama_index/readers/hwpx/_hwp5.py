@@ -362,17 +362,59 @@ def _read_streams(ole: Any, data: bytes, file: str, limits: Limits) -> HWPFile:
         raise _format(file, "no BodyText/Section<N> stream: no document body", "BodyText")
     sections = [(n, body(n)) for _, n in numbered]
     title = ""
-    if "\x05HwpSummaryInformation" in names:
-        try:
-            props = ole.getproperties("\x05HwpSummaryInformation", convert_time=False)
-            raw_title = props.get(2)
-            if isinstance(raw_title, bytes):
-                raw_title = raw_title.decode("utf-16-le", "replace")
-            if isinstance(raw_title, str):
-                title = raw_title.replace("\x00", "").strip()
-        except Exception:  # a broken summary never makes the document unreadable
-            title = ""
+    if SUMMARY in names:
+        # parsed here, not by olefile's getproperties: that loops over a vector property's
+        # declared count (2**32 for a hostile file: a hang) and misreads VT_LPWSTR lengths
+        title = summary_title(_stream(ole, SUMMARY, file, len(data)))
     return HWPFile(version, flags, docinfo, sections, title)
+
+
+SUMMARY = "\x05HwpSummaryInformation"
+VT_I2 = 0x02
+VT_LPSTR = 0x1E
+VT_LPWSTR = 0x1F
+
+
+def summary_title(raw: bytes) -> str:
+    """The title (property id 2) of an OLE property set stream, or ``""``.
+
+    MS-OLEPS: a 28-byte header (byte order 0xFFFE, version, system id, CLSID), UINT32 set
+    count @24, the first set's FMTID @28 and UINT32 offset @44; a set is UINT32 size, UINT32
+    property count, then (UINT32 id, UINT32 offset from the set's start) pairs. A VT_LPWSTR
+    (0x1F) value is a UINT32 length in characters, the terminating null included, then
+    UTF-16LE; a VT_LPSTR (0x1E) a UINT32 length in bytes in the set's code page (property 1,
+    VT_I2). Reads at most the pairs the stream holds; anything out of bounds gives ``""``."""
+    u32 = struct.Struct("<I").unpack_from
+    if len(raw) < 48:
+        return ""
+    (base,) = u32(raw, 44)
+    if base + 8 > len(raw):
+        return ""
+    (count,) = u32(raw, base + 4)
+    count = min(count, (len(raw) - base - 8) // 8)
+    values: dict[int, int] = {}
+    for i in range(count):
+        pid, off = struct.unpack_from("<II", raw, base + 8 + 8 * i)
+        if pid in (1, 2) and base + off + 8 <= len(raw):
+            values.setdefault(pid, base + off)
+    at = values.get(2)
+    if at is None:
+        return ""
+    vtype, n = struct.unpack_from("<II", raw, at)
+    if vtype == VT_LPWSTR:
+        text = raw[at + 8 : at + 8 + 2 * n].decode("utf-16-le", "replace")
+    elif vtype == VT_LPSTR:
+        codepage = 949
+        if 1 in values and u32(raw, values[1])[0] == VT_I2:
+            codepage = struct.unpack_from("<H", raw, values[1] + 4)[0]
+        chunk = raw[at + 8 : at + 8 + n]
+        try:
+            text = chunk.decode("utf-16-le" if codepage == 1200 else f"cp{codepage}", "replace")
+        except LookupError:  # an unknown code page
+            text = chunk.decode("cp949", "replace")
+    else:
+        return ""
+    return _xml_safe(text.replace("\x00", "")).strip()
 
 
 def _encrypted(file: str, message: str) -> HWPXEncryptedError:
