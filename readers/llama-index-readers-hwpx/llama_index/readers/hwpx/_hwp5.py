@@ -285,6 +285,13 @@ def check_cfb_header(data: bytes, file: str) -> None:
             )
 
 
+def _size(ole: Any, name: str, file: str) -> int:
+    try:
+        return int(ole.get_size(name))
+    except Exception as exc:
+        raise _format(file, f"corrupt stream entry ({type(exc).__name__}: {exc})", name) from exc
+
+
 def _stream(ole: Any, name: str, file: str, size_cap: int) -> bytes:
     try:
         size = ole.get_size(name)
@@ -343,10 +350,14 @@ def _read_streams(ole: Any, data: bytes, file: str, limits: Limits) -> HWPFile:
     compressed = bool(flags & FLAG_COMPRESSED)
 
     def body(name: str) -> bytes:
+        if not compressed:  # stored: the declared size checked before the stream is read
+            size = _size(ole, name, file)
+            if size <= len(data):  # else _stream says the stream is larger than the file
+                _check_sizes(budget, name, size, size, "is")
         raw = _stream(ole, name, file, len(data))
         if compressed:
             return inflate(raw, budget, name)
-        _check_sizes(budget, name, len(raw), len(raw), "is")  # stored: sizes, ratio 1
+        _check_sizes(budget, name, len(raw), len(raw), "is")
         budget.total += len(raw)
         return raw
 
