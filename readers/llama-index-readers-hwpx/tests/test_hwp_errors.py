@@ -24,6 +24,7 @@ from llama_index.readers.hwpx import (
     HWPXReader,
     HWPXReadWarning,
 )
+from llama_index.readers.hwpx._hwp5 import read_records
 
 from .hwp5_fakes import (
     FLAG_COMPRESSED,
@@ -226,6 +227,21 @@ def test_record_count_limit() -> None:
     assert HWPReader(max_records=100).load_bytes(hwp5([body]), "n.hwp")
     err = _limit(hwp5([body]), "n.hwp", "max_records", max_records=99)
     assert err.part == "BodyText/Section0"
+
+
+def test_record_index_is_compact() -> None:
+    """The split of a record stream costs under 32 bytes a record (typed arrays; Python
+    lists of ints took ~124), so ``max_records`` bounds it at ~140 MB, whatever the records."""
+    n = 200_000
+    data = struct.pack("<I", TAG_PARA_TEXT | 1 << 10) * n  # empty records: 4 bytes each
+    tracemalloc.start()
+    try:
+        rec = read_records(data, "x.hwp", "BodyText/Section0", 5_000_000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(rec.tags) == n and list(rec.sub_end[:3]) == [1, 2, 3]
+    assert peak < 32 * n
 
 
 # ----------------------------------------------------------------------------- limits
