@@ -434,3 +434,22 @@ def test_a_broken_summary_never_stops_the_document(summary: bytes) -> None:
     parsed = HWPReader().parse_bytes(data, "s.hwp")
     assert parsed.package_title in ("", "a", "제목")
     assert HWPReader().load_bytes(data, "s.hwp")[0].text == "본문"
+
+
+def test_simple_directory_reader_skips_a_bad_hwp_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llama_index.core import SimpleDirectoryReader
+
+    (tmp_path / "a_good.hwp").write_bytes(hwp5([paragraph("좋은 문서")]))
+    (tmp_path / "b_dist.hwp").write_bytes(hwp5(flags=FLAG_COMPRESSED | FLAG_DISTRIBUTION))
+    (tmp_path / "c_cut.hwp").write_bytes(hwp5([paragraph("잘린 문서")])[:1500])
+    docs = SimpleDirectoryReader(str(tmp_path), file_extractor={".hwp": HWPReader()}).load_data()
+    assert [d.text for d in docs] == ["좋은 문서"]
+    out = capsys.readouterr().out  # SimpleDirectoryReader prints the skipped files' errors
+    assert "b_dist.hwp: cannot be read" in out and "c_cut.hwp" in out
+    with pytest.raises(Exception, match="Error loading file") as exc:
+        SimpleDirectoryReader(
+            str(tmp_path), file_extractor={".hwp": HWPReader()}, raise_on_error=True
+        ).load_data()
+    assert isinstance(exc.value.__cause__, HWPXError)
