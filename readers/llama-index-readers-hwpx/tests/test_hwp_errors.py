@@ -436,6 +436,14 @@ def test_a_broken_summary_never_stops_the_document(summary: bytes) -> None:
     assert HWPReader().load_bytes(data, "s.hwp")[0].text == "본문"
 
 
+def test_a_summary_stream_with_a_broken_chain_is_skipped() -> None:
+    summary = property_set({2: (0x1F, lpwstr("제목"))})
+    data = hwp5([paragraph("본문")], extra={SUMMARY: summary},
+                declared_sizes={SUMMARY: 5000})  # more than its sectors hold
+    parsed = HWPReader().parse_bytes(data, "s.hwp")
+    assert parsed.package_title == "" and HWPReader().load_bytes(data, "s.hwp")[0].text == "본문"
+
+
 def test_simple_directory_reader_skips_a_bad_hwp_and_names_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

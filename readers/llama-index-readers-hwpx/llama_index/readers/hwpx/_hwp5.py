@@ -380,7 +380,10 @@ def _read_streams(ole: Any, data: bytes, file: str, limits: Limits) -> HWPFile:
     if SUMMARY in names:
         # parsed here, not by olefile's getproperties: that loops over a vector property's
         # declared count (2**32 for a hostile file: a hang) and misreads VT_LPWSTR lengths
-        title = summary_title(_stream(ole, SUMMARY, file, len(data)))
+        try:
+            title = summary_title(_stream(ole, SUMMARY, file, len(data)))
+        except HWPXFormatError:  # a broken summary never makes the document unreadable
+            title = ""
     return HWPFile(version, flags, docinfo, sections, title)
 
 
