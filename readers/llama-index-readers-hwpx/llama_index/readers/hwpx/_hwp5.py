@@ -225,8 +225,11 @@ def _hwp3_error(file: str) -> HWPXFormatError:
 def open_hwp(data: bytes, file: str, limits: Limits) -> HWPFile:
     """Check the container and header and return the (decompressed) streams.
 
-    Raises (all naming ``file``): HWP 3.x, not an OLE2 file, missing or corrupt streams, a
-    password or distribution (배포용) document, any limit exceeded."""
+    Raises (all naming ``file``): HWP 3.x, not an OLE2 file, header sector counts beyond the
+    file (:func:`check_cfb_header`, before olefile), any olefile defect from
+    ``DEFECT_INCORRECT`` up (chains out of range or shorter than their stream), missing or
+    corrupt streams, a password or distribution (배포용) document, any limit exceeded (stored
+    streams on their declared size, compressed ones per 1 MiB inflated)."""
     import olefile
 
     if len(data) > limits.max_file_bytes:
