@@ -53,3 +53,17 @@ def test_hwp_tables_equal_their_twins() -> None:
             print(f"{path.name}: table {d[0]} twin {d[1]} hwp {d[2]}")
     print(f"cells equal: {equal}/{total}")
     assert total > 0 and equal >= 0.99 * total
+
+
+def test_hwp_summary_title_equals_the_hwpx_twins_title() -> None:
+    """The title of ``\\x05HwpSummaryInformation`` (our property-set parse) equals the
+    ``opf:title`` Hangul wrote into the HWPX twin (an independent writer of the same value)."""
+    pairs = [(p, p.parent / "twins" / (p.stem + ".hwpx")) for p in FILES]
+    pairs = [(p, t) for p, t in pairs if t.exists()]
+    if not pairs:
+        pytest.skip("../shared/corpus/hwp is not present")
+    for path, twin in pairs:
+        ours = HWPReader().parse_bytes(path.read_bytes(), str(path)).package_title
+        theirs = HWPXReader().parse_bytes(twin.read_bytes(), str(twin)).package_title
+        assert ours == theirs, path.name
+    assert any(HWPReader().parse_bytes(p.read_bytes(), "x").package_title for p, _ in pairs)

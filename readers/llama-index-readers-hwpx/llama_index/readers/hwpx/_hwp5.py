@@ -45,6 +45,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from io import BytesIO
@@ -108,14 +109,17 @@ class HWPFile:
 
 @dataclass
 class Records:
-    """A record stream, flat: tag, level, payload start/end (into ``data``), subtree end."""
+    """A record stream, flat: tag, level, payload start/end (into ``data``), subtree end.
+
+    Typed arrays, 28 bytes a record (Python lists of ints took ~124): ``max_records`` records
+    of a stream are 140 MB at most, however small each record."""
 
     data: bytes
-    tags: list[int]
-    levels: list[int]
-    starts: list[int]
-    ends: list[int]
-    sub_end: list[int]
+    tags: array[int]
+    levels: array[int]
+    starts: array[int]
+    ends: array[int]
+    sub_end: array[int]
 
 
 class _Budget:
@@ -221,8 +225,11 @@ def _hwp3_error(file: str) -> HWPXFormatError:
 def open_hwp(data: bytes, file: str, limits: Limits) -> HWPFile:
     """Check the container and header and return the (decompressed) streams.
 
-    Raises (all naming ``file``): HWP 3.x, not an OLE2 file, missing or corrupt streams, a
-    password or distribution (배포용) document, any limit exceeded."""
+    Raises (all naming ``file``): HWP 3.x, not an OLE2 file, header sector counts beyond the
+    file (:func:`check_cfb_header`, before olefile), any olefile defect from
+    ``DEFECT_INCORRECT`` up (chains out of range or shorter than their stream), missing or
+    corrupt streams, a password or distribution (배포용) document, any limit exceeded (stored
+    streams on their declared size, compressed ones per 1 MiB inflated)."""
     import olefile
 
     if len(data) > limits.max_file_bytes:
@@ -234,16 +241,62 @@ def open_hwp(data: bytes, file: str, limits: Limits) -> HWPFile:
         raise _hwp3_error(file)
     if data[:8] != OLE2_MAGIC:
         raise _format(file, "not an OLE2 compound file, so not an HWP 5 document")
+    check_cfb_header(data, file)
     try:
-        ole = olefile.OleFileIO(BytesIO(data))
+        # DEFECT_INCORRECT: a stream chain shorter than its size, a FAT pointer out of range,
+        # a stream longer than the FAT... raise instead of being logged and read around
+        ole = olefile.OleFileIO(BytesIO(data), raise_defects=olefile.DEFECT_INCORRECT)
     except Exception as exc:  # olefile raises OSError, ValueError, struct.error, IndexError...
         raise _format(
             file, f"corrupt OLE2 compound file ({type(exc).__name__}: {exc})"
         ) from exc
     try:
+        root_size = ole.root.size if ole.root is not None else 0
+        if root_size > len(data):
+            raise _format(
+                file,
+                f"corrupt OLE2 compound file: the mini stream declares {root_size} bytes, "
+                f"more than the file holds ({len(data)})",
+            )
         return _read_streams(ole, data, file, limits)
     finally:
         ole.close()
+
+
+def check_cfb_header(data: bytes, file: str) -> None:
+    """The compound-file header's counts checked against the file's size before olefile
+    reads it: olefile loops ``num_difat_sectors`` times over a DIFAT chain (a chain pointing
+    at itself would grow the FAT by 127 sectors per turn) and reads ``num_mini_fat_sectors``
+    sectors for the mini FAT, both straight from the header. Sector size must be 512 or
+    4096 bytes (sector shift 9 or 12, @30) and the mini sector 64 bytes (shift 6, @32); the
+    FAT (@44), mini FAT (@64) and DIFAT (@72) sector counts at most the file's sectors."""
+    if len(data) < 512:
+        raise _format(file, f"truncated OLE2 compound file ({len(data)} bytes, header is 512)")
+    shift, mini_shift = struct.unpack_from("<HH", data, 30)
+    if shift not in (9, 12) or mini_shift != 6:
+        raise _format(
+            file,
+            f"corrupt OLE2 header: sector shift {shift} / mini sector shift {mini_shift} "
+            "(must be 9 or 12 / 6)",
+        )
+    n_sectors = -(-(len(data) - 512) // (1 << shift))
+    (n_fat,) = struct.unpack_from("<I", data, 44)
+    (n_minifat,) = struct.unpack_from("<I", data, 64)
+    (n_difat,) = struct.unpack_from("<I", data, 72)
+    for name, value in (("FAT", n_fat), ("mini FAT", n_minifat), ("DIFAT", n_difat)):
+        if value > n_sectors:
+            raise _format(
+                file,
+                f"corrupt OLE2 header: {value} {name} sectors declared, the file has "
+                f"{n_sectors} sectors",
+            )
+
+
+def _size(ole: Any, name: str, file: str) -> int:
+    try:
+        return int(ole.get_size(name))
+    except Exception as exc:
+        raise _format(file, f"corrupt stream entry ({type(exc).__name__}: {exc})", name) from exc
 
 
 def _stream(ole: Any, name: str, file: str, size_cap: int) -> bytes:
@@ -273,9 +326,9 @@ def _read_streams(ole: Any, data: bytes, file: str, limits: Limits) -> HWPFile:
     if "FileHeader" not in names:
         raise _format(file, "no FileHeader stream: not an HWP 5 document", "FileHeader")
     header = _stream(ole, "FileHeader", file, len(data))
+    if header.startswith(HWP3_SIGNATURE):  # before the HWP 5 signature, its prefix
+        raise _hwp3_error(file)
     if len(header) < 40 or not header.startswith(HWP_SIGNATURE):
-        if header.startswith(HWP3_SIGNATURE):
-            raise _hwp3_error(file)
         raise _format(
             file, "FileHeader has no 'HWP Document File' signature: not an HWP 5 document",
             "FileHeader",
@@ -289,22 +342,31 @@ def _read_streams(ole: Any, data: bytes, file: str, limits: Limits) -> HWPFile:
     if flags & FLAG_PASSWORD:
         raise _encrypted(
             file,
-            "the document is password-protected (암호 설정 문서): its streams are encrypted; "
-            "open it in Hangul with the password and save an unprotected copy",
+            "cannot be read: the document is password-protected (암호 설정 문서) and its "
+            "streams are encrypted; open it in Hangul with the password and save an "
+            "unprotected copy",
         )
     if flags & FLAG_DISTRIBUTION or any(n.startswith("ViewText/") for n in names):
         raise _encrypted(
             file,
-            "this is a distribution document (배포용 문서): Hangul stores its body encrypted "
-            "(ViewText streams) so that it can only be viewed, and this reader does not "
-            "decrypt it; ask the author for the original or save it as a normal document",
+            "cannot be read: this is a distribution document (배포용 문서), whose body Hangul "
+            "stores encrypted (ViewText streams) so that it can only be viewed or printed, "
+            "and this reader does not decrypt it; ask the author for the original document",
         )
     budget = _Budget(file, limits, len(data))
     compressed = bool(flags & FLAG_COMPRESSED)
 
     def body(name: str) -> bytes:
+        if not compressed:  # stored: the declared size checked before the stream is read
+            size = _size(ole, name, file)
+            if size <= len(data):  # else _stream says the stream is larger than the file
+                _check_sizes(budget, name, size, size, "is")
         raw = _stream(ole, name, file, len(data))
-        return inflate(raw, budget, name) if compressed else raw
+        if compressed:
+            return inflate(raw, budget, name)
+        _check_sizes(budget, name, len(raw), len(raw), "is")
+        budget.total += len(raw)
+        return raw
 
     if "DocInfo" not in names:
         raise _format(file, "no DocInfo stream", "DocInfo")
@@ -318,17 +380,62 @@ def _read_streams(ole: Any, data: bytes, file: str, limits: Limits) -> HWPFile:
         raise _format(file, "no BodyText/Section<N> stream: no document body", "BodyText")
     sections = [(n, body(n)) for _, n in numbered]
     title = ""
-    if "\x05HwpSummaryInformation" in names:
+    if SUMMARY in names:
+        # parsed here, not by olefile's getproperties: that loops over a vector property's
+        # declared count (2**32 for a hostile file: a hang) and misreads VT_LPWSTR lengths
         try:
-            props = ole.getproperties("\x05HwpSummaryInformation", convert_time=False)
-            raw_title = props.get(2)
-            if isinstance(raw_title, bytes):
-                raw_title = raw_title.decode("utf-16-le", "replace")
-            if isinstance(raw_title, str):
-                title = raw_title.replace("\x00", "").strip()
-        except Exception:  # a broken summary never makes the document unreadable
+            title = summary_title(_stream(ole, SUMMARY, file, len(data)))
+        except HWPXFormatError:  # a broken summary never makes the document unreadable
             title = ""
     return HWPFile(version, flags, docinfo, sections, title)
+
+
+SUMMARY = "\x05HwpSummaryInformation"
+VT_I2 = 0x02
+VT_LPSTR = 0x1E
+VT_LPWSTR = 0x1F
+
+
+def summary_title(raw: bytes) -> str:
+    """The title (property id 2) of an OLE property set stream, or ``""``.
+
+    MS-OLEPS: a 28-byte header (byte order 0xFFFE, version, system id, CLSID), UINT32 set
+    count @24, the first set's FMTID @28 and UINT32 offset @44; a set is UINT32 size, UINT32
+    property count, then (UINT32 id, UINT32 offset from the set's start) pairs. A VT_LPWSTR
+    (0x1F) value is a UINT32 length in characters, the terminating null included, then
+    UTF-16LE; a VT_LPSTR (0x1E) a UINT32 length in bytes in the set's code page (property 1,
+    VT_I2). Reads at most the pairs the stream holds; anything out of bounds gives ``""``."""
+    u32 = struct.Struct("<I").unpack_from
+    if len(raw) < 48:
+        return ""
+    (base,) = u32(raw, 44)
+    if base + 8 > len(raw):
+        return ""
+    (count,) = u32(raw, base + 4)
+    count = min(count, (len(raw) - base - 8) // 8)
+    values: dict[int, int] = {}
+    for i in range(count):
+        pid, off = struct.unpack_from("<II", raw, base + 8 + 8 * i)
+        if pid in (1, 2) and base + off + 8 <= len(raw):
+            values.setdefault(pid, base + off)
+    at = values.get(2)
+    if at is None:
+        return ""
+    vtype, n = struct.unpack_from("<II", raw, at)
+    if vtype == VT_LPWSTR:
+        text = raw[at + 8 : at + 8 + 2 * n].decode("utf-16-le", "replace")
+    elif vtype == VT_LPSTR:
+        codepage = 949
+        if 1 in values and u32(raw, values[1])[0] == VT_I2:
+            codepage = struct.unpack_from("<H", raw, values[1] + 4)[0]
+        chunk = raw[at + 8 : at + 8 + n]
+        try:
+            text = chunk.decode("utf-16-le" if codepage == 1200 else f"cp{codepage}", "replace")
+        except LookupError:  # an unknown code page
+            text = chunk.decode("cp949", "replace")
+    else:
+        return ""
+    return _xml_safe(text.replace("\x00", "")).strip()
 
 
 def _encrypted(file: str, message: str) -> HWPXEncryptedError:
@@ -339,10 +446,10 @@ def _encrypted(file: str, message: str) -> HWPXEncryptedError:
 
 def read_records(data: bytes, file: str, part: str, max_records: int) -> Records:
     """Split a record stream; a size beyond the stream or too many records raise."""
-    tags: list[int] = []
-    levels: list[int] = []
-    starts: list[int] = []
-    ends: list[int] = []
+    tags = array("H")
+    levels = array("H")
+    starts = array("q")
+    ends = array("q")
     n = len(data)
     pos = 0
     unpack = struct.unpack_from
@@ -377,8 +484,8 @@ def read_records(data: bytes, file: str, part: str, max_records: int) -> Records
         pos = end
     # subtree ends: the first later record whose level is <= this one's
     count = len(tags)
-    sub_end = [count] * count
-    stack: list[int] = []
+    sub_end = array("q", [count]) * count
+    stack: list[int] = []  # strictly increasing levels: at most 1024 entries
     for i, lvl in enumerate(levels):
         while stack and levels[stack[-1]] >= lvl:
             sub_end[stack.pop()] = i
@@ -415,6 +522,7 @@ class SectionBuilder:
         self.limits = limits
         self.warn = warn
         self.depth = 0
+        self.table_depth = 0
 
     def build(self) -> etree._Element:
         sec = etree.Element("sec")
@@ -693,6 +801,21 @@ class SectionBuilder:
             j = sub_end[j]
 
     def _table(self, run: etree._Element, c: int) -> None:
+        # the walker's max_table_depth, checked here before the nested tree is built
+        cap = self.limits.max_table_depth
+        if self.table_depth >= cap:
+            raise _limit(
+                self.file,
+                f"tables nested deeper than max_table_depth={cap}",
+                "max_table_depth", self.table_depth + 1, cap, self.part,
+            )
+        self.table_depth += 1
+        try:
+            self._table_body(run, c)
+        finally:
+            self.table_depth -= 1
+
+    def _table_body(self, run: etree._Element, c: int) -> None:
         rec = self.rec
         data = rec.data
         tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end

@@ -187,9 +187,12 @@ class HWPXReader(BasePydanticReader):
         """``data`` read by the reader of format ``kind`` configured like this one."""
         cls = _reader_class(kind)
         if kind in FORMAT_NAMES:
+            name = FORMAT_NAMES[kind]
+            if data.startswith(b"HWP Document File V3"):  # refused by the HWP reader
+                name = "HWP 3.x"
             warnings.warn(
-                f"{file}: the content is {FORMAT_NAMES[kind]}, not {suffix_name(self)} as its "
-                f"name says; read as {FORMAT_NAMES[kind]}",
+                f"{file}: the content is {name}, not {suffix_name(self)} as its "
+                f"name says; read as {name}",
                 HWPXReadWarning,
                 stacklevel=3,
             )
