@@ -89,6 +89,41 @@ def test_update_reindexes_only_changes_and_equals_a_fresh_build(
     assert (updated["nodes"], updated["documents"]) == (built["nodes"], built["documents"])
 
 
+def test_how_a_path_is_spelled_or_where_the_folders_move_changes_nothing(
+    src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 18: indexing with an absolute path and updating with a relative one re-indexed
+    every file and changed every node id. Oracle: the manifest's sources and node ids."""
+    from llama_index_car.pipeline import read_manifest
+
+    idx = tmp_path / "idx"
+    assert _run(capsys, "index", str(src.resolve()), "--persist", str(idx), "--embed", "use",
+                "--no-progress")[0] == 0
+    before = read_manifest(idx)
+    pointer = (idx / CURRENT_NAME).read_text()
+    (tmp_path / "link").symlink_to(src, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    for spelling in ("src", "./src/", "link", str(tmp_path / "link"), f"{src}/../src"):
+        rc, out, err = _run(capsys, "index", spelling, "--persist", "idx", "--update",
+                            "--no-progress")
+        assert rc == 0 and "0 changed or new, 0 removed, 3 unchanged" in out, (spelling, err)
+    assert (idx / CURRENT_NAME).read_text() == pointer  # nothing rewritten
+
+    # move the source and the index folder together: same keys, same node ids
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    shutil.move(str(src), moved / "src")
+    shutil.move(str(idx), moved / "idx")
+    rc, out, err = _run(capsys, "index", str(moved / "src"), "--persist", str(moved / "idx"),
+                        "--update", "--no-progress")
+    assert rc == 0 and "0 changed or new, 0 removed, 3 unchanged" in out, err
+    after = read_manifest(moved / "idx")
+    assert after["sources"] == before["sources"]
+    ids = {i for v in before["sources"].values() for i in v["node_ids"]}
+    assert len(ids) == before["nodes"] > 0
+
+
 def test_update_refuses_options_that_differ_from_the_manifest(
     src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
