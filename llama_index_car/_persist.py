@@ -492,7 +492,6 @@ def _is_ours(target: Path) -> bool:
         not names
         or CURRENT_NAME in names
         or LOCK_NAME in names
-        or MANIFEST_NAME in names
         or names == {STORE_DIR_NAME}  # a local store kept inside an index folder, built first
         or any(_GEN_RE.match(n) for n in names)
     )
@@ -506,36 +505,13 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
-def _legacy_entries(target: Path) -> list[Path]:
-    """Top-level entries of a legacy flat index (files listed by its top-level manifest)."""
-    try:
-        files = read_json(target / MANIFEST_NAME).get("files", {})
-    except (OSError, AttributeError):
-        return []
-    if not isinstance(files, dict):
-        return []
-    tops = {Path(str(name)).parts[0] for name in files if Path(str(name)).parts}
-    safe = [
-        t
-        for t in sorted(tops)
-        if t not in (CURRENT_NAME, LOCK_NAME, "..", ".")
-        and not t.startswith(".")
-        and not _GEN_RE.match(t)
-        and "/" not in t
-        and "\\" not in t
-    ]
-    return [target / t for t in safe] + [target / MANIFEST_NAME]
-
-
-def _collect(target: Path, keep: set[str], legacy: list[Path]) -> None:
-    """Remove generations not in ``keep``, killed writers' leftovers and legacy loose files."""
+def _collect(target: Path, keep: set[str]) -> None:
+    """Remove generations not in ``keep`` and killed writers' leftovers."""
     for entry in target.iterdir():
         if _GEN_RE.match(entry.name) and entry.name not in keep:
             _remove(entry)
         elif entry.name.startswith(".tmp-"):
             _remove(entry)
-    for entry in legacy:
-        _remove(entry)
 
 
 @contextlib.contextmanager
@@ -544,7 +520,7 @@ def replace_dir(target: str | os.PathLike[str], *, lock_timeout: float = 60.0) -
 
     Writers of the same ``target`` are serialised by a lock file. On an exception the new
     generation is removed and ``target`` is unchanged. ``target`` must be absent, empty, or a
-    directory written by this module (or a legacy flat index with a ``manifest.json``):
+    directory written by this module:
     anything else raises :class:`IndexPersistError` instead of being overwritten.
     """
     root = Path(target)
@@ -561,7 +537,6 @@ def replace_dir(target: str | os.PathLike[str], *, lock_timeout: float = 60.0) -
         )
     with _exclusive_lock(root, lock_timeout):
         current = _read_current_lenient(root)
-        legacy = _legacy_entries(root) if (root / MANIFEST_NAME).is_file() else []
         name = _GEN_PREFIX + uuid.uuid4().hex
         gen = root / name
         try:
@@ -589,7 +564,7 @@ def replace_dir(target: str | os.PathLike[str], *, lock_timeout: float = 60.0) -
         except BaseException:
             shutil.rmtree(gen, ignore_errors=True)
             raise
-        _collect(root, {name} | ({current} if current else set()), legacy)
+        _collect(root, {name} | ({current} if current else set()))
 
 
 def _read_current_lenient(root: Path) -> str | None:

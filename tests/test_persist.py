@@ -156,7 +156,9 @@ def test_refuses_to_overwrite_a_foreign_directory(tmp_path: Path) -> None:
         pass
 
 
-def test_legacy_flat_index_is_read_then_replaced_cleanly(tmp_path: Path) -> None:
+def test_a_flat_folder_is_read_in_place_but_never_overwritten(tmp_path: Path) -> None:
+    """A folder with a manifest and no ``CURRENT`` (how a generation's sub-folders such as
+    ``bm25/`` are laid out) reads in place; as a write target it is not ours: refused, kept."""
     target = tmp_path / "idx"
     target.mkdir()
     write_json(target / "a.json", {"value": 5})
@@ -164,12 +166,10 @@ def test_legacy_flat_index_is_read_then_replaced_cleanly(tmp_path: Path) -> None
     write_json(target / "sub" / "b.json", {"value": 5})
     write_manifest(target, kind=KIND, format_version=2)
     assert load_live(target, _load) == 5  # no CURRENT: read in place
-    _persist(target, 6)
-    assert load_live(target, _load) == 6
-    assert sorted(p.name for p in target.iterdir() if not p.name.startswith("gen-")) == [
-        ".lock",
-        CURRENT_NAME,
-    ]
+    before = sorted(p.name for p in target.iterdir())
+    with pytest.raises(IndexPersistError, match="not a llama-index-car index"):
+        _persist(target, 6)
+    assert sorted(p.name for p in target.iterdir()) == before
 
 
 def test_concurrent_writers_are_serialised(tmp_path: Path) -> None:
