@@ -458,12 +458,6 @@ class SectionBuilder:
     def _paragraph(self, parent: etree._Element, i: int) -> None:
         rec = self.rec
         data = rec.data
-        p = etree.SubElement(parent, "p")
-        start = rec.starts[i]
-        if rec.ends[i] - start >= 10:
-            (shape,) = struct.unpack_from("<H", data, start + 8)
-            p.set("paraPrIDRef", str(shape))
-        run = etree.SubElement(p, "run")
         text_at = -1
         ctrls: list[int] = []
         j = i + 1
@@ -478,6 +472,16 @@ class SectionBuilder:
                 elif tag == TAG_CTRL_HEADER:
                     ctrls.append(j)
             j = sub_end[j]
+        if text_at < 0 and not ctrls:
+            return  # an empty paragraph: nothing the walker would read
+        p = etree.SubElement(parent, "p")
+        start = rec.starts[i]
+        if rec.ends[i] - start >= 10:
+            (shape,) = struct.unpack_from("<H", data, start + 8)
+            p.set("paraPrIDRef", str(shape))
+        # text and objects go straight into ``p``: the walker reads a ``run`` only as a
+        # container, and HWP 5 has no run-level properties it would use
+        run = p
         if text_at < 0:
             # no text record: a paragraph holding nothing but (possibly) its controls
             for c in ctrls:
