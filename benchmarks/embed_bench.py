@@ -86,9 +86,9 @@ def load_model(name: str) -> BaseEmbedding:
 
 def hwpx_files(corpus: Path, max_files: int | None) -> list[Path]:
     """The corpus files, in path order, at most ``max_files``."""
-    from llama_index_car.pipeline import find_hwpx_files
+    from llama_index_car.pipeline import find_source_files
 
-    files = find_hwpx_files(corpus)
+    files = find_source_files(corpus)
     return files[:max_files] if max_files else files
 
 

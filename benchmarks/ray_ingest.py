@@ -117,9 +117,9 @@ def main() -> None:
     import ray
 
     from llama_index_car.distributed import ingest_ray
-    from llama_index_car.pipeline import find_hwpx_files
+    from llama_index_car.pipeline import find_source_files
 
-    files = find_hwpx_files(args.corpus)
+    files = find_source_files(args.corpus)
     base = serial(files, args.embed)
     n_nodes = len(base["ids"])
     rows = [("no Ray (1 process, 1 thread, cold)", "", base["wall"], base["cpu"])]

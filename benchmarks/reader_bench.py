@@ -1,7 +1,9 @@
-"""Benchmark: llama-index-readers-hwpx vs python-hwpx on the shared HWPX corpus.
+"""Benchmark: llama-index-readers-hwpx vs peers on the shared corpus, HWPX and binary HWP 5.
 
-Both readers do the same job per file: the document text with tables, and every table
+Each reader does the same job per file: the document text with tables, and every table
 (nested ones included) with each cell's (row, col, row_span, col_span, text).
+
+HWPX (``--corpus``, default ``../shared/corpus/hwpx``):
 
 - ours:        ``HWPXReader().load_data(path)`` (one parse gives text + all tables/cells;
                the cells ride in the Document's structure metadata) and the cell list read
@@ -9,6 +11,16 @@ Both readers do the same job per file: the document text with tables, and every 
 - python-hwpx: ``HwpxDocument.open(path)``, ``export_markdown(doc)`` and a walk over
                ``doc.tables.all`` (recursing into ``cell.tables``) reading ``cell.address``,
                ``cell.span`` and ``cell.text``.
+
+Binary HWP 5 (``--hwp-corpus``, default ``../shared/corpus/hwp``, every ``*.hwp``):
+
+- ours:            ``HWPReader().load_data(path)``, tables counted as above (same model: cells
+                   with coordinates and spans);
+- hwp-hwpx-parser: ``Reader(path)``, ``extract_text()`` and ``get_tables()`` (its API: text,
+                   and tables as grids of strings, without spans or coordinates; Apache-2.0,
+                   ``pip install hwp-hwpx-parser``, a benchmark peer only, never a dependency).
+
+A peer that is not installed is skipped with a message (its row and the ratio column go).
 
 Throughput is measured in-process: each file is processed ``--repeat`` times per reader
 (interleaved) and the fastest time per file is kept; MB/s = total input bytes / sum of
@@ -36,7 +48,8 @@ Each row prints seconds and the time ratio to 1x; linear means ratio ~ size rati
 
 Usage::
 
-    python benchmarks/reader_bench.py [--corpus ../shared/corpus/hwpx] [--repeat 3]
+    python benchmarks/reader_bench.py [--corpus ../shared/corpus/hwpx]
+        [--hwp-corpus ../shared/corpus/hwp] [--formats hwpx,hwp] [--repeat 3]
     python benchmarks/reader_bench.py --scaling [--repeat 3]
 """
 
@@ -53,13 +66,27 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = ROOT / ".." / "shared" / "corpus" / "hwpx"
+DEFAULT_HWP_CORPUS = ROOT / ".." / "shared" / "corpus" / "hwp"
 
 
 def ours(path: Path) -> tuple[int, int]:
-    """(text length, table count) with llama-index-readers-hwpx."""
-    from llama_index.readers.hwpx import STRUCTURE_KEY, HWPXReader
+    """(text length, table count) with llama-index-readers-hwpx's HWPXReader."""
+    from llama_index.readers.hwpx import HWPXReader
 
-    docs = HWPXReader().load_data(path)
+    return _ours(HWPXReader(), path)
+
+
+def ours_hwp(path: Path) -> tuple[int, int]:
+    """(text length, table count) with llama-index-readers-hwpx's HWPReader."""
+    from llama_index.readers.hwpx import HWPReader
+
+    return _ours(HWPReader(), path)
+
+
+def _ours(reader: Any, path: Path) -> tuple[int, int]:
+    from llama_index.readers.hwpx import STRUCTURE_KEY
+
+    docs = reader.load_data(path)
     n_tables = 0
     for doc in docs:
         struct = json.loads(doc.metadata[STRUCTURE_KEY])
@@ -87,9 +114,28 @@ def python_hwpx(path: Path) -> tuple[int, int]:
     return len(text), n_tables
 
 
+def hwp_hwpx_parser(path: Path) -> tuple[int, int]:
+    """(text length, table count) with hwp-hwpx-parser's text and table APIs."""
+    from hwp_hwpx_parser import Reader
+
+    with Reader(str(path)) as r:
+        text = r.extract_text()
+        tables = r.get_tables()
+    return len(text), len(tables)
+
+
 READERS: dict[str, Callable[[Path], tuple[int, int]]] = {
     "llama-index-readers-hwpx": ours,
     "python-hwpx": python_hwpx,
+    "llama-index-readers-hwpx (HWPReader)": ours_hwp,
+    "hwp-hwpx-parser": hwp_hwpx_parser,
+}
+
+#: format -> (file glob, our reader, peer reader, the peer's import name, its pip name)
+SUITES: dict[str, tuple[str, str, str, str, str]] = {
+    "hwpx": ("*.hwpx", "llama-index-readers-hwpx", "python-hwpx", "hwpx", "python-hwpx"),
+    "hwp": ("*.hwp", "llama-index-readers-hwpx (HWPReader)", "hwp-hwpx-parser",
+            "hwp_hwpx_parser", "hwp-hwpx-parser"),
 }
 
 
@@ -205,7 +251,10 @@ def scaling(repeat: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="HWPX folder")
+    ap.add_argument("--hwp-corpus", type=Path, default=DEFAULT_HWP_CORPUS,
+                    help="binary HWP 5 folder")
+    ap.add_argument("--formats", default="hwpx,hwp", help="suites to run (default: %(default)s)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--per-file", action="store_true", help="also print a per-file table")
     ap.add_argument("--memory-child", nargs="+", help=argparse.SUPPRESS)
@@ -217,18 +266,45 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_child:
         memory_child(args.memory_child[0], args.memory_child[1], args.memory_child[2:])
         return 0
-    files = sorted(args.corpus.glob("*.hwpx"))
-    if not files:
-        print(f"no .hwpx files in {args.corpus}", file=sys.stderr)
+    corpora = {"hwpx": args.corpus, "hwp": args.hwp_corpus}
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    unknown = sorted(set(formats) - set(SUITES))
+    if unknown:
+        print(f"unknown --formats {unknown}; choose from {sorted(SUITES)}", file=sys.stderr)
         return 2
+    for i, fmt in enumerate(formats):
+        if i:
+            print()
+        rc = suite(fmt, corpora[fmt], args.repeat, args.per_file)
+        if rc:
+            return rc
+    return 0
+
+
+def suite(fmt: str, corpus: Path, repeat: int, per_file: bool) -> int:
+    """Time our reader and the format's peer on every file of ``corpus``; print the table."""
+    import importlib.util
+
+    pattern, mine, peer, module, pip_name = SUITES[fmt]
+    files = sorted(corpus.glob(pattern))
+    if not files:
+        print(f"no {pattern} files in {corpus}", file=sys.stderr)
+        return 2
+    names = [mine]
+    if importlib.util.find_spec(module) is None:
+        print(f"{peer} is not installed (pip install {pip_name}): its row and the ratio "
+              "column are skipped")
+    else:
+        names.append(peer)
     sizes = {f: f.stat().st_size for f in files}
-    best: dict[str, dict[Path, float]] = {n: {} for n in READERS}
-    tables: dict[str, dict[Path, int]] = {n: {} for n in READERS}
+    best: dict[str, dict[Path, float]] = {n: {} for n in names}
+    tables: dict[str, dict[Path, int]] = {n: {} for n in names}
     for f in files:
-        for warm in READERS.values():
-            warm(f)  # warm-up (imports, caches)
-        for _ in range(args.repeat):
-            for name, fn in READERS.items():
+        for name in names:
+            READERS[name](f)  # warm-up (imports, caches)
+        for _ in range(repeat):
+            for name in names:
+                fn = READERS[name]
                 t0 = time.perf_counter()
                 _, n_tables = fn(f)
                 dt = time.perf_counter() - t0
@@ -238,33 +314,34 @@ def main(argv: list[str] | None = None) -> int:
     largest = max(files, key=lambda f: sizes[f])
     smallest = min(files, key=lambda f: sizes[f])
     rows = []
-    for name in READERS:
+    for name in names:
         secs = sum(best[name].values())
         n_tab = sum(tables[name].values())
         mem_all = measure_memory(name, smallest, files)
         mem_big = measure_memory(name, smallest, [largest])
         rows.append((name, secs, n_tab, mem_all, mem_big))
-    ref_secs = rows[1][1]
+    ref_secs = rows[1][1] if len(rows) > 1 else None
     print(
-        f"Corpus: {len(files)} files, {total_mb:.2f} MB ({args.corpus}); fastest of "
-        f"{args.repeat} runs per file; largest file {largest.name} "
+        f"{fmt.upper()} corpus: {len(files)} files, {total_mb:.2f} MB ({corpus}); fastest of "
+        f"{repeat} runs per file; largest file {largest.name} "
         f"({sizes[largest] / 2**20:.2f} MB)\n"
     )
+    ratio_head = f" speed vs {peer} |" if ref_secs else ""
     print(
         "| reader | seconds | MB/s | tables | tables/s | peak RSS MB (all files) "
-        "| RSS growth MB (largest file) | speed vs python-hwpx |"
+        "| RSS growth MB (largest file) |" + ratio_head
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if ref_secs else ""))
     for name, secs, n_tab, mem_all, mem_big in rows:
+        ratio = f" {ref_secs / secs:.2f}x |" if ref_secs else ""
         print(
             f"| {name} | {secs:.3f} | {total_mb / secs:.2f} | {n_tab} | {n_tab / secs:.0f} | "
-            f"{mem_all['peak_mb']:.0f} | {mem_big['peak_mb'] - mem_big['baseline_mb']:.1f} | "
-            f"{ref_secs / secs:.2f}x |"
+            f"{mem_all['peak_mb']:.0f} | {mem_big['peak_mb'] - mem_big['baseline_mb']:.1f} |"
+            + ratio
         )
-    if args.per_file:
-        print("\n| file | KB | ours ms | python-hwpx ms | ratio | tables (ours / python-hwpx) |")
+    if per_file and len(names) > 1:
+        print(f"\n| file | KB | ours ms | {peer} ms | ratio | tables (ours / {peer}) |")
         print("|---|---:|---:|---:|---:|---|")
-        names = list(READERS)
         for f in files:
             a, b = best[names[0]][f], best[names[1]][f]
             print(

@@ -5,7 +5,7 @@ built by a Ray cluster.
 maps over the list of files, then writes the same index folder on the driver::
 
     ray.data.from_items(files)        one row (and one block) per file: path, file_index
-      .map_batches(_read_parse)       HWPXReader + HWPXNodeParser -> file row + node rows
+      .map_batches(_read_parse)       reader by suffix + HWPXNodeParser -> file + node rows
       .map_batches(_tokenize)         KiwiTokenizer -> per-node term counts
       .map_batches(_embed)            embedding (model created once per worker process)
     driver: rows sorted by (file_index, node_pos) -> nodes in single-process order;
@@ -22,7 +22,7 @@ batch. The vector store is still built on the driver.
 Ray is an optional extra: ``pip install 'llama-index-car[ray]'``. ``ray_address=None``
 starts a local cluster (``num_cpus`` CPUs); ``"auto"`` joins the cluster of this machine;
 ``"ray://host:10001"`` connects a Ray client. Workers must have ``llama-index-car`` and the
-HWPX reader installed (same versions), or receive them through ``runtime_env``; the files must
+Hangul reader package installed (same versions), or receive them through ``runtime_env``; the files must
 be readable at the same path on every worker (a shared or synced folder).
 
 >>> shard = shard_from_term_counts([(["a", "b"], [2, 1]), (["b", "c"], [1, 1])])
@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -144,7 +143,7 @@ def merge_bm25_shards(
 
 # ----------------------------------------------------------------------------- batch maps
 def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> dict[str, list[Any]]:
-    """Batch map: HWPX files -> one file row (``node_pos = -1``) per file plus one row per node.
+    """Batch map: HWP/HWPX/HML files -> one file row (``node_pos = -1``) per file plus one row per node.
 
     Table cells travel in the nodes' own ``cells`` metadata (no ``tables.json``).
 
@@ -153,10 +152,12 @@ def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> d
     """
     from llama_index.core.schema import MetadataMode
     from llama_index.core.storage.docstore.utils import doc_to_json
-    from llama_index.readers.hwpx import HWPXError, HWPXNodeParser, HWPXReader
+    from llama_index.readers.hwpx import HWPXNodeParser
 
-    errors = (HWPXError, OSError, zipfile.BadZipFile, ValueError, KeyError)
-    reader = HWPXReader()
+    from llama_index_car.pipeline import file_extractor, load_source_file, read_errors
+
+    errors = read_errors()
+    readers = file_extractor()
     parser = HWPXNodeParser(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     keys = ("file_index", "node_pos", "path", "error", "documents", "node", "text")
     out: dict[str, list[Any]] = {k: [] for k in keys}
@@ -174,7 +175,7 @@ def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> d
     ):
         fi, path = int(fi), str(path)
         try:
-            docs = reader.load_data(Path(path))
+            docs = load_source_file(Path(path), readers)
         except errors as exc:
             row(fi, -1, path, error=f"{type(exc).__name__}: {exc}")
             continue
@@ -337,7 +338,7 @@ def ingest_ray(
     on_error: Callable[[FileFailure], None] | None = None,
     show_progress: bool = False,
 ) -> RayIngestResult:
-    """Read, parse, tokenize and embed HWPX files on Ray; merge the BM25 shards on the driver.
+    """Read, parse, tokenize and embed HWP/HWPX/HML files on Ray; merge the BM25 shards on the driver.
 
     Args:
         source: a folder (searched recursively) or files, as for ``build_index``.
@@ -355,17 +356,17 @@ def ingest_ray(
 
     Raises:
         MissingDependencyError: ``ray`` is not installed.
-        ConfigurationError: no ``.hwpx`` file, or ``num_cpus`` with a remote address.
+        ConfigurationError: no source file, or ``num_cpus`` with a remote address.
         RayConnectionError: the cluster at ``ray_address`` cannot be joined.
     """
     from llama_index.core.storage.docstore.utils import json_to_doc
 
-    from llama_index_car.pipeline import FileFailure, _sha256_file, find_hwpx_files, source_keys
+    from llama_index_car.pipeline import FileFailure, _sha256_file, find_source_files, source_keys
     from llama_index_car.providers import embed_provider
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
     start = time.perf_counter()
-    files = find_hwpx_files(source)
+    files = find_source_files(source)
     tok = tokenizer if tokenizer is not None else KiwiTokenizer()
     provider = embed_provider(embed)
     ray = _ray()

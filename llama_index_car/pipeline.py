@@ -1,6 +1,7 @@
 """Build, persist and load a local criterion-aware index folder (used by the CLI and demo).
 
-One call turns a folder of HWPX files into a self-contained directory::
+One call turns a folder of Hangul documents (binary HWP 5 ``.hwp``, HWPX ``.hwpx``, HWPML
+``.hml``, mixed freely) into a self-contained directory::
 
     PERSIST_DIR/
       car_index.json      manifest: format_version, embedding spec, chunking, counts, failures
@@ -10,7 +11,8 @@ One call turns a folder of HWPX files into a self-contained directory::
 Table cells (coordinates and text) travel in each table node's ``cells`` metadata
 (:func:`~llama_index.readers.hwpx.node_cells` decodes them).
 
-Pipeline: HWPX files → :class:`~llama_index.readers.hwpx.HWPXReader` → documents →
+Pipeline: files → the reader of each suffix (:func:`file_extractor`: ``HWPReader``,
+``HWPXReader``, ``HMLReader``; one table model) → documents →
 :class:`~llama_index.readers.hwpx.HWPXNodeParser` (``chunk_size=1000``, ``chunk_overlap=150``
 tokens) → nodes → dense vectors (default: the offline
 :class:`~llama_index_car.embeddings.e5.MultilingualE5Embedding`, or whatever
@@ -39,7 +41,7 @@ Files that cannot be read are reported (``BuildSummary.failures`` and the ``on_e
 callback) and skipped; they never abort the build.
 
 >>> from llama_index_car.demo import demo_corpus_dir
->>> [p.name for p in find_hwpx_files(demo_corpus_dir())][:2]
+>>> [p.name for p in find_source_files(demo_corpus_dir())][:2]
 ['dg2012_tunnel.hwpx', 'dg2015_rest.hwpx']
 >>> BuildSummary("idx", files=2, documents=2, nodes=7, table_nodes=1).line()
 '2 files → 2 documents → 7 nodes (1 table); 0 failed; persisted to idx in 0.0 s'
@@ -72,6 +74,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.indices.vector_store.base import VectorStoreIndex
     from llama_index.core.llms import LLM
     from llama_index.core.schema import BaseNode, Document
+    from llama_index.readers.hwpx import HWPXReader
 
     from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
@@ -85,7 +88,11 @@ __all__ = [
     "LocalIndex",
     "NothingToIndexError",
     "build_index",
-    "find_hwpx_files",
+    "SOURCE_SUFFIXES",
+    "file_extractor",
+    "find_source_files",
+    "load_source_file",
+    "read_errors",
     "load_index",
     "load_retriever",
     "parse_nodes",
@@ -156,13 +163,45 @@ class BuildSummary:
 
 
 # ----------------------------------------------------------------------------- reading
-def find_hwpx_files(source: str | Path | Sequence[str | Path]) -> list[Path]:
-    """The ``*.hwpx`` files under ``source`` (a folder, searched recursively, or file paths).
+#: the suffixes a source folder is searched for (case-insensitive): binary HWP 5, HWPX, HWPML
+SOURCE_SUFFIXES: tuple[str, ...] = (".hwp", ".hwpx", ".hml")
+#: how messages name them
+SOURCE_FORMATS = ".hwp, .hwpx or .hml"
+
+
+def read_errors() -> tuple[type[Exception], ...]:
+    """What a reader raises for a file it cannot read (a :class:`FileFailure`, never an
+    aborted build): ``HWPXError`` (and its HWP/HML subclasses), ``OSError``, a broken zip,
+    malformed XML (``ValueError``), a missing part (``KeyError``)."""
+    from llama_index.readers.hwpx import HWPXError
+
+    return (HWPXError, OSError, zipfile.BadZipFile, ValueError, KeyError)
+
+
+def file_extractor() -> dict[str, HWPXReader]:
+    """One reader per source suffix, for ``SimpleDirectoryReader(file_extractor=...)`` and
+    :func:`read_documents`: ``.hwp`` → :class:`~llama_index.readers.hwpx.HWPReader`,
+    ``.hwpx`` → :class:`~llama_index.readers.hwpx.HWPXReader`, ``.hml`` →
+    :class:`~llama_index.readers.hwpx.HMLReader` (default settings). Each reads a file by its
+    content, so one whose bytes are another of the three formats is read by that format's
+    reader with one ``HWPXReadWarning``.
+
+    >>> sorted(file_extractor())
+    ['.hml', '.hwp', '.hwpx']
+    """
+    from llama_index.readers.hwpx import HMLReader, HWPReader, HWPXReader
+
+    return {".hwp": HWPReader(), ".hwpx": HWPXReader(), ".hml": HMLReader()}
+
+
+def find_source_files(source: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The ``*.hwp``, ``*.hwpx`` and ``*.hml`` files under ``source`` (a folder, searched
+    recursively, or file paths: a file is taken whatever its suffix).
 
     Sorted by path so builds are deterministic.
 
     Raises:
-        ConfigurationError: a path does not exist, or no ``.hwpx`` file was found.
+        ConfigurationError: a path does not exist, or no such file was found.
     """
     sources = [source] if isinstance(source, str | Path) else list(source)
     files: list[Path] = []
@@ -170,14 +209,26 @@ def find_hwpx_files(source: str | Path | Sequence[str | Path]) -> list[Path]:
         p = Path(src)
         if p.is_dir():
             # not only regular files: a directory or FIFO named *.hwpx is a listed failure
-            files.extend(q for q in p.rglob("*") if q.suffix.lower() == ".hwpx")
+            files.extend(q for q in p.rglob("*") if q.suffix.lower() in SOURCE_SUFFIXES)
         elif p.is_file():
             files.append(p)
         else:
-            raise ConfigurationError(f"{p} does not exist; pass a folder of .hwpx files")
+            raise ConfigurationError(
+                f"{p} does not exist; pass a folder of {SOURCE_FORMATS} files"
+            )
     if not files:
-        raise ConfigurationError(f"no .hwpx files found in {', '.join(map(str, sources))}")
+        raise ConfigurationError(
+            f"no {SOURCE_FORMATS} files found in {', '.join(map(str, sources))}"
+        )
     return sorted(set(files))
+
+
+def load_source_file(path: Path, readers: dict[str, HWPXReader]) -> list[Document]:
+    """The documents of one file, read by ``readers[suffix]`` (:func:`file_extractor`);
+    another suffix (a file named on the command line) goes to the HWPX reader, which reads
+    it by its content. Raises what the reader raises (:func:`read_errors`)."""
+    reader = readers.get(path.suffix.lower(), readers[".hwpx"])
+    return reader.load_data(path)
 
 
 def source_keys(source: str | Path | Sequence[str | Path], files: Sequence[Path]) -> dict[str, str]:
@@ -235,20 +286,21 @@ def read_documents(
     show_progress: bool = False,
     on_error: Callable[[FileFailure], None] | None = None,
 ) -> tuple[list[Document], list[FileFailure]]:
-    """Read HWPX files with :class:`HWPXReader` (one document per file, tables kept).
+    """Read HWP 5, HWPX and HWPML files, each by the reader of its suffix
+    (:func:`load_source_file`; one document per file, tables kept).
 
-    A file that fails to parse (``HWPXError``, a broken zip, an unreadable path, malformed
-    XML) is recorded as a :class:`FileFailure`, passed to ``on_error`` and skipped.
+    A file that fails to parse (``HWPXError`` and its HWP/HML subclasses, a broken zip or OLE
+    file, an unreadable path, malformed XML) is recorded as a :class:`FileFailure`, passed to
+    ``on_error`` and skipped.
     """
-    from llama_index.readers.hwpx import HWPXError, HWPXReader
-
-    reader = HWPXReader()
+    errors = read_errors()
+    readers = file_extractor()
     documents: list[Document] = []
     failures: list[FileFailure] = []
     for path in _progress(files, show_progress, "reading"):
         try:
-            docs = reader.load_data(path)
-        except (HWPXError, OSError, zipfile.BadZipFile, ValueError, KeyError) as exc:
+            docs = load_source_file(Path(path), readers)
+        except errors as exc:
             failure = FileFailure(str(path), f"{type(exc).__name__}: {exc}")
             failures.append(failure)
             if on_error is not None:
@@ -337,7 +389,7 @@ def _stored_embeddings(index: VectorStoreIndex) -> dict[str, list[float]] | None
 
 def _sha256_file(path: Path) -> str:
     """The file's sha256; ``"unreadable:<reason>"`` for a directory, FIFO or unreadable path
-    named ``*.hwpx`` (listed as a failure, re-tried by ``--update`` once that changes)."""
+    named like a source file (listed as a failure, re-tried by ``--update`` once that changes)."""
     import hashlib
 
     if not path.is_file():
@@ -575,10 +627,11 @@ def build_index(
     store: str | None = None,
     update: bool = False,
 ) -> BuildSummary:
-    """Index HWPX files into ``persist_dir`` (see the module docstring for the layout).
+    """Index HWP 5, HWPX and HWPML files into ``persist_dir`` (see the module docstring).
 
     Args:
-        source: a folder (searched recursively for ``*.hwpx``) or a list of files.
+        source: a folder (searched recursively for ``*.hwp``, ``*.hwpx``, ``*.hml``) or a
+            list of files.
         persist_dir: output folder; must be empty or absent unless ``overwrite``/``update``.
         embed_model: any LlamaIndex embedding; default: ``embed`` resolved by
             :func:`llama_index_car.providers.resolve_embed_model` (``"e5"`` = offline
@@ -599,7 +652,7 @@ def build_index(
             nodes of files that vanished (:func:`update_index`).
 
     Raises:
-        ConfigurationError: no ``.hwpx`` files, nothing parseable, a non-empty
+        ConfigurationError: no source files, nothing parseable, a non-empty
             ``persist_dir`` without ``overwrite``, or (``update``) options that differ from
             the folder's manifest.
     """
@@ -618,7 +671,7 @@ def build_index(
                           "it (--update)")
     record = store_record(store)
     store_uri = store_uri_for(record, out, store) if record else None
-    files = find_hwpx_files(source)
+    files = find_source_files(source)
     keys = source_keys(source, files)
     hashes = {str(f): _sha256_file(f) for f in files}
     documents, failures = read_documents(files, show_progress=show_progress, on_error=on_error)
@@ -825,7 +878,7 @@ def update_index(
             f"--update: --store {store!r} differs from {root / MANIFEST_NAME}, which keeps "
             "its vectors in the folder; drop --store or rebuild"
         )
-    files = find_hwpx_files(source)
+    files = find_source_files(source)
     keys = source_keys(source, files)
     hashes = {keys[str(f)]: _sha256_file(f) for f in files}
     sources: dict[str, dict[str, Any]] = dict(manifest["sources"])
@@ -945,7 +998,7 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise IndexPersistError(
             f"{path} not found; {persist_dir} is not an index folder "
-            "(create one with: llama-car index HWPX_DIR --persist DIR)"
+            "(create one with: llama-car index SOURCE_DIR --persist DIR)"
         )
     try:
         manifest = _persist.read_json(path)  # regular file, bounded size and nesting

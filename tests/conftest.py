@@ -56,3 +56,26 @@ def _private_embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterat
         os.environ.pop("LLAMA_CAR_CACHE", None)
     else:
         os.environ["LLAMA_CAR_CACHE"] = old
+
+
+#: a folder mixing every format the project reads: ``{name in the folder: path under
+#: ../shared/corpus}`` (small real files; ``hwp5_named.hwpx`` holds HWP 5 bytes)
+MIXED_FORMATS = {
+    "nodehwp-table-simple-1.hwp": "hwp/nodehwp-table-simple-1.hwp",
+    "kaist-055.hwp": "hwp/kaist-055.hwp",
+    "hwpxlib_table_small.hwpx": "hwpx/hwpxlib_table_small.hwpx",
+    "osk_textbox_table.hml": "hml/osk_textbox_table.hml",
+    "sub/kaist_double_major_form.hml": "hml/kaist_double_major_form.hml",
+    "hwp5_named.hwpx": "hwp/issue1510_coanchored_float_tables.hwp",
+}
+
+
+def copy_mixed_formats(shared: Path, dest: Path) -> Path:
+    """Copy :data:`MIXED_FORMATS` from ``shared/corpus`` into ``dest`` (made writable)."""
+    import shutil
+
+    for name, rel in MIXED_FORMATS.items():
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shared / "corpus" / rel, target)
+    return dest

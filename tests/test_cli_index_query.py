@@ -460,3 +460,90 @@ def test_printed_fields_are_bounded_unless_full(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert out.count(huge) == 20 and "제목" * 500 in out
     assert FIELD_CHARS < LINE_CHARS
+
+
+# ----------------------------------------------------------------------------- every format
+def test_index_without_source_files_names_every_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "notes.txt").write_text("한글 문서가 아닙니다", encoding="utf-8")
+    rc = main(["index", str(src), "--persist", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "no .hwp, .hwpx or .hml files found" in err and len(err.strip().splitlines()) == 1
+
+
+def _oracle_texts(src: Path) -> dict[str, list[str]]:
+    """``{key: sorted node texts}``: each file read by the reader of the format its bytes
+    are (chosen here by where the file came from, not by the pipeline's suffix rule)."""
+    from llama_index.readers.hwpx import HMLReader, HWPReader, HWPXNodeParser, HWPXReader
+
+    from tests.conftest import MIXED_FORMATS
+
+    by_origin = {"hwp": HWPReader, "hwpx": HWPXReader, "hml": HMLReader}
+    parser = HWPXNodeParser(chunk_size=1000, chunk_overlap=150)
+    out = {}
+    for name, rel in MIXED_FORMATS.items():
+        reader = by_origin[rel.split("/")[0]]()
+        docs = reader.load_data(src / name)
+        out[name] = sorted(n.get_content() for n in parser.get_nodes_from_documents(docs))
+    return out
+
+
+@pytest.mark.corpus
+def test_index_reads_hwp_hwpx_and_hml_in_one_folder(
+    shared_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llama_index_car.pipeline import doc_key, load_index
+    from tests.conftest import MIXED_FORMATS, copy_mixed_formats
+
+    src = copy_mixed_formats(shared_dir, tmp_path / "src")
+    out = tmp_path / "idx"
+    rc = main(["index", str(src), "--persist", str(out), "--embed", "use", "--no-progress"])
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err
+    n = len(MIXED_FORMATS)
+    assert f"{n} files → {n} documents" in printed.out and "; 0 failed;" in printed.out
+    # the HWP 5 bytes named .hwpx: read by content, one warning line naming the file
+    warned = [line for line in printed.err.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and "hwp5_named.hwpx" in warned[0] and "HWP 5" in warned[0]
+    assert "skipped" not in printed.err
+    manifest = json.loads((live_dir(out) / "car_index.json").read_text(encoding="utf-8"))
+    assert sorted(manifest["sources"]) == sorted(MIXED_FORMATS)
+    assert all(s["node_ids"] and not s["failed"] for s in manifest["sources"].values())
+    nodes = load_index(out).bm25.nodes
+    got: dict[str, list[str]] = {}
+    for node in nodes:
+        got.setdefault(doc_key(node.ref_doc_id), []).append(node.get_content())
+    assert {k: sorted(v) for k, v in got.items()} == _oracle_texts(src)
+    tables = {doc_key(n.ref_doc_id) for n in nodes if n.metadata.get("cells")}
+    assert {"nodehwp-table-simple-1.hwp", "hwpxlib_table_small.hwpx",
+            "sub/kaist_double_major_form.hml", "hwp5_named.hwpx"} <= tables
+
+
+@pytest.mark.corpus
+def test_simple_directory_reader_with_the_file_extractor(
+    shared_dir: Path, tmp_path: Path
+) -> None:
+    from llama_index.core import SimpleDirectoryReader
+
+    from llama_index_car.pipeline import file_extractor
+    from tests.conftest import MIXED_FORMATS, copy_mixed_formats
+
+    src = copy_mixed_formats(shared_dir, tmp_path / "src")
+    with pytest.warns(UserWarning, match="hwp5_named.hwpx: the content is HWP 5"):
+        docs = SimpleDirectoryReader(
+            str(src), recursive=True, file_extractor=file_extractor()
+        ).load_data()
+    assert sorted(d.metadata["file_name"] for d in docs) == sorted(
+        Path(name).name for name in MIXED_FORMATS)
+    oracle = _oracle_texts(src)
+    from llama_index.readers.hwpx import HWPXNodeParser
+
+    parser = HWPXNodeParser(chunk_size=1000, chunk_overlap=150)
+    for doc in docs:
+        key = Path(doc.metadata["file_path"]).relative_to(src).as_posix()
+        texts = sorted(n.get_content() for n in parser.get_nodes_from_documents([doc]))
+        assert texts == oracle[key], key

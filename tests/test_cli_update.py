@@ -181,3 +181,36 @@ def test_store_build_update_and_query(
     for q in QUESTIONS:  # same nodes, same vectors; store scores equal to 1e-4
         assert [i for i, _ in dense[q]] == [i for i, _ in expected[q]]
     assert _hits(capsys, idx, "bm25", *again) == _hits(capsys, fresh, "bm25")
+
+
+@pytest.mark.corpus
+def test_update_over_a_folder_of_every_format(
+    shared_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder mixing ``.hwp``, ``.hwpx`` and ``.hml``: ``--update`` picks up an added
+    ``.HWP`` (suffix case ignored) and a removed ``.hml``, and equals a fresh build."""
+    from llama_index_car.pipeline import read_manifest
+    from tests.conftest import MIXED_FORMATS, copy_mixed_formats
+
+    src = copy_mixed_formats(shared_dir, tmp_path / "src")
+    idx = tmp_path / "idx"
+    rc, out, err = _run(capsys, "index", str(src), "--persist", str(idx), "--embed", "use",
+                        "--no-progress")
+    assert rc == 0 and "; 0 failed;" in out, err
+    shutil.copyfile(shared_dir / "corpus" / "hwp" / "hwp2hwpx-table.hwp", src / "ADDED.HWP")
+    (src / "osk_textbox_table.hml").unlink()
+    rc, out, err = _run(capsys, "index", str(src), "--persist", str(idx), "--update",
+                        "--no-progress")
+    assert rc == 0, err
+    n = len(MIXED_FORMATS)
+    assert f"1 changed or new, 1 removed, {n - 1} unchanged" in out and "; 0 failed;" in out
+    updated = read_manifest(idx)
+    assert "ADDED.HWP" in updated["sources"] and "osk_textbox_table.hml" not in updated["sources"]
+    assert updated["sources"]["ADDED.HWP"]["node_ids"]
+    fresh = tmp_path / "fresh"
+    assert _run(capsys, "index", str(src), "--persist", str(fresh), "--embed", "use",
+                "--no-progress")[0] == 0
+    built = read_manifest(fresh)
+    assert updated["sources"] == built["sources"]  # same content-addressed node ids
+    assert (updated["nodes"], updated["documents"]) == (built["nodes"], built["documents"])
+    assert _hits(capsys, idx, "bm25") == _hits(capsys, fresh, "bm25")

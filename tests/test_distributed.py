@@ -3,7 +3,8 @@
 One local Ray cluster with 2 CPUs (2 workers) indexes a small corpus: three HWPX files built
 in code (sections, a table, shared and rare terms), one broken file, a directory named
 ``*.hwpx``, and — when ``../shared``
-is present — three small files of the shared corpus and one of its ``bad/`` files. The same
+is present — three small files of the shared corpus, one of its ``bad/`` files, and a binary
+HWP 5, an HWPML and an HWP 5 file named ``.hwpx``. The same
 corpus is indexed by ``build_index`` in this process. Oracles: the single-process folder
 (node JSON incl. table cells, vectors, BM25 counts, manifest, folder listing, hypothesizer
 files byte for byte) and
@@ -44,6 +45,9 @@ from tests.conftest import SHARED
 
 QUERIES = ["배수시설 설치기준", "터널 환기 설비 용량", "포장 두께 설치", "난간 높이 1.1 m", "없는단어"]
 SHARED_FILES = ("hwpjs_outline.hwpx", "hwpxlib_table_small.hwpx", "osk_textbox_table.hwpx")
+OTHER_FORMATS = {"g_table.hwp": "hwp/nodehwp-table-simple-1.hwp",
+                 "g_form.hml": "hml/kaist_double_major_form.hml",
+                 "g_hwp5_named.hwpx": "hwp/kaist-055.hwp"}
 
 
 class BigramHashEmbedding(BaseEmbedding):
@@ -140,6 +144,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for name in SHARED_FILES:
             shutil.copy(src / name, root / f"e_{name}")
         shutil.copy(src / "bad" / "encrypted_password_12345.hwpx", root / "f_encrypted.hwpx")
+        for name, rel in OTHER_FORMATS.items():  # binary HWP 5 and HWPML read like HWPX
+            shutil.copyfile(SHARED / "corpus" / rel, root / name)
     return root
 
 
@@ -192,6 +198,11 @@ def test_failures_are_recorded_not_fatal(built: dict[str, Any], corpus: Path) ->
     assert (remote.files, remote.documents, remote.nodes, remote.table_nodes) == (
         local.files, local.documents, local.nodes, local.table_nodes)
     assert remote.nodes > 6
+    if SHARED.is_dir():  # every format read on the workers, none a failure
+        assert not {str(corpus / n) for n in OTHER_FORMATS} & {f.path for f in remote.failures}
+        sources = json.loads((live_dir(built["out"] / "ray") / "car_index.json").read_text())[
+            "sources"]
+        assert all(sources[n]["node_ids"] for n in OTHER_FORMATS)
 
 
 @pytest.mark.slow

@@ -140,3 +140,51 @@ def test_preserve_shared_corpus(tmp_path: Path) -> None:
     assert set(by["PDF (union)"]["documents"]) <= twins_pdf
     assert set(by["HML"]["documents"]) == twins_hml
     assert 0.0 < by["PDF (union)"]["summary"]["2x2"]["preservation"] <= 1.0
+
+
+@pytest.mark.corpus
+def test_preserve_hwp_is_ground_truth_where_no_hwpx_twin(tmp_path: Path) -> None:
+    """``--hwp``: HWP 5 files without an HWPX twin become ground truth, so HML exports of
+    HWP originals are scored; an HWP 5 file with an HWPX twin is the ``HWP 5`` pathway."""
+    hwp_src = SHARED / "corpus" / "hwp"
+    if not (hwp_src / "twins").is_dir():
+        pytest.skip("../shared/corpus/hwp is not present")
+    from llama_index.readers.hwpx import HMLReader
+
+    from llama_index_car.evaluation.preservation import ground_truth
+
+    h, w, m = tmp_path / "hwpx", tmp_path / "hwp", tmp_path / "hml"
+    with_hml = ["kaist-055", "nodehwp-table-simple-1"]
+    for stem in with_hml:
+        _link(hwp_src / f"{stem}.hwp", w)
+        _link(hwp_src / "twins" / f"{stem}.hml", m)
+    _link(hwp_src / "hwp2hwpx-table.hwp", w)
+    _link(hwp_src / "twins" / "hwp2hwpx-table.hwpx", h)
+    without = tmp_path / "without"
+    assert main(["preserve", str(h), "--hml", str(m), "--out", str(without),
+                 "--no-progress"]) == 0
+    before = json.loads((without / "results.json").read_text())
+    assert {Path(u["file"]).stem for u in before["unpaired"]} == set(with_hml)
+
+    out = tmp_path / "out"
+    assert main(["preserve", str(h), "--hwp", str(w), "--hml", str(m), "--out", str(out),
+                 "--no-progress"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["ground_truth"] == {"hwp2hwpx-table": "hwpx", "kaist-055": "hwp",
+                                   "nodehwp-table-simple-1": "hwp"}
+    assert res["unpaired"] == [] and res["unreadable"] == []
+    by = {row["pathway"]: row for row in res["pathways"]}
+    assert set(by) == {"HWPX (self-test)", "HWP 5 (self-test)", "HWP 5", "HML"}
+    assert by["HML"]["documents"] == with_hml
+    assert by["HWP 5"]["documents"] == ["hwp2hwpx-table"]
+    # oracle: the HML twins' own tables (another format, written by Hangul) hold as many
+    # ground-truth cells as the HWP 5 files they were exported from
+    twin_cells = sum(len(t.values) for stem in with_hml
+                     for t in ground_truth(HMLReader().load_tables(m / f"{stem}.hml")))
+    assert by["HML"]["summary"]["all"]["cells"] == twin_cells > 0
+    assert by["HWP 5 (self-test)"]["summary"]["all"]["preservation"] == 1.0
+    for name in ("HML", "HWP 5"):
+        assert by[name]["summary"]["all"]["preservation"] == 1.0, name
+    report = (out / "report.md").read_text()
+    assert f"--hwp {w}" in report and "2 from binary HWP 5" in report
+    assert "| HWP 5 (self-test) | all |" in report

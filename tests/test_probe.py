@@ -144,8 +144,8 @@ def test_cli_probe_help_has_example(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.corpus
 def test_hwpx_sections_load(shared_dir: Path) -> None:
-    from llama_index_car.evaluation.probe import load_sections_hwpx
+    from llama_index_car.evaluation.probe import load_sections_folder
 
-    secs = load_sections_hwpx(shared_dir / "corpus" / "hwpx")
+    secs = load_sections_folder(shared_dir / "corpus" / "hwpx")
     assert len(secs) > 50
     assert all(s.title and not s.body.startswith("## ") for s in secs)

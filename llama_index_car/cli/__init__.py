@@ -12,11 +12,12 @@ happen inside ``run`` so ``llama-car --help`` stays instant.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from llama_index_car._errors import CarError
@@ -70,6 +71,28 @@ def show_progress(args: argparse.Namespace) -> bool:
         return False
     isatty = getattr(sys.stderr, "isatty", None)
     return bool(isatty and isatty())
+
+
+@contextlib.contextmanager
+def reader_warnings_to_stderr() -> Iterator[None]:
+    """While active, each ``HWPXReadWarning`` (a file read by its content rather than its
+    name, a structural oddity) is one line on stderr, ``warning: <message>``, as it happens;
+    other warnings keep Python's handling."""
+    from llama_index.readers.hwpx import HWPXReadWarning
+
+    with warnings.catch_warnings():
+        previous = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: object = None, line: str | None = None) -> None:
+            if issubclass(category, HWPXReadWarning):
+                print(f"warning: {_one_line(Exception(message))}", file=sys.stderr)
+            else:
+                previous(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
+
+        warnings.simplefilter("always", HWPXReadWarning)
+        warnings.showwarning = show
+        yield
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""``llama-car index HWPX_DIR --persist DIR``: build a local criterion-aware index folder.
+"""``llama-car index SOURCE_DIR --persist DIR``: build a local criterion-aware index folder.
 
 ``--update`` re-indexes only the files whose content (sha256) changed or that are new, and
 removes the nodes of files that vanished; options it is given must match the folder's
@@ -11,7 +11,9 @@ are taken from it. ``--store`` keeps the vectors in a real vector store
 updates need the same ``--store`` again (or ``$LLAMA_CAR_STORE``): an index folder records the
 store's kind and a fingerprint, never where to connect.
 
-Reads every ``*.hwpx`` under ``HWPX_DIR`` (recursively), splits it into section, paragraph
+Reads every ``*.hwp`` (binary HWP 5), ``*.hwpx`` and ``*.hml`` (HWPML) under ``SOURCE_DIR``
+(recursively, mixed freely; a file whose bytes are another of the three formats is read by its
+content, with one warning), splits it into section, paragraph
 and table nodes, embeds them (offline multilingual-e5-small by default, through the
 shared embedding cache so a rebuild re-embeds nothing) and writes the vector store, the Kiwi
 BM25 index and the criterion hypothesizer into ``DIR`` (see :mod:`llama_index_car.pipeline`).
@@ -27,7 +29,12 @@ import argparse
 import sys
 from typing import Any
 
-from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
+from llama_index_car.cli import (
+    add_cache_and_progress_options,
+    add_embed_option,
+    reader_warnings_to_stderr,
+    show_progress,
+)
 from llama_index_car.cli._args import (
     existing_path,
     nonneg_int,
@@ -49,14 +56,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``index`` on the ``llama-car`` subparsers."""
     p: argparse.ArgumentParser = subparsers.add_parser(
         "index",
-        help="index a folder of HWPX files into a local index folder",
+        help="index a folder of HWP, HWPX and HML files into a local index folder",
         description=__doc__.splitlines()[0].split(": ", 1)[-1],
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "source", metavar="HWPX_DIR", type=existing_path,
-        help="folder of .hwpx files (or one file)",
+        "source", metavar="SOURCE_DIR", type=existing_path,
+        help="folder of .hwp, .hwpx and .hml files, searched recursively (or one file)",
     )
     p.add_argument(
         "--persist", metavar="DIR", type=output_dir, required=True, help="output index folder"
@@ -124,19 +131,20 @@ def run(args: argparse.Namespace) -> int:
 
         build = ray_builder(args.ray)
     try:
-        summary = build(
-            args.source,
-            args.persist,
-            embed=args.embed,
-            chunk_size=args.chunk_size,
-            chunk_overlap=args.chunk_overlap,
-            show_progress=show_progress(args),
-            cache_dir=args.cache_dir,
-            overwrite=args.overwrite,
-            on_error=report,
-            store=args.store,
-            update=args.update,
-        )
+        with reader_warnings_to_stderr():
+            summary = build(
+                args.source,
+                args.persist,
+                embed=args.embed,
+                chunk_size=args.chunk_size,
+                chunk_overlap=args.chunk_overlap,
+                show_progress=show_progress(args),
+                cache_dir=args.cache_dir,
+                overwrite=args.overwrite,
+                on_error=report,
+                store=args.store,
+                update=args.update,
+            )
     except NothingToIndexError as exc:
         print(f"llama-car index: {exc}", file=sys.stderr)
         return 1

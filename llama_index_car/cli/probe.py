@@ -14,8 +14,8 @@ examples:
   llama-car probe ../shared/corpus/hwpx --out out/probe-hwpx
   llama-car probe sections.jsonl --embed openai --max-sections 80 --seed 0 --out out/probe
 
-CORPUS is an HWPX folder (heading sections via HWPXReader + HWPXNodeParser) or a JSONL file
-of {"title": ..., "body": ...}. Outputs DIR/probe.json, DIR/probe.md (Table 3 contrasts,
+CORPUS is a folder of .hwp, .hwpx and .hml files (heading sections via the reader of each
+suffix + HWPXNodeParser) or a JSONL file of {"title": ..., "body": ...}. Outputs DIR/probe.json, DIR/probe.md (Table 3 contrasts,
 rank displacement), DIR/probe.png (orig / cfb / cfs / cf).
 """
 
@@ -31,7 +31,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("corpus", metavar="CORPUS", type=existing_path, help="HWPX folder or JSONL of {title, body}")
+    p.add_argument("corpus", metavar="CORPUS", type=existing_path, help="folder of .hwp/.hwpx/.hml files, or JSONL of {title, body}")
     p.add_argument("--out", required=True, metavar="DIR", type=output_dir,
                    help="output folder")
     add_embed_option(p)

@@ -1,7 +1,8 @@
 """Level-1 pathway comparison (paper §5.6, Table 7, Figure 7): run and report.
 
 :func:`run_preservation` pairs an HWPX folder with PDF and/or HML folders by base name (file
-stem), reads the ground truth with :class:`HWPXReader`, the HML pathway with
+stem), reads the ground truth with :class:`HWPXReader` (and, for documents without an HWPX
+twin, binary HWP 5 with :class:`HWPReader`), the HML pathway with
 :class:`HMLReader` and the PDF pathway with :func:`extract_pdf_tables`, and scores every pathway
 with :mod:`.preservation`. Unpaired and unreadable files are listed in the results, never fatal.
 :func:`render_preservation_report` writes the Table 7-shaped markdown and
@@ -39,18 +40,31 @@ Grid = list[list[str]]
 ROBUSTNESS_MIN_CHARS: tuple[int, ...] = (2, 3)
 
 
-def _files(folder: str | os.PathLike[str] | None, suffix: str) -> dict[str, Path]:
-    """Files with ``suffix`` directly in ``folder`` (not recursive), keyed by stem."""
-    if folder is None:
-        return {}
-    p = Path(folder)
-    if not p.is_dir():
-        from llama_index_car._errors import ConfigurationError
+Folders = str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None
 
-        raise ConfigurationError(f"{folder}: not a directory")
-    return {
-        f.stem: f for f in sorted(p.iterdir()) if f.is_file() and f.suffix.lower() == suffix
-    }
+
+def _folder_list(folders: Folders) -> list[str]:
+    if folders is None:
+        return []
+    if isinstance(folders, str | os.PathLike):
+        return [str(folders)]
+    return [str(f) for f in folders]
+
+
+def _files(folders: Folders, suffix: str) -> dict[str, Path]:
+    """Files with ``suffix`` directly in ``folders`` (not recursive), keyed by stem; with
+    several folders, the first folder holding a stem wins."""
+    out: dict[str, Path] = {}
+    for folder in _folder_list(folders):
+        p = Path(folder)
+        if not p.is_dir():
+            from llama_index_car._errors import ConfigurationError
+
+            raise ConfigurationError(f"{folder}: not a directory")
+        for f in sorted(p.iterdir()):
+            if f.is_file() and f.suffix.lower() == suffix:
+                out.setdefault(f.stem, f)
+    return out
 
 
 def _grid(table: Any) -> Grid:
@@ -113,30 +127,37 @@ def _pathway_block(
 def run_preservation(
     hwpx_dir: str | os.PathLike[str],
     pdf_dir: str | os.PathLike[str] | None = None,
-    hml_dir: str | os.PathLike[str] | None = None,
+    hml_dir: Folders = None,
     *,
+    hwp_dir: Folders = None,
     engines: Sequence[str] = ("pymupdf", "pdfplumber"),
     per_engine: bool = True,
     stitch: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Score the HWPX self-test and each given pathway; returns the JSON-able results.
+    """Score the ground-truth self-test and each given pathway; returns the JSON-able results.
 
-    ``per_engine`` also scores each PDF engine alone (from the same extraction) when more
-    than one engine is used; ``stitch`` adds a row for the PDF tables joined across page
-    breaks (:func:`stitch_pages`, beyond the paper)."""
-    from llama_index.readers.hwpx import HMLReader, HWPXError, HWPXReader
+    Ground truth: the tables of each ``.hwpx`` in ``hwpx_dir``; with ``hwp_dir`` (one folder
+    or several), the tables of each binary HWP 5 file whose base name has no readable HWPX
+    there (read by :class:`HWPReader`, the same table model). An HWP 5 file that has an HWPX
+    twin is scored instead, as the ``HWP 5`` pathway. ``hml_dir`` may also be several folders
+    (the first holding a base name wins). ``per_engine`` also scores each PDF engine alone
+    (from the same extraction) when more than one engine is used; ``stitch`` adds a row for
+    the PDF tables joined across page breaks (:func:`stitch_pages`, beyond the paper)."""
+    from llama_index.readers.hwpx import HMLReader, HWPReader, HWPXError, HWPXReader
 
     say = progress or (lambda msg: None)
     if pdf_dir is not None:
         engines = check_engines(engines)
     hwpx = _files(hwpx_dir, ".hwpx")
+    hwps = _files(hwp_dir, ".hwp")
     pdfs = _files(pdf_dir, ".pdf")
     hmls = _files(hml_dir, ".hml")
     unreadable: list[dict[str, str]] = []
     unpaired: list[dict[str, str]] = []
 
     gt: dict[str, list[GTTable]] = {}
+    source: dict[str, str] = {}
     self_rec: dict[str, list[Grid]] = {}
     for stem, path in hwpx.items():
         try:
@@ -145,8 +166,23 @@ def run_preservation(
             unreadable.append({"pathway": "hwpx", "file": str(path), "error": str(exc)})
             continue
         gt[stem] = ground_truth(tables)
+        source[stem] = "hwpx"
         self_rec[stem] = [_grid(t) for t in tables]
-    say(f"hwpx: {len(gt)} ground-truth documents")
+    hwp_rec: dict[str, list[Grid]] = {}
+    for stem, path in hwps.items():
+        try:
+            tables = HWPReader().load_tables(path)
+        except (HWPXError, OSError) as exc:
+            unreadable.append({"pathway": "hwp", "file": str(path), "error": str(exc)})
+            continue
+        if stem in gt:  # an HWPX twin: the HWP 5 reader is a pathway scored against it
+            hwp_rec[stem] = [_grid(t) for t in tables]
+            continue
+        gt[stem] = ground_truth(tables)
+        source[stem] = "hwp"
+        self_rec[stem] = [_grid(t) for t in tables]
+    n_hwp = sum(1 for v in source.values() if v == "hwp")
+    say(f"ground truth: {len(gt) - n_hwp} HWPX + {n_hwp} HWP 5 documents")
 
     def pair(kind: str, files: dict[str, Path]) -> dict[str, Path]:
         out = {}
@@ -154,11 +190,20 @@ def run_preservation(
             if stem in gt:
                 out[stem] = path
             else:
-                why = "HWPX twin unreadable" if stem in hwpx else "no HWPX twin"
+                why = "HWPX twin unreadable" if stem in hwpx else (
+                    "HWP 5 twin unreadable" if stem in hwps else "no HWPX or HWP 5 twin")
                 unpaired.append({"pathway": kind, "file": str(path), "reason": why})
         return out
 
-    pathways = [_pathway_block("HWPX (self-test)", gt, self_rec)]
+    of = {"hwpx": "HWPX", "hwp": "HWP 5"}
+    pathways = [
+        _pathway_block(f"{of[kind]} (self-test)", gt,
+                       {d: g for d, g in self_rec.items() if source[d] == kind})
+        for kind in ("hwpx", "hwp") if kind == "hwpx" or n_hwp
+    ]
+    if hwp_rec:
+        pathways.append(_pathway_block("HWP 5", gt, hwp_rec))
+        say(f"hwp: {len(hwp_rec)} documents with an HWPX twin")
     hml_rec: dict[str, list[Grid]] = {}
     for stem, path in pair("hml", hmls).items():
         try:
@@ -189,8 +234,10 @@ def run_preservation(
                 pathways.append(_pathway_block(f"PDF ({e})", gt, alone))
     return {
         "hwpx_dir": str(hwpx_dir),
+        "hwp_dir": _folder_list(hwp_dir),
         "pdf_dir": None if pdf_dir is None else str(pdf_dir),
-        "hml_dir": None if hml_dir is None else str(hml_dir),
+        "hml_dir": _folder_list(hml_dir),
+        "ground_truth": dict(sorted(source.items())),
         "engines": list(engines) if pdf_dir is not None else [],
         "pathways": pathways,
         "unpaired": unpaired,
@@ -206,6 +253,9 @@ def render_preservation_report(results: dict[str, Any], command: str = "") -> st
     """Markdown: Table 7 (pathway, scope, docs, GT tables, GT cells, preservation, detection),
     robustness and bimodality, per-document PDF breakdown, unpaired/unreadable files."""
     lines = ["# Level-1 table preservation against HWPX cell-coordinate ground truth", ""]
+    kinds = list(results.get("ground_truth", {}).values())
+    if kinds.count("hwp"):
+        lines[0] = "# Level-1 table preservation against HWPX / HWP 5 cell-coordinate ground truth"
     if command:
         lines += ["```", command, "```", ""]
     lines += [
@@ -228,7 +278,10 @@ def render_preservation_report(results: dict[str, Any], command: str = "") -> st
         "Cell preservation = share of ground-truth cell values found (normalised text "
         "containment) in the aligned recovered table; detection = share of ground-truth tables "
         "with ≥ 50 % of their cells recovered. Ground truth = non-nested HWPX tables with text, "
-        "non-empty cells.",
+        "non-empty cells"
+        + (f"; {kinds.count('hwpx')} documents from HWPX, {kinds.count('hwp')} from binary HWP 5 "
+           "(no HWPX twin; the HWP 5 row scores the HWP 5 reader on the documents that have one)."
+           if kinds.count("hwp") else "."),
         "",
         "## Robustness and bimodality (≥2×2)",
         "",

@@ -57,7 +57,7 @@ __all__ = [
     "ProbeSection",
     "eligible_cases",
     "load_sections",
-    "load_sections_hwpx",
+    "load_sections_folder",
     "load_sections_jsonl",
     "run_probe",
 ]
@@ -166,31 +166,38 @@ def load_sections_jsonl(path: str | os.PathLike[str]) -> list[ProbeSection]:
     return out
 
 
-def load_sections_hwpx(folder: str | os.PathLike[str]) -> list[ProbeSection]:
-    """Heading sections of every ``*.hwpx`` file under ``folder`` (recursively, sorted).
+def load_sections_folder(folder: str | os.PathLike[str]) -> list[ProbeSection]:
+    """Heading sections of every ``*.hwp``, ``*.hwpx`` and ``*.hml`` file under ``folder``
+    (recursively, sorted).
 
-    Each file is read with ``HWPXReader`` and split with ``HWPXNodeParser``; consecutive nodes
-    sharing a ``section_title`` form one section whose body is their texts joined by newlines.
-    Files the reader rejects (encrypted, not HWPX) are skipped and counted by the caller.
+    Each file is read by the reader of its suffix
+    (:func:`~llama_index_car.pipeline.load_source_file`) and split with ``HWPXNodeParser``;
+    consecutive nodes sharing a ``section_title`` form one section whose body is their texts
+    joined by newlines. Files the reader rejects (encrypted, damaged) are skipped.
     """
-    from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
+    from llama_index.readers.hwpx import HWPXNodeParser
+
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.pipeline import (
+        file_extractor,
+        find_source_files,
+        load_source_file,
+        read_errors,
+    )
 
     root = Path(folder)
-    files = sorted(root.rglob("*.hwpx"))
-    if not files:
-        raise EvaluationDataError(f"{root}: no .hwpx files found")
-    reader = HWPXReader()
+    try:
+        files = find_source_files(root)
+    except ConfigurationError as exc:
+        raise EvaluationDataError(str(exc)) from exc
+    readers = file_extractor()
     parser = HWPXNodeParser()
     out: list[ProbeSection] = []
     for f in files:
         try:
-            docs = reader.load_data(f)
-        except Exception as exc:  # noqa: BLE001 - any reader failure skips the file
-            from llama_index.readers.hwpx import HWPXError
-
-            if isinstance(exc, HWPXError):
-                continue
-            raise
+            docs = load_source_file(f, readers)
+        except read_errors():
+            continue
         nodes = parser.get_nodes_from_documents(docs)
         groups: list[tuple[str, list[str]]] = []
         for node in nodes:
@@ -217,13 +224,16 @@ def _strip_header(text: str, title: str) -> str:
 
 
 def load_sections(corpus: str | os.PathLike[str]) -> list[ProbeSection]:
-    """A JSONL file (``{title, body}``) or an HWPX folder, by what ``corpus`` is."""
+    """A JSONL file (``{title, body}``) or a folder of HWP/HWPX/HML files, by what
+    ``corpus`` is."""
     p = Path(corpus)
     if p.is_dir():
-        return load_sections_hwpx(p)
+        return load_sections_folder(p)
     if p.is_file():
         return load_sections_jsonl(p)
-    raise EvaluationDataError(f"{p}: neither an HWPX folder nor a JSONL file of {{title, body}}")
+    raise EvaluationDataError(
+        f"{p}: neither a folder of .hwp/.hwpx/.hml files nor a JSONL file of {{title, body}}"
+    )
 
 
 # ----------------------------------------------------------------------------- cases

@@ -183,24 +183,30 @@ def _file_id_func(stem: str) -> Callable[[int, BaseNode], str]:
 def load_hwpx_eval(
     folder: str | os.PathLike[str], qa_file: str | os.PathLike[str], *, show_progress: bool = False
 ) -> EvalData:
-    """An HWPX folder (every ``*.hwpx``, recursively) plus a QA JSONL file (module docstring)."""
-    from llama_index.readers.hwpx import HWPXError, HWPXNodeParser, HWPXReader
+    """A folder of Hangul documents (every ``*.hwp``, ``*.hwpx``, ``*.hml``, recursively; see
+    :func:`~llama_index_car.pipeline.find_source_files`) plus a QA JSONL file (module
+    docstring)."""
+    from llama_index.readers.hwpx import HWPXError, HWPXNodeParser
+
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.pipeline import file_extractor, find_source_files, load_source_file
 
     root = Path(folder)
-    files = sorted(root.rglob("*.hwpx"))
-    if not files:
-        raise EvaluationDataError(f"{root}: no .hwpx files found")
-    reader = HWPXReader()
+    try:
+        files = find_source_files(root)
+    except ConfigurationError as exc:
+        raise EvaluationDataError(str(exc)) from exc
+    readers = file_extractor()
     nodes: list[BaseNode] = []
     by_file: dict[str, list[BaseNode]] = {}
     iterator: Iterable[Path] = files
     if show_progress:
         from tqdm.auto import tqdm
 
-        iterator = tqdm(files, desc="read HWPX", unit="file")
+        iterator = tqdm(files, desc="read HWP/HWPX/HML", unit="file")
     for f in iterator:
         try:
-            docs = reader.load_data(f)
+            docs = load_source_file(f, readers)
         except HWPXError:
             continue
         # one Document per file, so the chunk index is the node's position in the file
@@ -272,13 +278,17 @@ def load_eval_data(
 ) -> EvalData:
     """A BEIR folder, or an HWPX folder when ``qa_file`` is given."""
     from llama_index_car.evaluation.io import load_beir
+    from llama_index_car.pipeline import SOURCE_SUFFIXES
 
     if qa_file is not None:
         return load_hwpx_eval(data, qa_file, show_progress=show_progress)
     root = Path(data)
-    if root.is_dir() and not (root / "corpus.jsonl").exists() and any(root.rglob("*.hwpx")):
+    if root.is_dir() and not (root / "corpus.jsonl").exists() and any(
+        q.suffix.lower() in SOURCE_SUFFIXES for q in root.rglob("*")
+    ):
         raise EvaluationDataError(
-            f"{root} holds HWPX files but no corpus.jsonl; pass the questions with --qa FILE"
+            f"{root} holds HWP/HWPX/HML files but no corpus.jsonl; pass the questions with "
+            "--qa FILE"
         )
     return beir_to_eval_data(load_beir(root))
 

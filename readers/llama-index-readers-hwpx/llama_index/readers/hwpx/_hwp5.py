@@ -35,7 +35,7 @@ Format facts (Hancom, 한글 문서 파일 형식 5.0, revision 1.3):
   ``atno`` (auto number): UINT32 props, UINT16 number.
 
 Each section becomes the element tree :class:`~._parse.SectionWalker` walks for HWPX (``sec >
-p > run > t | tbl | footNote | endNote | drawText | caption | header | footer | equation >
+p > t | tbl | footNote | endNote | drawText | caption | header | footer | equation >
 script | autoNum``; ``tbl > caption, tr > tc > subList, cellAddr, cellSpan``), so HWP 5 shares
 the HWPX table model, renderer, heading classifier and limits.
 """
@@ -510,7 +510,11 @@ def outline_levels(rec: Records) -> dict[str, int]:
 
 
 class SectionBuilder:
-    """Build one section's OWPML-shaped tree from its records (see the module docstring)."""
+    """Build one section's OWPML-shaped tree from its records (see the module docstring).
+
+    The tree is written as XML text in document order and parsed once by libxml2, which is
+    several times faster than creating each element from Python; every text and attribute
+    value is XML-escaped, and nothing else reaches the text."""
 
     def __init__(
         self, rec: Records, file: str, part: str, limits: Limits,
@@ -523,28 +527,40 @@ class SectionBuilder:
         self.warn = warn
         self.depth = 0
         self.table_depth = 0
+        self.out: list[str] = []
 
     def build(self) -> etree._Element:
-        sec = etree.Element("sec")
         rec = self.rec
+        self.out = ["<sec>"]
         if rec.tags:
             lvl = min(rec.levels)
-            self._list(sec, 0, len(rec.tags), lvl)
-        return sec
+            self._list(0, len(rec.tags), lvl)
+        self.out.append("</sec>")
+        text = "".join(self.out)
+        self.out = []
+        # our own markup: no DTD, no entities; huge_tree lifts libxml2's depth cap (256) to
+        # what MAX_LIST_DEPTH allows (each list level is at most 5 elements deep)
+        parser = etree.XMLParser(huge_tree=True, resolve_entities=False, no_network=True)
+        try:
+            return etree.fromstring(text, parser)
+        except etree.XMLSyntaxError as exc:  # pragma: no cover - the markup is ours
+            raise _format(
+                self.file, f"section could not be assembled ({exc})", self.part
+            ) from exc
 
     # ------------------------------------------------------------------ lists
-    def _list(self, parent: etree._Element, i: int, end: int, level: int) -> None:
-        """Every PARA_HEADER at ``level`` in records ``[i, end)`` as a ``p`` of ``parent``."""
+    def _list(self, i: int, end: int, level: int) -> None:
+        """Every PARA_HEADER at ``level`` in records ``[i, end)`` as a ``p``."""
         rec = self.rec
         tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
         while i < end:
             if tags[i] == TAG_PARA_HEADER and levels[i] == level:
-                self._paragraph(parent, i)
+                self._paragraph(i)
             i = sub_end[i]
 
-    def _list_after(self, parent: etree._Element, head: int, end: int) -> int:
-        """The paragraphs following LIST_HEADER ``head`` at its level, as ``p`` children of
-        ``parent``; returns the index after them."""
+    def _list_after(self, head: int, end: int) -> int:
+        """The paragraphs following LIST_HEADER ``head`` at its level, as ``p`` elements;
+        returns the index after them."""
         rec = self.rec
         tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
         level = levels[head]
@@ -557,21 +573,15 @@ class SectionBuilder:
             )
         i = sub_end[head]
         while i < end and tags[i] == TAG_PARA_HEADER and levels[i] == level:
-            self._paragraph(parent, i)
+            self._paragraph(i)
             i = sub_end[i]
         self.depth -= 1
         return i
 
     # ------------------------------------------------------------------ paragraphs
-    def _paragraph(self, parent: etree._Element, i: int) -> None:
+    def _paragraph(self, i: int) -> None:
         rec = self.rec
         data = rec.data
-        p = etree.SubElement(parent, "p")
-        start = rec.starts[i]
-        if rec.ends[i] - start >= 10:
-            (shape,) = struct.unpack_from("<H", data, start + 8)
-            p.set("paraPrIDRef", str(shape))
-        run = etree.SubElement(p, "run")
         text_at = -1
         ctrls: list[int] = []
         j = i + 1
@@ -586,14 +596,26 @@ class SectionBuilder:
                 elif tag == TAG_CTRL_HEADER:
                     ctrls.append(j)
             j = sub_end[j]
+        if text_at < 0 and not ctrls:
+            return  # an empty paragraph: nothing the walker would read
+        out = self.out
+        start = rec.starts[i]
+        if rec.ends[i] - start >= 10:
+            (shape,) = struct.unpack_from("<H", data, start + 8)
+            out.append(f'<p paraPrIDRef="{shape}">')
+        else:
+            out.append("<p>")
+        # text and objects go straight into ``p``: the walker reads a ``run`` only as a
+        # container, and HWP 5 has no run-level properties it would use
         if text_at < 0:
-            # no text record: a paragraph holding nothing but (possibly) its controls
+            # no text record: a paragraph holding nothing but its controls
             for c in ctrls:
-                self._control(run, c)
-            return
-        self._text(run, data[rec.starts[text_at] : rec.ends[text_at]], ctrls)
+                self._control(c)
+        else:
+            self._text(data[rec.starts[text_at] : rec.ends[text_at]], ctrls)
+        out.append("</p>")
 
-    def _text(self, run: etree._Element, raw: bytes, ctrls: list[int]) -> None:
+    def _text(self, raw: bytes, ctrls: list[int]) -> None:
         """Decode PARA_TEXT: text pieces into ``t`` elements, extended controls in order.
 
         The text of an unfilled click-here field (누름틀 whose "modified" flag, bit 15 of its
@@ -629,10 +651,10 @@ class SectionBuilder:
                         fields.append((self._guide_text(c), len(pieces)))
                     else:
                         if pieces:
-                            self._t(run, pieces)
+                            self._t(pieces)
                         # an object inside a field: the field is never a bare guide text
                         fields = [(None, 0) for _ in fields]
-                        self._control(run, c)
+                        self._control(c)
                 n_ctrl += 1
                 continue
             if code in _INLINE:
@@ -652,10 +674,10 @@ class SectionBuilder:
                 pieces.append(piece)
             pos = k + 1
         if pieces:
-            self._t(run, pieces)
+            self._t(pieces)
         # controls the text did not reference (a damaged text): read them anyway, in order
         for c in ctrls[n_ctrl:]:
-            self._control(run, c)
+            self._control(c)
 
     def _guide_text(self, c: int) -> str | None:
         """The whitespace-normalised guide text of an unmodified click-here field, else None.
@@ -676,42 +698,46 @@ class SectionBuilder:
         command = raw[: len(raw) & ~1].decode("utf-16-le", "replace")
         return _wstring(command, "Direction")
 
-    @staticmethod
-    def _t(run: etree._Element, pieces: list[str]) -> None:
+    def _t(self, pieces: list[str]) -> None:
         text = "".join(pieces)
         pieces.clear()
+        if not text:
+            return
+        if _XML_SPECIAL.search(text) is None:  # the common case: nothing to escape or pair
+            self.out.append(f"<t>{text}</t>")
+            return
         if _SURROGATE.search(text):  # code units from the slow path: pair them again
             text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-        if text:
-            etree.SubElement(run, "t").text = _xml_safe(text)
+        self.out.append(f"<t>{_xml_text(text)}</t>")
 
     # ------------------------------------------------------------------ controls
-    def _control(self, run: etree._Element, c: int) -> None:
+    def _control(self, c: int) -> None:
         rec = self.rec
         start, stop = rec.starts[c], rec.ends[c]
         if stop - start < 4:
             return
         cid = _ctrl_id(rec.data[start : start + 4])
         if cid == "tbl ":
-            self._table(run, c)
+            self._table(c)
         elif cid == "gso ":
-            self._shape(run, c)
+            self._shape(c)
         elif cid in ("fn  ", "en  ", "head", "foot"):
             name = {"fn  ": "footNote", "en  ": "endNote", "head": "header", "foot": "footer"}
-            el = etree.SubElement(run, name[cid])
-            self._first_list(etree.SubElement(el, "subList"), c)
+            self.out.append(f"<{name[cid]}><subList>")
+            self._first_list(c)
+            self.out.append(f"</subList></{name[cid]}>")
         elif cid == "eqed":
-            self._equation(run, c)
+            self._equation(c)
         elif cid == "atno":
             if stop - start >= 10:
                 (num,) = struct.unpack_from("<H", rec.data, start + 8)
-                etree.SubElement(run, "autoNum").set("num", str(num))
+                self.out.append(f'<autoNum num="{num}"/>')
         elif cid == "form":
-            self._form(run, c)
+            self._form(c)
         elif cid == "tcmt":
             return  # hidden comment (숨은 설명): never text, as hp:hiddenComment in HWPX
 
-    def _form(self, run: etree._Element, c: int) -> None:
+    def _form(self, c: int) -> None:
         """A form object (양식 개체): check boxes and radio buttons as HWPX ``checkBtn`` /
         ``radioBtn`` (caption and checked state). FORM_OBJECT: UINT32 type id twice (``+cbt``
         check box, ``+rbt`` radio button...), UINT32 length, then the property string as a
@@ -730,25 +756,25 @@ class SectionBuilder:
                     return
                 raw = data[start + 14 : stop]
                 props = raw[: len(raw) & ~1].decode("utf-16-le", "replace")
-                btn = etree.SubElement(run, name)
-                btn.set("caption", _xml_safe(_wstring(props, "Caption") or ""))
+                caption = _xml_attr(_wstring(props, "Caption") or "")
                 value = re.search(r"(?:^|\s)Value:int:(\d+)", props)
-                btn.set("value", "CHECKED" if value and value.group(1) == "1" else "UNCHECKED")
+                checked = "CHECKED" if value and value.group(1) == "1" else "UNCHECKED"
+                self.out.append(f'<{name} caption="{caption}" value="{checked}"/>')
                 return
             j = rec.sub_end[j]
 
-    def _first_list(self, parent: etree._Element, c: int) -> None:
+    def _first_list(self, c: int) -> None:
         """The paragraphs of the first LIST_HEADER directly under ctrl ``c``."""
         rec = self.rec
         j, end = c + 1, rec.sub_end[c]
         lvl = rec.levels[c] + 1
         while j < end:
             if rec.tags[j] == TAG_LIST_HEADER and rec.levels[j] == lvl:
-                self._list_after(parent, j, end)
+                self._list_after(j, end)
                 return
             j = rec.sub_end[j]
 
-    def _equation(self, run: etree._Element, c: int) -> None:
+    def _equation(self, c: int) -> None:
         rec = self.rec
         j, end = c + 1, rec.sub_end[c]
         while j < end:
@@ -758,49 +784,53 @@ class SectionBuilder:
                     (n,) = struct.unpack_from("<H", rec.data, start + 4)
                     raw = rec.data[start + 6 : min(start + 6 + 2 * n, stop)]
                     script = raw[: len(raw) & ~1].decode("utf-16-le", "replace")
-                    eq = etree.SubElement(run, "equation")
-                    etree.SubElement(eq, "script").text = _xml_safe(script)
+                    self.out.append(f"<equation><script>{_xml_text(script)}</script></equation>")
                 return
             j = rec.sub_end[j]
 
-    def _shape(self, run: etree._Element, c: int) -> None:
+    def _shape(self, c: int) -> None:
         """``gso ``: caption (LIST_HEADER under the ctrl) and text boxes (LIST_HEADERs in the
         SHAPE_COMPONENT tree, groups included)."""
         rec = self.rec
         tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
-        shape = etree.SubElement(run, "gso")
+        out = self.out
+        out.append("<gso>")
         j, end = c + 1, sub_end[c]
         lvl = levels[c] + 1
         while j < end:
             if levels[j] == lvl:
                 if tags[j] == TAG_LIST_HEADER:
-                    cap = etree.SubElement(shape, "caption")
-                    j = self._list_after(etree.SubElement(cap, "subList"), j, end)
+                    out.append("<caption><subList>")
+                    j = self._list_after(j, end)
+                    out.append("</subList></caption>")
                     continue
                 if tags[j] == TAG_SHAPE_COMPONENT:
-                    self._text_boxes(shape, j)
+                    self._text_boxes(j)
             j = sub_end[j]
+        out.append("</gso>")
 
-    def _text_boxes(self, shape: etree._Element, k: int) -> None:
+    def _text_boxes(self, k: int) -> None:
         rec = self.rec
         tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        out = self.out
         j, end = k + 1, sub_end[k]
         lvl = levels[k] + 1
         while j < end:
             if levels[j] == lvl:
                 if tags[j] == TAG_LIST_HEADER:
-                    box = etree.SubElement(shape, "drawText")
-                    j = self._list_after(etree.SubElement(box, "subList"), j, end)
+                    out.append("<drawText><subList>")
+                    j = self._list_after(j, end)
+                    out.append("</subList></drawText>")
                     continue
                 if tags[j] == TAG_SHAPE_COMPONENT:  # a member of a group (묶음 개체)
                     self.depth += 1
                     if self.depth > MAX_LIST_DEPTH:
                         raise _format(self.file, "drawing objects grouped too deeply", self.part)
-                    self._text_boxes(shape, j)
+                    self._text_boxes(j)
                     self.depth -= 1
             j = sub_end[j]
 
-    def _table(self, run: etree._Element, c: int) -> None:
+    def _table(self, c: int) -> None:
         # the walker's max_table_depth, checked here before the nested tree is built
         cap = self.limits.max_table_depth
         if self.table_depth >= cap:
@@ -811,19 +841,21 @@ class SectionBuilder:
             )
         self.table_depth += 1
         try:
-            self._table_body(run, c)
+            self._table_body(c)
         finally:
             self.table_depth -= 1
 
-    def _table_body(self, run: etree._Element, c: int) -> None:
+    def _table_body(self, c: int) -> None:
         rec = self.rec
         data = rec.data
         tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
-        tbl = etree.SubElement(run, "tbl")
+        out = self.out
+        head = len(out)
+        out.append("<tbl>")  # given its grid attributes when the TABLE record is read
         j, end = c + 1, sub_end[c]
         lvl = levels[c] + 1
         seen_table = False
-        tr: etree._Element | None = None
+        in_row = False
         last_row = -1
         n_cells = 0
         cap_cells = self.limits.max_table_cells
@@ -845,13 +877,18 @@ class SectionBuilder:
                             f"max_table_cells={cap_cells}",
                             "max_table_cells", grid, cap_cells, self.part,
                         )
-                    tbl.set("rowCnt", str(rows))
-                    tbl.set("colCnt", str(cols))
+                    out[head] = f'<tbl rowCnt="{rows}" colCnt="{cols}">'
             elif tag == TAG_LIST_HEADER:
-                if not seen_table:  # the caption comes before the TABLE record
-                    cap = etree.Element("caption")
-                    tbl.insert(0, cap)
-                    j = self._list_after(etree.SubElement(cap, "subList"), j, end)
+                if not seen_table:
+                    # the caption comes before the TABLE record; each one goes first in
+                    # ``tbl`` (a later caption before an earlier one)
+                    mark = len(out)
+                    out.append("<caption><subList>")
+                    j = self._list_after(j, end)
+                    out.append("</subList></caption>")
+                    chunk = out[mark:]
+                    del out[mark:]
+                    out[head + 1 : head + 1] = chunk
                     continue
                 n_cells += 1
                 if n_cells > cap_cells:
@@ -865,22 +902,49 @@ class SectionBuilder:
                     col, row, cs, rs = struct.unpack_from("<HHHH", data, start + 8)
                 else:
                     col, row, cs, rs = 0, max(last_row, 0), 1, 1
-                if tr is None or row != last_row:
-                    tr = etree.SubElement(tbl, "tr")
+                if not in_row or row != last_row:
+                    out.append("</tr><tr>" if in_row else "<tr>")
+                    in_row = True
                     last_row = row
-                tc = etree.SubElement(tr, "tc")
-                sub = etree.SubElement(tc, "subList")
-                etree.SubElement(tc, "cellAddr", rowAddr=str(row), colAddr=str(col))
-                etree.SubElement(tc, "cellSpan", rowSpan=str(rs), colSpan=str(cs))
-                j = self._list_after(sub, j, end)
+                out.append("<tc><subList>")
+                j = self._list_after(j, end)
+                out.append(
+                    f'</subList><cellAddr rowAddr="{row}" colAddr="{col}"/>'
+                    f'<cellSpan rowSpan="{rs}" colSpan="{cs}"/></tc>'
+                )
                 continue
             j = sub_end[j]
+        out.append("</tr></tbl>" if in_row else "</tbl>")
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+#: anything :func:`_xml_text` would change (or a surrogate to pair): absent, text goes as is
+_XML_SPECIAL = re.compile("[\x00-\x08\x0b\x0c\x0d\x0e-\x1f\ud800-\udfff\ufffe\uffff&<>]")
 
 
 def _xml_safe(text: str) -> str:
     """Characters lxml refuses (C0 controls, lone surrogates) dropped."""
     return _XML_BAD.sub("", text) if _XML_BAD.search(text) else text
+
+
+def _xml_text(text: str) -> str:
+    """``text`` as XML character data: characters XML cannot hold dropped, ``&<>`` escaped
+    (``>`` too, so ``]]>`` never appears), carriage returns as character references."""
+    text = _xml_safe(text)
+    if "&" in text:
+        text = text.replace("&", "&amp;")
+    if "<" in text:
+        text = text.replace("<", "&lt;")
+    if ">" in text:
+        text = text.replace(">", "&gt;")
+    if "\r" in text:  # a parser would turn a raw carriage return into a line feed
+        text = text.replace("\r", "&#13;")
+    return text
+
+
+def _xml_attr(text: str) -> str:
+    """``text`` as a double-quoted XML attribute value (whitespace kept as character
+    references: a parser would normalise raw tabs and newlines to spaces)."""
+    text = _xml_text(text).replace('"', "&quot;")
+    return text.replace("\t", "&#9;").replace("\n", "&#10;")

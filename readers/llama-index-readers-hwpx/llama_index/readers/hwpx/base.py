@@ -149,7 +149,9 @@ class HWPXReader(BasePydanticReader):
         description="Most characters of rendered text per file (paragraphs plus an upper "
         "bound of each table's markdown/HTML), checked while parsing, before rendering.",
     )
-    _failures: list[HWPXFailure] = PrivateAttr(default_factory=list)
+    # a Python function, not the builtin `list`: pydantic inspects the factory's signature on
+    # every construction, and inspect.signature(list) parses its text signature (~1 ms)
+    _failures: list[HWPXFailure] = PrivateAttr(default_factory=lambda: [])
 
     @classmethod
     def class_name(cls) -> str:
