@@ -86,6 +86,8 @@ class Reply:
     #: size of a huge 200 reply streamed in 64 KiB writes (0: a normal reply); see :meth:`huge`
     huge_bytes: int = 0
     declare_length: bool = True
+    #: body bytes sent verbatim instead of JSON (e.g. a gzip body with its header)
+    raw: bytes | None = None
 
     @classmethod
     def slow_drip(cls, interval: float = 0.05, *, headers: bool = False) -> Reply:
@@ -300,7 +302,9 @@ class FakeProviderServer:
             payload = (
                 self._default(request) if reply.status < 400 else _error_body(path, reply.status)
             )
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        data = reply.raw if reply.raw is not None else json.dumps(
+            payload, ensure_ascii=False
+        ).encode("utf-8")
         try:
             handler.send_response(reply.status)
             handler.send_header("Content-Type", "application/json")
