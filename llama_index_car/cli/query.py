@@ -33,9 +33,8 @@ from llama_index_car.cli._args import (
     unit_float,
 )
 from llama_index_car.hypothesizers.base import sanitize_text
-from llama_index_car.providers import CLI_LLMS, EMBED_MODELS, RERANKERS
-
 from llama_index_car.llms.deadline import DEFAULT_LLM_DEADLINE  # default of --llm-timeout
+from llama_index_car.providers import CLI_LLMS, EMBED_MODELS, RERANKERS
 
 EPILOG = """examples:
   llama-car query ./car-index "비 올 때 고속도로 옆 도랑은 얼마나 깊어야 해?"

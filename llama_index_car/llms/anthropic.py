@@ -35,13 +35,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import anthropic
-import httpx
-from llama_index.core.bridge.pydantic import Field
-from llama_index.llms.anthropic import Anthropic
+from llama_index_car._errors import (
+    ConfigurationError,
+    LLMDeadlineError,
+    ResponseTooLargeError,
+    require,
+)
 
-from llama_index_car._errors import ConfigurationError, LLMDeadlineError, ResponseTooLargeError
-from llama_index_car.llms.transport import (
+require("llama_index.llms.anthropic", extra="anthropic", package="llama-index-llms-anthropic")
+
+import anthropic  # noqa: E402 - after the install hint
+import httpx  # noqa: E402
+from llama_index.core.bridge.pydantic import Field  # noqa: E402
+from llama_index.llms.anthropic import Anthropic  # noqa: E402
+
+from llama_index_car.llms.transport import (  # noqa: E402
     DEFAULT_MAX_RESPONSE_BYTES,
     AsyncBoundedTransport,
     BoundedTransport,
