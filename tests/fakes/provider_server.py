@@ -27,6 +27,7 @@ import hashlib
 import itertools
 import json
 import struct
+import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -184,6 +185,15 @@ def _error_body(path: str, status: int) -> dict[str, Any]:
     return {"message": message}
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that went away mid-request (a deadline, a killed process) is no error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class FakeProviderServer:
     """Threaded HTTP server faking the Anthropic, OpenAI and Cohere endpoints.
 
@@ -222,7 +232,7 @@ class FakeProviderServer:
             def do_GET(self) -> None:  # noqa: N802
                 server._handle(self)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
