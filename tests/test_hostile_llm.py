@@ -328,6 +328,24 @@ def test_async_client_works_across_event_loops(fake: FakeProviderServer) -> None
     assert len(fake.requests_to(MESSAGES)) == 6
 
 
+def test_connection_errors_are_not_retried_past_the_deadline() -> None:
+    """A refused connection is retried by the SDK after its backoff (0.5 s first); with
+    0.3 s left the backoff is not slept: the call ends naming the network error (a retry
+    would have ended at the deadline instead, "passed its deadline")."""
+    import socket
+
+    from llama_index_car.llms import BoundedAnthropic
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    llm = BoundedAnthropic(api_key="sk-ant-fake", base_url=f"http://127.0.0.1:{port}")
+    hyp = LLMCriterionHypothesizer(llm=llm)
+    with llm_deadline(0.3), pytest.raises(HypothesisError, match="ConnectError") as info:
+        finishes(lambda: hyp.hypothesize(QUERY))
+    assert isinstance(info.value.__cause__, AnthropicDeadlineError)
+
+
 def test_redirects_are_not_followed(fake: FakeProviderServer) -> None:
     """An API key never goes where a redirect points."""
     fake.set_default(MESSAGES, Reply(status=307, headers={"Location": fake.url + "/elsewhere"}))

@@ -217,21 +217,29 @@ class _Limits:
     deadline: ErrorFactory
 
     @contextmanager
-    def mapped(self, attempt: _Attempt, url: httpx.URL) -> Iterator[None]:
-        """httpcore errors as httpx errors; a timeout at the deadline as ``deadline``."""
+    def mapped(self, attempt: _Attempt, request: httpx.Request) -> Iterator[None]:
+        """httpcore errors as httpx errors; a timeout at the deadline, or a network error
+        whose retry backoff would pass it, as ``deadline`` (which the SDK does not retry)."""
         try:
             yield
         except Exception as exc:
-            if isinstance(exc, httpcore.TimeoutException) and attempt.deadline_passed():
-                raise self.deadline(
-                    f"LLM request to {url} passed its deadline; connection closed"
-                ) from exc
             target = next(
                 (_HTTPCORE_TO_HTTPX[c] for c in type(exc).__mro__ if c in _HTTPCORE_TO_HTTPX),
                 None,
             )
             if target is None:
                 raise
+            if isinstance(exc, httpcore.TimeoutException) and attempt.deadline_passed():
+                raise self.deadline(
+                    f"LLM request to {request.url} passed its deadline; connection closed"
+                ) from exc
+            if attempt.deadline is not None and not retry_fits(
+                {}, _retries_taken(request), time.time(), attempt.deadline - time.monotonic()
+            ):
+                raise self.deadline(
+                    f"LLM request to {request.url} failed ({type(exc).__name__}: {exc}) with "
+                    "no time left for a retry before its deadline"
+                ) from exc
             raise target(str(exc)) from exc
 
     def check_headers(
@@ -345,16 +353,17 @@ class _Backend(httpcore.NetworkBackend):
 
 class _Body(httpx.SyncByteStream):
     def __init__(
-        self, core: Iterable[bytes], attempt: _Attempt, limits: _Limits, url: httpx.URL
+        self, core: Iterable[bytes], attempt: _Attempt, limits: _Limits, request: httpx.Request
     ) -> None:
-        self._core, self._attempt, self._limits, self._url = core, attempt, limits, url
+        self._core, self._attempt, self._limits = core, attempt, limits
+        self._request, self._url = request, request.url
 
     def __iter__(self) -> Iterator[bytes]:
         chunks, seen = iter(self._core), 0
         while True:
             token = _ATTEMPT.set(self._attempt)  # set and reset within one resumption
             try:
-                with self._limits.mapped(self._attempt, self._url):
+                with self._limits.mapped(self._attempt, self._request):
                     chunk = next(chunks, None)
             finally:
                 _ATTEMPT.reset(token)
@@ -412,7 +421,7 @@ class BoundedTransport(httpx.BaseTransport):
             raise TypeError("BoundedTransport needs a sync request body")
         token = _ATTEMPT.set(attempt)
         try:
-            with limits.mapped(attempt, request.url):
+            with limits.mapped(attempt, request):
                 response = self._pool.handle_request(
                     _core_request(request, attempt, request.stream)
                 )
@@ -428,7 +437,7 @@ class BoundedTransport(httpx.BaseTransport):
         return httpx.Response(
             status_code=response.status,
             headers=headers,
-            stream=_Body(stream, attempt, limits, request.url),
+            stream=_Body(stream, attempt, limits, request),
             extensions=response.extensions,
         )
 
@@ -495,16 +504,17 @@ class _AsyncBackend(httpcore.AsyncNetworkBackend):
 
 class _AsyncBody(httpx.AsyncByteStream):
     def __init__(
-        self, core: Any, attempt: _Attempt, limits: _Limits, url: httpx.URL
+        self, core: Any, attempt: _Attempt, limits: _Limits, request: httpx.Request
     ) -> None:
-        self._core, self._attempt, self._limits, self._url = core, attempt, limits, url
+        self._core, self._attempt, self._limits = core, attempt, limits
+        self._request, self._url = request, request.url
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         chunks, seen = self._core.__aiter__(), 0
         while True:
             token = _ATTEMPT.set(self._attempt)
             try:
-                with self._limits.mapped(self._attempt, self._url):
+                with self._limits.mapped(self._attempt, self._request):
                     try:
                         chunk = await chunks.__anext__()
                     except StopAsyncIteration:
@@ -564,7 +574,7 @@ class AsyncBoundedTransport(httpx.AsyncBaseTransport):
         attempt = _Attempt.start(limits.attempt_timeout)
         token = _ATTEMPT.set(attempt)
         try:
-            with limits.mapped(attempt, request.url):
+            with limits.mapped(attempt, request):
                 response = await self._pool().handle_async_request(
                     _core_request(request, attempt, request.stream)
                 )
@@ -577,7 +587,7 @@ class AsyncBoundedTransport(httpx.AsyncBaseTransport):
         return httpx.Response(
             status_code=response.status,
             headers=headers,
-            stream=_AsyncBody(response.stream, attempt, limits, request.url),
+            stream=_AsyncBody(response.stream, attempt, limits, request),
             extensions=response.extensions,
         )
 
