@@ -423,7 +423,9 @@ def test_cli_exits_within_the_deadline_on_a_hung_server(
     assert proc.returncode == 0, proc.stderr
     assert "criterion hypothesis: (none)" in proc.stdout  # the hybrid fallback answered
     assert elapsed < baseline_seconds + deadline + 10.0
-    assert len(cli_server.requests_to(MESSAGES)) == 1
+    # never retried past the deadline; 0 when a starved machine reached the deadline before
+    # the connect (a request is not started once the deadline has passed)
+    assert len(cli_server.requests_to(MESSAGES)) <= 1
 
 
 @pytest.mark.slow
