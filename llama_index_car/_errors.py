@@ -32,6 +32,11 @@ class IndexPersistError(CarError, OSError):
     """A persisted index directory is missing a file or holds a damaged one (named)."""
 
 
+class StoreError(CarError, ConnectionError):
+    """A vector store could not be opened or reached (server down, wrong path, refused);
+    the message names the store (never its password) and the client's cause."""
+
+
 class HypothesisError(CarError, RuntimeError):
     """A criterion hypothesizer failed, timed out or returned unusable output."""
 

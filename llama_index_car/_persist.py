@@ -51,7 +51,7 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from llama_index_car._errors import IndexPersistError
+from llama_index_car._errors import CarError, IndexPersistError
 
 __all__ = [
     "CURRENT_NAME",
@@ -579,6 +579,13 @@ def replace_dir(target: str | os.PathLike[str], *, lock_timeout: float = 60.0) -
             except OSError as exc:
                 raise write_error(root / CURRENT_NAME, exc) from exc
             _fsync_dir(root)
+        except CarError:
+            shutil.rmtree(gen, ignore_errors=True)
+            raise
+        except OSError as exc:  # a write inside the block: one typed line naming the file
+            error = write_error(exc.filename or root, exc)  # before the space is freed
+            shutil.rmtree(gen, ignore_errors=True)
+            raise error from exc
         except BaseException:
             shutil.rmtree(gen, ignore_errors=True)
             raise

@@ -1159,7 +1159,10 @@ class BM25Okapi:
                 file sizes, dtypes, shapes and the O(V + N) structure (pointers monotone, term
                 table consistent), and the query kernels check each posting they read;
                 ``"auto"`` (default) is ``"full"`` up to 16 MiB of files, else ``"lazy"``.
-                Either way no byte pattern can make a query read out of bounds.
+                Either way every document id a kernel uses is bounds-checked where it is
+                used, so arrays altered even after loading give ``IndexPersistError``, not an
+                out-of-bounds access; truncating a memory-mapped file while it is loaded
+                raises SIGBUS (inherent to mmap: keep index files read-only).
 
         Raises:
             IndexPersistError: naming the file and the problem (format 1 indices included:

@@ -337,7 +337,29 @@ def reframe_title(title: str, criterion: str, form: ReframeForm = "cf") -> str:
         base = " ".join(_nfc(title).split())
     else:
         base = " ".join(neutralize_plan_tokens(title).split())
-    return f"{base} {criterion}" if base else criterion
+    return join_criterion(base, criterion)
+
+
+def join_criterion(base: str, criterion: str) -> str:
+    """``base + " " + criterion`` without doubling a word: a last word that the criterion
+    starts with is absorbed (``설치`` + ``설치기준`` → ``설치기준``), and a last word that
+    already ends in the criterion keeps the title as it is.
+
+    >>> join_criterion("터널 비상주차대 설치", "설치기준")
+    '터널 비상주차대 설치기준'
+    >>> join_criterion("점검시설 설치기준", "설치기준"), join_criterion("교량 구조", "설치기준")
+    ('점검시설 설치기준', '교량 구조 설치기준')
+    """
+    words = base.split()
+    if not words:
+        return criterion
+    last = words[-1]
+    if last.endswith(criterion):
+        return " ".join(words)
+    if criterion.startswith(last):
+        words[-1] = criterion
+        return " ".join(words)
+    return " ".join([*words, criterion])
 
 
 def format_section(title: str, body: str, max_chars: int = PROBE_MAX_CHARS) -> str:

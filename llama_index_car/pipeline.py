@@ -51,8 +51,12 @@ callback) and skipped; they never abort the build.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import time
+import uuid
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -644,7 +648,10 @@ def writable_folder(persist_dir: str | Path, overwrite: bool, how: str) -> Path:
     out = Path(persist_dir)
     if out.exists() and not out.is_dir():
         raise ConfigurationError(f"--persist {out} is a file; pass a folder")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    from llama_index_car._persist import LOCK_NAME
+
+    # a lone lock file is what a build that failed (full disk, ^C) leaves: the folder is empty
+    if out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir()) and not overwrite:
         raise ConfigurationError(f"{out} is not empty; choose a new folder, {how}")
     return out
 
@@ -776,8 +783,10 @@ def update_index(
     (:func:`key_documents`), so (1) the new nodes are added to the store — the folder does
     not list them yet, and the dense channel only returns the folder's ids; (2) the new
     generation of the folder is written (the commit point), recording the ids to remove as
-    ``store_garbage``; (3) they are deleted from the store. A crash after (2) leaves only
-    garbage that no channel returns; the next update deletes it first.
+    ``store_garbage``; (3) they are deleted from the store. Before (1) the ids it adds are
+    written to ``DIR/.store-pending.json``. A crash anywhere leaves only store entries that
+    no channel returns — orphans of (1), named by the pending file, or garbage named by the
+    manifest — and the next update deletes them first.
 
     Options left ``None`` come from the folder's manifest; given ones must match it. A store
     outside the folder needs its URI again (``store``; the folder never says where to
@@ -842,10 +851,14 @@ def update_index(
     embedded = [n.model_copy(update={"embedding": vectors[n.node_id]}) for n in fresh]
     new_ids = {n.node_id for n in fresh}
     stale -= new_ids  # the same content again: its node stays
-    garbage = (set(manifest.get("store_garbage", [])) | stale) - new_ids - (live - stale)
-    if record is not None and manifest.get("store_garbage"):
-        local.index.delete_nodes(sorted(set(manifest["store_garbage"]) - live - new_ids))
+    garbage = stale - new_ids - (live - stale)  # the old garbage is deleted just below
+    if record is not None:  # what earlier updates left: recorded garbage, and orphans of (1)
+        leftovers = (set(manifest.get("store_garbage", [])) | _read_pending(out)) - live
+        if leftovers - new_ids:
+            local.index.delete_nodes(sorted(leftovers - new_ids))
     if embedded:
+        if record is not None:  # intent first: a crash inside (1) leaves orphans we can name
+            _write_pending(out, sorted(new_ids))
         local.index.insert_nodes(embedded)  # (1): the folder does not list them yet
     bm25 = local.bm25
     if stale & live:
@@ -871,8 +884,48 @@ def update_index(
     _write_folder(out, new_manifest, None if record is not None else local.index, bm25)  # (2)
     if record is not None and garbage:
         local.index.delete_nodes(sorted(garbage))  # (3)
+    if record is not None:
+        _clear_pending(out)
     return _summary(out, new_manifest, failures, start, updated=len(changed),
                     removed=len(vanished), unchanged=len(files) - len(changed))
+
+
+#: ids an update is adding to an external or inside store, written before it adds them
+PENDING_NAME = ".store-pending.json"
+_ID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def _write_pending(out: Path, ids: list[str]) -> None:
+    """Record, durably, the ids step (1) of :func:`update_index` is about to add."""
+    from llama_index_car import _persist
+
+    tmp = out / f".tmp-{uuid.uuid4().hex}"
+    _persist.fsync_write(tmp, json.dumps(ids).encode("utf-8"))
+    try:
+        os.replace(tmp, out / PENDING_NAME)
+    except OSError as exc:
+        raise _persist.write_error(out / PENDING_NAME, exc) from exc
+
+
+def _read_pending(out: Path) -> set[str]:
+    """The ids a killed update may have added without committing them (untrusted: only
+    node-id-shaped strings are kept; a damaged file names nothing)."""
+    from llama_index_car import _persist
+
+    path = out / PENDING_NAME
+    if not path.exists():
+        return set()
+    try:
+        raw = _persist.read_json(path)
+    except (OSError, ValueError):
+        return set()
+    return {i for i in raw if isinstance(i, str) and _ID_RE.match(i)} if isinstance(
+        raw, list) else set()
+
+
+def _clear_pending(out: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (out / PENDING_NAME).unlink()
 
 
 # ----------------------------------------------------------------------------- load
@@ -1091,7 +1144,6 @@ def load_index(
         ConfigurationError: ``embed_model`` does not match the recorded embedding, or the
             store is not given, not the recorded one, or does not hold the folder's nodes.
     """
-    import os
 
     from llama_index_car import _persist
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
@@ -1118,7 +1170,14 @@ def load_index(
     for sub in (BM25_DIR,) if record else (VECTOR_DIR, BM25_DIR):
         if not (root / sub).is_dir():
             raise IndexPersistError(f"{root / sub} is missing; rebuild the index")
+    from llama_index_car.stores import _safe
+
     uri = None
+    if record is None and store is not None:  # $LLAMA_CAR_STORE may be set for other folders
+        raise ConfigurationError(
+            f"{persist_dir} keeps its vectors in the folder (built without --store); "
+            f"drop --store {_safe(store)}"
+        )
     if record is not None:  # before any file is mapped: a wrong store is one line
         _check_store_record(record, root / MANIFEST_NAME)
         uri = store_uri_for(record, Path(persist_dir), store or os.environ.get(STORE_ENV),

@@ -40,22 +40,25 @@ llama_index_car._errors.ConfigurationError: unsupported store URI 'redis://x'; u
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from llama_index_car._errors import ConfigurationError, require
+from llama_index_car._errors import CarError, ConfigurationError, StoreError, require
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 __all__ = [
     "STORE_KINDS",
+    "client_errors",
     "close_vector_store",
     "fetch_embeddings",
     "open_vector_store",
     "store_fingerprint",
+    "store_error",
     "store_kind",
 ]
 
@@ -148,13 +151,44 @@ def open_vector_store(
     if path:
         if not create:
             _must_exist(uri, path, is_file=kind == "milvus")
-    if kind == "milvus":
-        return _milvus(path, dim, collection, overwrite, create)
-    if kind in ("postgresql", "pgserver"):
-        return _postgres(uri, kind, dim, collection, overwrite, create)
-    if kind == "qdrant":
-        return _qdrant(path, collection, overwrite, create)
-    return _chroma(path, collection, overwrite, create)
+    try:
+        if kind == "milvus":
+            return _milvus(path, dim, collection, overwrite, create)
+        if kind in ("postgresql", "pgserver"):
+            return _postgres(uri, kind, dim, collection, overwrite, create)
+        if kind == "qdrant":
+            return _qdrant(path, collection, overwrite, create)
+        return _chroma(path, collection, overwrite, create)
+    except CarError:
+        raise
+    except client_errors() as exc:
+        raise store_error(uri, exc) from exc
+
+
+def client_errors() -> tuple[type[BaseException], ...]:
+    """The exception bases of the installed store clients (and ``OSError``): what a store
+    raises when it is down, refuses us or its files cannot be opened."""
+    found: list[type[BaseException]] = [OSError]
+    for module, name in (
+        ("sqlalchemy.exc", "SQLAlchemyError"),
+        ("psycopg2", "Error"),
+        ("asyncpg", "PostgresError"),
+        ("pymilvus.exceptions", "MilvusException"),
+        ("qdrant_client.http.exceptions", "ApiException"),
+        ("chromadb.errors", "ChromaError"),
+    ):
+        cls = getattr(sys.modules.get(module), name, None)  # only clients already in use
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            found.append(cls)
+    return tuple(found)
+
+
+def store_error(uri: str, exc: BaseException) -> StoreError:
+    """One line naming the store (password hidden) and the client's first line of cause."""
+    cause = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's error
+    lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(cause).__name__
+    return StoreError(f"cannot use the store {_safe(uri)}: {text[:300]}")
 
 
 def _must_exist(uri: str, path: str, *, is_file: bool) -> None:

@@ -73,6 +73,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.providers",
     "llama_index_car.query_guard",
     "llama_index_car.retrievers",
+    "llama_index_car.retrievers._filters",
     "llama_index_car.retrievers._store",
     "llama_index_car.retrievers.criterion_aware",
     "llama_index_car.retrievers.kiwi_bm25",

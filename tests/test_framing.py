@@ -159,6 +159,9 @@ def test_reframe_title_forms() -> None:
     assert reframe_title(MOTIVATING_TITLE, "설치기준", "cfp") == MOTIVATING_TITLE + " 설치기준"
     assert reframe_title(MOTIVATING_TITLE, "설치기준", "cfn") == "교량 고정식 점검시설 분야부문 설치기준"
     assert reframe_title("개선방안", "설치기준", "cf") == "설치기준"
+    # no doubled word when the title already ends in (part of) the criterion
+    assert reframe_title("터널 비상주차대 설치 계획", "설치기준", "cf") == "터널 비상주차대 설치기준"
+    assert reframe_title("점검시설 설치기준 개선방안", "설치기준", "cf") == "점검시설 설치기준"
     with pytest.raises(ConfigurationError, match="form"):
         reframe_title(MOTIVATING_TITLE, "설치기준", "xx")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="criterion"):

@@ -256,3 +256,10 @@ def test_bad_options() -> None:
         CriterialReframer(form="cfn")  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="heads"):
         CriterialReframer(heads=())
+
+
+def test_the_criterion_does_not_double_a_word_of_the_title() -> None:
+    """Issue 18: ``터널 비상주차대 설치 계획`` became ``… 설치 설치기준``."""
+    node = TextNode(text="## 터널 비상주차대 설치 계획\n\n비상주차대의 설치기준은 750m 이내로 한다.")
+    (out,) = CriterialReframer()([node])
+    assert out.text.splitlines()[0] == "## 터널 비상주차대 설치기준"

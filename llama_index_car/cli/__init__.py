@@ -2,7 +2,10 @@
 
 Subcommands live in sibling modules, each exposing ``add_parser(subparsers)`` and
 ``run(args) -> int``, and optionally ``check_args(args)`` (cross-option checks raising
-``ConfigurationError``, run before ``run``). Usage errors are one line on stderr, exit 2. Modules import only the standard library at top level; heavy imports
+``ConfigurationError``, run before ``run``). Usage errors, the package's typed errors and
+what the environment raises (``OSError``: a full disk, a read-only mount, a missing
+permission; a store client's error: a server down) are one line on stderr, exit 2;
+``LLAMA_CAR_DEBUG=1`` shows the traceback instead. Modules import only the standard library at top level; heavy imports
 happen inside ``run`` so ``llama-car --help`` stays instant.
 """
 
@@ -10,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from llama_index_car._errors import CarError
 from llama_index_car.cli._args import OneLineParser
 from llama_index_car.providers import EMBED_MODELS
+
+#: set to any value to let errors through with their traceback (for bug reports)
+DEBUG_ENV = "LLAMA_CAR_DEBUG"
 
 #: subcommand name -> module implementing it
 SUBCOMMANDS: dict[str, str] = {
@@ -90,6 +97,23 @@ def _one_line(exc: BaseException) -> str:
     return text.encode(encoding, "backslashreplace").decode(encoding, "replace")
 
 
+def _environment_errors() -> tuple[type[BaseException], ...]:
+    """What the world around a command raises: ``OSError`` and the store clients' errors."""
+    from llama_index_car.stores import client_errors
+
+    return client_errors()
+
+
+def _environment_error(exc: BaseException) -> BaseException:
+    """``exc`` as a message naming the file or the store and the cause."""
+    if isinstance(exc, OSError) and not isinstance(exc, CarError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return OSError(f"{where}{exc.strerror or exc}")
+    from llama_index_car.stores import store_error
+
+    return store_error("the vector store", exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``llama-car``; returns the process exit code (errors go to stderr, code 2)."""
     parser = build_parser()
@@ -109,7 +133,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             check(args)
         return int(module.run(args) or 0)
     except CarError as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
         print(f"llama-car {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except _environment_errors() as exc:  # a disk, a mount, a server: the user's to fix
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"llama-car {args.command}: error: {_one_line(_environment_error(exc))}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -228,9 +228,8 @@ def print_hits(records: Sequence[dict[str, Any]], *, explain: bool) -> None:
 # ----------------------------------------------------------------------------- run
 def run(args: argparse.Namespace) -> int:
     """Load the folder, retrieve, optionally rerank, print."""
-    from llama_index_car.pipeline import load_index, read_manifest
+    from llama_index_car.pipeline import load_index
 
-    manifest = read_manifest(args.persist_dir)
     embed_model = None
     if args.embed is not None:
         from llama_index_car.providers import resolve_embed_model
@@ -249,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
         hypothesizer = LLMCriterionHypothesizer(llm=llm)
 
     local = load_index(args.persist_dir, embed_model=embed_model, store=args.store)
+    manifest = local.manifest  # read and checked once, by load_index
     pool = max(50, args.top_k)
     retriever = local.as_retriever(
         args.retriever,

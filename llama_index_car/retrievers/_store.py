@@ -53,6 +53,7 @@ from llama_index_car._persist import (
     write_json,
     write_manifest,
 )
+from llama_index_car.retrievers._filters import check_filters, filters_from_json
 
 __all__ = ["Channels", "IndexDense", "StoreChannels", "index_channels"]
 
@@ -133,6 +134,7 @@ def index_channels(
         raise ConfigurationError(
             f"filters must be llama_index MetadataFilters, got {type(filters).__name__}"
         )
+    check_filters(filters)
     if nodes is None:
         lexical = KiwiBM25Retriever.from_defaults(
             index=index, tokenizer=tokenizer, filters=filters, show_progress=show_progress,
@@ -391,8 +393,7 @@ class StoreChannels:
 
     @staticmethod
     def _store_filters(spec: Mapping[str, Any]) -> MetadataFilters | None:
-        raw = spec.get("filters")
-        return MetadataFilters.model_validate(raw) if raw else None
+        return filters_from_json(spec.get("filters"), "retriever.json")
 
 
 def _embed(index: Any, nodes: Sequence[BaseNode]) -> dict[str, list[float]]:

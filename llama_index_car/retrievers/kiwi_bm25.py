@@ -66,6 +66,7 @@ from llama_index_car._persist import (
 )
 from llama_index_car.bm25 import BM25Okapi, Verify, top_k_from_scores
 from llama_index_car.query_guard import guarded_retrieve
+from llama_index_car.retrievers._filters import check_filters, filters_from_json
 from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
 __all__ = ["FORMAT_VERSION", "KiwiBM25Retriever"]
@@ -215,6 +216,7 @@ class KiwiBM25Retriever(BaseRetriever):
             raise ConfigurationError(
                 f"filters must be llama_index MetadataFilters, got {type(filters).__name__}"
             )
+        check_filters(filters)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self._tokenizer = tokenizer if tokenizer is not None else KiwiTokenizer()
         self.similarity_top_k = similarity_top_k
@@ -635,7 +637,7 @@ class KiwiBM25Retriever(BaseRetriever):
             float(config["epsilon"]),
         ):
             raise IndexPersistError(f"{root}: {_CONFIG} and {_BM25}/ disagree on k1, b, epsilon")
-        filters = MetadataFilters.model_validate(config["filters"]) if config["filters"] else None
+        filters = filters_from_json(config["filters"], str(root / _CONFIG))
         self = cls.__new__(cls)
         BaseRetriever.__init__(self, callback_manager=callback_manager)
         self._tokenizer = tokenizer
