@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     text="가설: 시공 기준 허용 범위\n기준어: 시공기준, 허용범위"
                 )
 
-        real = LLMCriterionHypothesizer(llm=SleepyLLM(max_tokens=None), timeout=delay + 5)
+        real = LLMCriterionHypothesizer(llm=SleepyLLM(max_tokens=None))
         car_real = CriterionAwareRetriever(dense, lexical, hypothesizer=real)
         llm_rows["CAR + LLMCriterionHypothesizer(MockLLM sleeping), first call"] = timed(
             car_real.retrieve, llm_qs

@@ -16,7 +16,7 @@ from llama_index_car import CarError, CriterionAwareRetriever, LLMCriterionHypot
 from llama_index_car.providers import resolve_llm
 
 try:
-    llm = resolve_llm("anthropic")  # claude-sonnet-4-6; one clear line if key/extra is missing
+    llm = resolve_llm("anthropic")  # BoundedAnthropic(claude-sonnet-4-6); one line if key missing
 except CarError as exc:
     print(f"04_car_with_claude: {exc}", file=sys.stderr)
     raise SystemExit(2) from None
@@ -29,7 +29,7 @@ reader = HWPXReader()
 nodes = HWPXNodeParser().get_nodes_from_documents(
     [doc for path in demo_corpus_files() for doc in reader.load_data(path)]
 )
-hypothesizer = LLMCriterionHypothesizer(llm=llm)  # cached, with timeout and retries
+hypothesizer = LLMCriterionHypothesizer(llm=llm)  # cached; BoundedAnthropic ends calls on time
 car = CriterionAwareRetriever.from_defaults(
     nodes=nodes, hypothesizer=hypothesizer, similarity_top_k=3
 )

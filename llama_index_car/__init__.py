@@ -30,6 +30,9 @@ _EXPORTS: dict[str, str] = {
     "BaseCriterionHypothesizer": "llama_index_car.hypothesizers.base",
     "LLMCriterionHypothesizer": "llama_index_car.hypothesizers.llm",
     "HyDEHypothesizer": "llama_index_car.hypothesizers.llm",
+    # bounded LLM client and the per-query deadline
+    "BoundedAnthropic": "llama_index_car.llms.anthropic",
+    "llm_deadline": "llama_index_car.llms.deadline",
     # transformers and embeddings
     "CriterialReframer": "llama_index_car.transformers.reframing",
     "UniversalSentenceEncoderEmbedding": "llama_index_car.embeddings.use",
@@ -42,6 +45,9 @@ _EXPORTS: dict[str, str] = {
     "MissingCredentialsError": "llama_index_car._errors",
     "IndexPersistError": "llama_index_car._errors",
     "HypothesisError": "llama_index_car._errors",
+    "LLMResponseError": "llama_index_car._errors",
+    "ResponseTooLargeError": "llama_index_car._errors",
+    "LLMDeadlineError": "llama_index_car._errors",
     "EvaluationDataError": "llama_index_car._errors",
     "QueryError": "llama_index_car._errors",
     "QueryLimits": "llama_index_car.query_guard",

@@ -41,6 +41,21 @@ class HypothesisError(CarError, RuntimeError):
     """A criterion hypothesizer failed, timed out or returned unusable output."""
 
 
+class LLMResponseError(CarError, RuntimeError):
+    """An LLM provider's HTTP exchange broke a bound of the bounded client
+    (:mod:`llama_index_car.llms`); the message names the bound and the URL."""
+
+
+class ResponseTooLargeError(LLMResponseError):
+    """An LLM response body exceeded ``max_response_bytes`` (or came compressed): reading
+    stopped there and the connection was closed."""
+
+
+class LLMDeadlineError(LLMResponseError, TimeoutError):
+    """An LLM call passed the deadline of :func:`~llama_index_car.llms.deadline.llm_deadline`:
+    the socket was closed and the SDK does not retry."""
+
+
 class QueryError(CarError, ValueError):
     """A query cannot be searched: not a string, or longer than the configured limit."""
 

@@ -13,6 +13,7 @@ model              (offline, 4-bit, 384d)
                    1536 dimensions
 resolve_llm        ``none`` (default) → ``None``               —                      —
                    ``anthropic`` → ``claude-sonnet-4-6``       ``ANTHROPIC_API_KEY``  ``anthropic``
+                   (``BoundedAnthropic``)
                    ``mock`` → ``MockLLM`` (tests, demos)       —                      —
 resolve_reranker   ``none`` (default) → ``None``               —                      —
                    ``cohere`` → ``rerank-multilingual-v3.0``   ``COHERE_API_KEY``     ``cohere``
@@ -167,15 +168,13 @@ def resolve_llm(name: str | None = None, *, model: str | None = None,
                 timeout: float | None = 60.0, max_retries: int = 2) -> LLM | None:
     """The LLM for ``name``: ``none`` → ``None``, ``anthropic`` → Claude, ``mock`` → MockLLM.
 
-    ``anthropic`` → ``Anthropic(model=model or "claude-sonnet-4-6", timeout=timeout,
-    max_retries=max_retries)``, base URL from ``ANTHROPIC_BASE_URL``.
-
-    These defaults suit answer generation. The hypothesizers
-    (:class:`~llama_index_car.hypothesizers.llm.LLMCriterionHypothesizer`) keep one retry
-    policy of their own (``Retry-After`` obeyed, a per-query deadline): they use a copy of the
-    LLM with the SDK's retries off, so retries never stack (3 × 3 = 9 requests per query
-    before); ``llama-car`` builds its hypothesis LLM with ``max_retries=0`` and
-    ``timeout=--llm-timeout``.
+    ``anthropic`` → :class:`~llama_index_car.llms.BoundedAnthropic` (LlamaIndex's ``Anthropic``
+    with bounded HTTP attempts): ``model or "claude-sonnet-4-6"``, ``timeout`` seconds per HTTP
+    attempt in all (default 60), the SDK's ``max_retries`` (default 2) with its backoff and the
+    server's ``Retry-After``, response bodies capped at 1 MiB, base URL from
+    ``ANTHROPIC_BASE_URL``. Inside :func:`~llama_index_car.llms.deadline.llm_deadline` (which
+    ``CriterionAwareRetriever`` opens with its ``hypothesis_timeout``) every call, retries
+    included, ends by the deadline.
 
     Raises:
         ConfigurationError: unknown name. MissingCredentialsError: no ``ANTHROPIC_API_KEY``.
@@ -191,9 +190,9 @@ def resolve_llm(name: str | None = None, *, model: str | None = None,
     require("llama_index.llms.anthropic", extra="anthropic", package="llama-index-llms-anthropic")
     api_key = _key("ANTHROPIC_API_KEY", provider="Anthropic (claude-sonnet-4-6)",
                    offline="or run without an LLM: the offline CAR is the default")
-    from llama_index.llms.anthropic import Anthropic
+    from llama_index_car.llms.anthropic import BoundedAnthropic
 
-    return Anthropic(
+    return BoundedAnthropic(
         model=model or DEFAULT_ANTHROPIC_MODEL,
         api_key=api_key,
         base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,

@@ -1,13 +1,17 @@
-"""Issue 13.8 / 13.9: a hostile or broken LLM provider, through the real anthropic SDK (via
-``llama-index-llms-anthropic``) against the local fake server (``tests/fakes``).
+"""Issues 13.8 / 13.9 / 20.8: a hostile or broken LLM provider, through the real anthropic SDK
+(``BoundedAnthropic``, a ``llama-index-llms-anthropic`` subclass) against the local fake server
+(``tests/fakes``).
 
 Each test reproduces an attack first (the comment says what the code did before):
 
-* latency — a hung server, 500s and 429s with ``Retry-After``: one retry policy (the
-  hypothesizer's), ``Retry-After`` obeyed up to the per-query deadline, the deadline held by
-  the library and by the ``llama-car query`` process at exit, hung calls never blocking later
-  queries. Request counts are exact (the oracle is ``max_retries + 1``); elapsed times are
-  generous behavioural bounds (seconds vs. the minutes the defects cost), not benchmarks.
+* latency — a hung server, 500/529s and 429s with ``Retry-After``: one retry policy (the
+  SDK's, ``x-stainless-retry-count`` on each request is the oracle), ``Retry-After`` obeyed up
+  to the deadline of :func:`llm_deadline`, the deadline held by the library and by the
+  ``llama-car query`` process at exit, hung calls never blocking later queries. Hangs are
+  detected with generous bounds (:func:`finishes`), not timed.
+* leaks and floods (20.8) — a slow-drip server: threads and open fds back to their baseline
+  after the deadline; a huge body: refused at 1 MiB, judged by the bytes the server could
+  send; the async client under repeated ``asyncio.run``.
 * output — terminal escape sequences, bidi overrides, floods: hypotheses sanitised before
   caching, printing or use; an output with nothing left is an error and is never cached. The
   oracle for "sanitised" is :func:`unsafe_chars`, written from the Unicode categories, not
@@ -17,6 +21,7 @@ Each test reproduces an attack first (the comment says what the code did before)
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import subprocess
@@ -32,8 +37,18 @@ from llama_index.core.schema import TextNode
 
 from llama_index_car._errors import HypothesisError
 from llama_index_car.hypothesizers.llm import HyDEHypothesizer, LLMCriterionHypothesizer
+from llama_index_car.llms import (
+    AnthropicDeadlineError,
+    AnthropicResponseTooLargeError,
+    llm_deadline,
+)
 from llama_index_car.providers import resolve_embed_model, resolve_llm
-from tests.fakes.provider_server import HOSTILE_TEXTS, FakeProviderServer, Reply
+from tests.fakes.provider_server import (
+    HOSTILE_TEXTS,
+    FakeProviderServer,
+    Reply,
+    anthropic_message,
+)
 
 QUERY = "온도에 따라 늘었다 줄었다 하는 이음부는 어떻게 설치하나요?"
 MESSAGES = "/v1/messages"
@@ -46,121 +61,119 @@ def unsafe_chars(text: str) -> list[str]:
     return [c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Cs")]
 
 
-def hypothesizer(sdk_timeout: float | None = None, **kw: Any) -> LLMCriterionHypothesizer:
-    """Claude through ``resolve_llm`` with its *defaults* (what the CLI and users get)."""
-    llm = resolve_llm("anthropic") if sdk_timeout is None else resolve_llm(
-        "anthropic", timeout=sdk_timeout
-    )
-    kw.setdefault("backoff", 0.01)
-    return LLMCriterionHypothesizer(llm=llm, **kw)
+def hypothesizer(**kw: Any) -> LLMCriterionHypothesizer:
+    """Claude through ``resolve_llm`` (what the CLI and users get); ``kw`` go to the LLM."""
+    cache = {k: kw.pop(k) for k in ("cache_dir",) if k in kw}
+    return LLMCriterionHypothesizer(llm=resolve_llm("anthropic", **kw), **cache)
+
+
+def finishes(fn: Any, bound: float = 60.0) -> Any:
+    """``fn()`` in a thread (in a copy of this context: an enclosing :func:`llm_deadline`
+    applies); its result, or a failure if it has not ended within ``bound`` seconds (a
+    generous hang detector, not a speed claim)."""
+    box: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=context.run, args=(run,), daemon=True)
+    thread.start()
+    thread.join(bound)
+    assert not thread.is_alive(), f"still running after {bound:g} s"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def retry_counts(fake: FakeProviderServer) -> list[str | None]:
+    """The SDK's own retry counter on each request (``x-stainless-retry-count``)."""
+    return [r.header("x-stainless-retry-count") for r in fake.requests_to(MESSAGES)]
 
 
 # =============================================================================== 13.8 latency
-def test_sdk_retries_do_not_stack_on_500(fake: FakeProviderServer) -> None:
-    """Before: resolve_llm built the client with max_retries=2, so 3 SDK requests per
-    hypothesizer attempt, 3 attempts → 9 requests per query."""
+def test_retries_are_the_sdks_own(fake: FakeProviderServer) -> None:
+    """Before: the hypothesizer retried with the SDK's retries swapped off, so every request
+    was a fresh SDK call (retry count 0, 0, 0). Now the SDK retries (0, 1, 2) and the
+    hypothesizer makes one call."""
     fake.set_default(MESSAGES, Reply.error(500))
-    hyp = hypothesizer(max_retries=2)
-    with pytest.raises(HypothesisError, match="after 3 attempt"):
-        hyp.hypothesize(QUERY)
-    assert len(fake.requests_to(MESSAGES)) == hyp.max_retries + 1
+    with pytest.raises(HypothesisError, match="HTTP 500"):
+        hypothesizer(max_retries=2).hypothesize(QUERY)
+    assert retry_counts(fake) == ["0", "1", "2"]
 
 
-def test_sdk_retries_do_not_stack_on_429(fake: FakeProviderServer) -> None:
-    fake.set_default(MESSAGES, Reply.error(429))
-    hyp = hypothesizer(max_retries=1)
-    with pytest.raises(HypothesisError):
-        hyp.hypothesize(QUERY)
-    assert len(fake.requests_to(MESSAGES)) == 2
+def test_529_overloaded_is_retried_by_the_sdk(fake: FakeProviderServer) -> None:
+    fake.enqueue(MESSAGES, Reply.error(529), Reply.error(503))
+    assert hypothesizer(max_retries=2).hypothesize(QUERY).text == "신축이음장치 설치기준"
+    assert retry_counts(fake) == ["0", "1", "2"]
 
 
-def test_callers_llm_keeps_its_retries_but_the_hypothesizer_does_not_stack(
-    fake: FakeProviderServer,
-) -> None:
-    llm: Any = resolve_llm("anthropic", max_retries=2)
-    hyp = LLMCriterionHypothesizer(llm=llm, max_retries=1, backoff=0.01)
-    assert llm.max_retries == 2 and llm._client.max_retries == 2  # not modified
-    fake.set_default(MESSAGES, Reply.error(503))
-    with pytest.raises(HypothesisError):
-        hyp.hypothesize(QUERY)
-    assert len(fake.requests_to(MESSAGES)) == 2
-
-
-async def test_async_client_retries_are_off_too(fake: FakeProviderServer) -> None:
-    hyp = LLMCriterionHypothesizer(llm=resolve_llm("anthropic", max_retries=3), max_retries=0)
+async def test_async_client_retries_too(fake: FakeProviderServer) -> None:
     fake.set_default(MESSAGES, Reply.error(500))
     with pytest.raises(HypothesisError):
-        await hyp.ahypothesize(QUERY)
-    assert len(fake.requests_to(MESSAGES)) == 1
+        await hypothesizer(max_retries=1).ahypothesize(QUERY)
+    assert retry_counts(fake) == ["0", "1"]
 
 
 def test_retry_after_beyond_the_deadline_gives_up_at_once(fake: FakeProviderServer) -> None:
-    """Before: `Retry-After: 3600` was ignored (retried after 0.5 s, twice, and the SDK
-    retried on its own): 9 requests. Now the server is obeyed: it asked for an hour, the
-    deadline is 30 s, so the hypothesizer fails at once — one request, no hour-long sleep."""
+    """`Retry-After: 3600` under a 30 s deadline: no retry (the SDK alone would ignore a hint
+    above 60 s and come back after 0.5 s, i.e. sooner than the server allowed)."""
     fake.set_default(MESSAGES, Reply.error(429, retry_after=3600))
-    hyp = hypothesizer(max_retries=2)
-    start = time.monotonic()
-    with pytest.raises(HypothesisError, match="retry after 3600 s"):
-        hyp.hypothesize(QUERY)
-    assert time.monotonic() - start < 5.0
+    with llm_deadline(30.0), pytest.raises(HypothesisError, match="HTTP 429"):
+        finishes(lambda: hypothesizer(max_retries=2).hypothesize(QUERY))
     assert len(fake.requests_to(MESSAGES)) == 1
 
 
 def test_retry_after_within_the_deadline_is_obeyed(fake: FakeProviderServer) -> None:
-    """Before: a hint above max_backoff was replaced by the (shorter) backoff, i.e. the
-    client came back sooner than the server allowed."""
     fake.enqueue(MESSAGES, Reply.error(503, retry_after=1))
-    hyp = hypothesizer(max_retries=2, backoff=0.01, max_backoff=0.05, deadline=10.0)
-    result = hyp.hypothesize(QUERY)
+    with llm_deadline(10.0):
+        result = hypothesizer(max_retries=2).hypothesize(QUERY)
     assert result.text == "신축이음장치 설치기준"
     first, second = fake.requests_to(MESSAGES)
-    assert second.received - first.received >= 1.0
+    assert second.received - first.received >= 1.0  # never sooner than the server asked
+    assert retry_counts(fake) == ["0", "1"]
 
 
 def test_retry_after_http_date_is_understood(fake: FakeProviderServer) -> None:
     from email.utils import formatdate
 
     fake.set_default(MESSAGES, Reply.error(429, retry_after=formatdate(time.time() + 600)))
-    with pytest.raises(HypothesisError, match="retry after"):
+    with llm_deadline(30.0), pytest.raises(HypothesisError):
         hypothesizer(max_retries=2).hypothesize(QUERY)
     assert len(fake.requests_to(MESSAGES)) == 1
 
 
 def test_backoff_that_would_pass_the_deadline_is_not_slept(fake: FakeProviderServer) -> None:
+    """The SDK's backoff before retry n is at most min(0.5 * 2**n, 8) s: 0.5 and 1 s fit in
+    a 3 s deadline, the 2 s wait after the third request would not, so it is not slept and
+    the call ends with the server's error, not at the deadline."""
+    hyp = hypothesizer(max_retries=10)
+    hyp.hypothesize("예열 질문")  # first use of the client (imports, connection) outside the clock
+    fake.reset()
     fake.set_default(MESSAGES, Reply.error(500))
-    hyp = hypothesizer(max_retries=5, backoff=5.0, max_backoff=5.0, deadline=1.0)
-    start = time.monotonic()
-    with pytest.raises(HypothesisError, match="deadline"):
+    with llm_deadline(3.0), pytest.raises(HypothesisError, match="HTTP 500"):
         hyp.hypothesize(QUERY)
-    assert time.monotonic() - start < 1.0 + 2.0
-    assert len(fake.requests_to(MESSAGES)) == 1
+    assert retry_counts(fake) == ["0", "1", "2"]
 
 
 def test_hung_server_sync_deadline(fake: FakeProviderServer) -> None:
-    """A hung server: the per-attempt timeout (10 s) is cut to the deadline (1 s)."""
+    """A hung server: the attempt timeout (10 s) is cut to the deadline (1 s), which the SDK
+    does not retry past."""
     fake.set_default(MESSAGES, Reply.hang())
-    hyp = hypothesizer(timeout=10.0, deadline=1.0, max_retries=3)
-    start = time.monotonic()
-    with pytest.raises(HypothesisError):
-        hyp.hypothesize(QUERY)
-    assert time.monotonic() - start < 1.0 + 2.0
+    with llm_deadline(1.0), pytest.raises(HypothesisError, match="deadline") as info:
+        finishes(lambda: hypothesizer(timeout=10.0, max_retries=3).hypothesize(QUERY))
+    assert isinstance(info.value.__cause__, AnthropicDeadlineError)
     assert len(fake.requests_to(MESSAGES)) == 1
 
 
 async def test_hung_server_async_deadline(fake: FakeProviderServer) -> None:
     fake.set_default(MESSAGES, Reply.hang())
-    hyp = hypothesizer(timeout=10.0, deadline=1.0, max_retries=3)
-    start = time.monotonic()
-    with pytest.raises(HypothesisError):
-        await hyp.ahypothesize(QUERY)
-    assert time.monotonic() - start < 1.0 + 2.0
-
-
-async def test_retry_after_async(fake: FakeProviderServer) -> None:
-    fake.set_default(MESSAGES, Reply.error(429, retry_after=3600))
-    with pytest.raises(HypothesisError, match="retry after 3600 s"):
-        await hypothesizer(max_retries=2).ahypothesize(QUERY)
+    hyp = hypothesizer(timeout=10.0, max_retries=3)
+    with llm_deadline(1.0), pytest.raises(HypothesisError, match="deadline"):
+        await asyncio.wait_for(hyp.ahypothesize(QUERY), timeout=60)
     assert len(fake.requests_to(MESSAGES)) == 1
 
 
@@ -169,12 +182,13 @@ def test_hung_calls_do_not_block_later_queries(fake: FakeProviderServer) -> None
     kept its workers busy, so after the server recovered the next query waited in the queue
     and timed out too. Six hung queries, then one after recovery, which must succeed."""
     fake.set_default(MESSAGES, Reply.hang())
-    hyp = hypothesizer(sdk_timeout=60.0, timeout=0.5, deadline=0.8, max_retries=0)
+    hyp = hypothesizer(timeout=60.0, max_retries=0)
     errors: list[BaseException] = []
 
     def ask(i: int) -> None:
         try:
-            hyp.hypothesize(f"{QUERY} {i}")
+            with llm_deadline(0.8):
+                hyp.hypothesize(f"{QUERY} {i}")
         except HypothesisError as exc:
             errors.append(exc)
 
@@ -182,7 +196,7 @@ def test_hung_calls_do_not_block_later_queries(fake: FakeProviderServer) -> None
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=10)
+        t.join(timeout=30)
     assert len(errors) == 6
     fake.set_default(MESSAGES, None)  # the server recovers
     result = hyp.hypothesize(QUERY)
@@ -190,26 +204,154 @@ def test_hung_calls_do_not_block_later_queries(fake: FakeProviderServer) -> None
     assert len(fake.requests_to(MESSAGES)) == 7
 
 
-def test_car_falls_back_within_the_deadline(fake: FakeProviderServer) -> None:
+def car_over(hyp: LLMCriterionHypothesizer, **kw: Any) -> Any:
     from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 
     nodes = [
         TextNode(id_="a", text="신축이음장치 설치기준: 온도 변화에 따른 신축량을 흡수한다."),
         TextNode(id_="b", text="배수시설의 구조기준은 집중호우 빈도에 맞춘다."),
     ]
-    car = CriterionAwareRetriever.from_defaults(
-        nodes=nodes,
-        embed_model=resolve_embed_model("openai", max_retries=0),
-        hypothesizer=hypothesizer(timeout=10.0, deadline=1.0),
-        hypothesis_timeout=1.0,
-        pool_top_k=2,
-        similarity_top_k=2,
+    return CriterionAwareRetriever.from_defaults(
+        nodes=nodes, embed_model=resolve_embed_model("openai", max_retries=0),
+        hypothesizer=hyp, pool_top_k=2, similarity_top_k=2, **kw,
     )
+
+
+def test_car_falls_back_within_the_deadline(fake: FakeProviderServer) -> None:
+    car = car_over(hypothesizer(timeout=10.0), hypothesis_timeout=1.0)
     fake.set_default(MESSAGES, Reply.hang())
-    start = time.monotonic()
-    hits = car.retrieve(QUERY)
-    assert time.monotonic() - start < 1.0 + 3.0
+    hits = finishes(lambda: car.retrieve(QUERY))
     assert hits and hits[0].node.metadata["car_explain"]["fallback"] is True
+
+
+# ======================================================================= 20.8 leaks and floods
+def resources() -> tuple[int, int]:
+    """(live threads, open file descriptors) of this process."""
+    return threading.active_count(), len(os.listdir("/proc/self/fd"))
+
+
+def back_to(
+    baseline: tuple[int, int], bound: float = 45.0, until: Any = lambda: True
+) -> tuple[int, int]:
+    """Poll until threads and fds are no more than ``baseline`` and ``until()`` holds (or
+    ``bound`` seconds passed); return the last (threads, fds)."""
+    give_up = time.monotonic() + bound
+    while True:
+        now = resources()
+        done = now[0] <= baseline[0] and now[1] <= baseline[1] and until()
+        if done or time.monotonic() > give_up:
+            return now
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("phase", ["body", "headers"])
+def test_slow_drip_attempts_end_with_the_car_deadline(
+    fake: FakeProviderServer, phase: str
+) -> None:
+    """Issue 20.8. Before: against a server dripping a byte every 50 ms (each read well
+    within the read timeout), every query fell back at its deadline but its attempt thread
+    and socket lived on (41 threads, 46 fds after 40 queries, unchanged 90 s later). Now the
+    transport ends the request at the deadline: threads and fds return to the baseline.
+    The fake server runs in this process; its handler for a dripping request ends only
+    when the client closes the socket, so it is counted too."""
+    car = car_over(hypothesizer(timeout=60.0), hypothesis_timeout=0.5)
+    car.retrieve(QUERY)  # warm: a pooled connection, the embedding client, caches
+    baseline = back_to(resources(), bound=5.0)
+    fake.set_default(MESSAGES, Reply.slow_drip(0.05, headers=phase == "headers"))
+    for i in range(8):
+        hits = finishes(lambda i=i: car.retrieve(f"{QUERY} {i}"))
+        assert hits[0].node.metadata["car_explain"]["fallback"] is True
+    # every dripping handler ended (it ends only when its client closes the socket), then
+    # threads and fds are back (the warm connection, reused and closed, may leave them below)
+    threads, fds = back_to(baseline, until=lambda: len(fake.body_bytes_sent) == 8)
+    assert len(fake.body_bytes_sent) == 8
+    assert threads <= baseline[0] and fds <= baseline[1], (baseline, (threads, fds))
+
+
+def test_slow_drip_standalone_hypothesizer_frees_its_socket(fake: FakeProviderServer) -> None:
+    hyp = hypothesizer(timeout=60.0)
+    hyp.hypothesize(QUERY)
+    baseline = back_to(resources(), bound=5.0)
+    fake.set_default(MESSAGES, Reply.slow_drip(0.05))
+    for i in range(4):
+        with llm_deadline(0.4), pytest.raises(HypothesisError) as info:
+            hyp.hypothesize(f"{QUERY} {i}")
+        assert isinstance(info.value.__cause__, AnthropicDeadlineError)
+    threads, fds = back_to(baseline, until=lambda: len(fake.body_bytes_sent) == 4)
+    assert len(fake.body_bytes_sent) == 4
+    assert threads <= baseline[0] and fds <= baseline[1], (baseline, (threads, fds))
+
+
+@pytest.mark.parametrize("declare_length", [True, False], ids=["content-length", "chunked"])
+def test_huge_body_is_refused_not_buffered(
+    fake: FakeProviderServer, declare_length: bool
+) -> None:
+    """Issue 20.8. Before: a 400 MB body was read whole, then cut to 20,000 characters
+    (peak RSS 128 → 1,329 MB). Now reading stops at 1 MiB (a declared Content-Length above it
+    is refused before the body): the oracle is what the server managed to send, which can
+    only exceed the cap by the kernel's socket buffers, not by the body."""
+    size = 64 << 20
+    fake.set_default(MESSAGES, Reply.huge(size, declare_length=declare_length))
+    with pytest.raises(HypothesisError, match="max_response_bytes") as info:
+        hypothesizer(max_retries=2).hypothesize(QUERY)
+    assert isinstance(info.value.__cause__, AnthropicResponseTooLargeError)
+    assert len(fake.requests_to(MESSAGES)) == 1  # refused, not retried
+    give_up = time.monotonic() + 30
+    while not fake.body_bytes_sent and time.monotonic() < give_up:
+        time.sleep(0.05)
+    (sent,) = fake.body_bytes_sent
+    assert sent < size // 4, f"the server wrote {sent:,} of {size:,} bytes"
+
+
+def test_compressed_body_is_refused(fake: FakeProviderServer) -> None:
+    """The cap counts bytes on the wire; a gzip body would inflate past it above the
+    transport, so the request asks for identity and a compressed reply is refused."""
+    import gzip
+
+    body = gzip.compress(json.dumps(anthropic_message("가설: 배수시설")).encode())
+    fake.set_default(MESSAGES, Reply(raw=body, headers={"Content-Encoding": "gzip"}))
+    with pytest.raises(HypothesisError, match="compressed"):
+        hypothesizer(max_retries=0).hypothesize(QUERY)
+    assert fake.requests_to(MESSAGES)[0].header("accept-encoding") == "identity"
+
+
+def test_async_client_works_across_event_loops(fake: FakeProviderServer) -> None:
+    """Issue 18. Before: ``asyncio.run(car.aretrieve(q))`` in a loop fell back to the hybrid
+    on every second event loop (``APIConnectionError``: the async client's pooled socket
+    belonged to the previous, closed loop)."""
+    car = car_over(hypothesizer(timeout=30.0, max_retries=0), hypothesis_timeout=30.0)
+    explains = [
+        asyncio.run(car.aretrieve(f"{QUERY} {i}"))[0].node.metadata["car_explain"]
+        for i in range(6)
+    ]
+    assert [e["fallback"] for e in explains] == [False] * 6, [e.get("error") for e in explains]
+    assert len(fake.requests_to(MESSAGES)) == 6
+
+
+def test_connection_errors_are_not_retried_past_the_deadline() -> None:
+    """A refused connection is retried by the SDK after its backoff (0.5 s first); with
+    0.3 s left the backoff is not slept: the call ends naming the network error (a retry
+    would have ended at the deadline instead, "passed its deadline")."""
+    import socket
+
+    from llama_index_car.llms import BoundedAnthropic
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    llm = BoundedAnthropic(api_key="sk-ant-fake", base_url=f"http://127.0.0.1:{port}")
+    hyp = LLMCriterionHypothesizer(llm=llm)
+    with llm_deadline(0.3), pytest.raises(HypothesisError, match="ConnectError") as info:
+        finishes(lambda: hyp.hypothesize(QUERY))
+    assert isinstance(info.value.__cause__, AnthropicDeadlineError)
+
+
+def test_redirects_are_not_followed(fake: FakeProviderServer) -> None:
+    """An API key never goes where a redirect points."""
+    fake.set_default(MESSAGES, Reply(status=307, headers={"Location": fake.url + "/elsewhere"}))
+    with pytest.raises(HypothesisError):
+        hypothesizer(max_retries=0).hypothesize(QUERY)
+    assert fake.requests_to("/elsewhere") == []
 
 
 # ----------------------------------------------------------------------------- the CLI process
@@ -281,7 +423,9 @@ def test_cli_exits_within_the_deadline_on_a_hung_server(
     assert proc.returncode == 0, proc.stderr
     assert "criterion hypothesis: (none)" in proc.stdout  # the hybrid fallback answered
     assert elapsed < baseline_seconds + deadline + 10.0
-    assert len(cli_server.requests_to(MESSAGES)) == 1
+    # never retried past the deadline; 0 when a starved machine reached the deadline before
+    # the connect (a request is not started once the deadline has passed)
+    assert len(cli_server.requests_to(MESSAGES)) <= 1
 
 
 @pytest.mark.slow
@@ -388,7 +532,7 @@ def test_tampered_cache_file_with_nothing_left_is_a_miss(
 
 def test_hostile_hyde_passage_is_sanitised(fake: FakeProviderServer) -> None:
     fake.set_default(MESSAGES, Reply.anthropic_text("\x1b]0;x\x07신축이음장치는\u202e 온도에 따라 " * 500))
-    hyde = HyDEHypothesizer(llm=resolve_llm("anthropic"), term_extractor=str.split, backoff=0.01)
+    hyde = HyDEHypothesizer(llm=resolve_llm("anthropic"), term_extractor=str.split)
     result = hyde.hypothesize(QUERY)
     assert unsafe_chars(result.text) == [] and len(result.text) <= hyde.max_chars
     assert all(unsafe_chars(c) == [] for c in result.criteria)

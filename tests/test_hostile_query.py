@@ -18,6 +18,7 @@ characters removed by hand.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import subprocess
 import sys
@@ -458,9 +459,12 @@ def test_cli_defaults_match_the_library() -> None:
 
     from llama_index_car.cli import _args
     from llama_index_car.cli import query as query_cli
-    from llama_index_car.hypothesizers.llm import DEFAULT_LLM_DEADLINE
+    from llama_index_car.llms.deadline import DEFAULT_LLM_DEADLINE
+    from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 
     assert query_cli.DEFAULT_LLM_DEADLINE == DEFAULT_LLM_DEADLINE
+    default = inspect.signature(CriterionAwareRetriever.__init__).parameters["hypothesis_timeout"]
+    assert default.default == DEFAULT_LLM_DEADLINE
     _args.query_text("가" * DEFAULT_MAX_QUERY_CHARS)
     with pytest.raises(argparse.ArgumentTypeError):
         _args.query_text("가" * (DEFAULT_MAX_QUERY_CHARS + 1))

@@ -1,4 +1,4 @@
-"""LLMCriterionHypothesizer / HyDEHypothesizer: parsing, cache, retry, timeout, async."""
+"""LLMCriterionHypothesizer / HyDEHypothesizer: parsing, cache, errors, async."""
 
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer
 from llama_index_car.hypothesizers.llm import (
     HyDEHypothesizer,
     LLMCriterionHypothesizer,
-    is_retryable_error,
     parse_criterion_output,
 )
 from llama_index_car.hypothesizers.prompts import CRITERION_HYPOTHESIS_TMPL
@@ -108,7 +107,6 @@ class ScriptedLLM(CustomLLM):
 
 def make(script: Sequence[Any], **kw: Any) -> tuple[LLMCriterionHypothesizer, ScriptedLLM]:
     llm = ScriptedLLM(script)
-    kw.setdefault("backoff", 0.0)
     return LLMCriterionHypothesizer(llm=llm, **kw), llm
 
 
@@ -261,23 +259,20 @@ def test_corrupt_disk_cache_is_ignored(tmp_path: Path) -> None:
     assert json.loads((tmp_path / f"{hyp.cache_key(QUERY)}.json").read_text())["text"]
 
 
-def test_retry_on_429_then_success() -> None:
-    hyp, llm = make([StatusError(429), StatusError(503), GOOD], max_retries=2)
-    assert hyp.hypothesize(QUERY).text == "신축이음장치 설치기준"
-    assert len(llm.prompts) == 3
-
-
-def test_retries_exhausted() -> None:
-    hyp, llm = make([StatusError(500)], max_retries=2)
-    with pytest.raises(HypothesisError, match=r"after 3 attempt\(s\).*HTTP 500"):
+def test_the_hypothesizer_never_retries_a_failing_llm() -> None:
+    """Retries belong to the LLM client (its max_retries): one failing call, one error."""
+    hyp, llm = make([StatusError(503), GOOD])
+    with pytest.raises(HypothesisError, match=r"StatusError \(HTTP 503\)") as info:
         hyp.hypothesize(QUERY)
-    assert len(llm.prompts) == 3
+    assert len(llm.prompts) == 1
+    assert isinstance(info.value.__cause__, StatusError)
+    assert hyp.hypothesize(QUERY).text == "신축이음장치 설치기준"  # the failure was not cached
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404])
-def test_no_retry_on_client_errors(status: int) -> None:
-    hyp, llm = make([StatusError(status), GOOD], max_retries=3)
-    with pytest.raises(HypothesisError, match="not retryable") as info:
+def test_client_errors_name_the_status(status: int) -> None:
+    hyp, llm = make([StatusError(status), GOOD])
+    with pytest.raises(HypothesisError, match=f"HTTP {status}") as info:
         hyp.hypothesize(QUERY)
     assert len(llm.prompts) == 1
     assert ("API key" in str(info.value)) == (status in (401, 403))
@@ -291,55 +286,38 @@ def test_garbage_is_not_retried_and_not_cached() -> None:
     assert hyp.hypothesize(QUERY).text == "신축이음장치 설치기준"  # next call tries again
 
 
-def test_backoff_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
-    sleeps: list[float] = []
-    monkeypatch.setattr(llm_mod.time, "sleep", sleeps.append)
-    hyp, _ = make([StatusError(500)] * 4 + [GOOD], max_retries=4, backoff=0.5, max_backoff=1.5)
-    hyp.hypothesize(QUERY)
-    assert sleeps == [0.5, 1.0, 1.5, 1.5]  # min(max_backoff, backoff * 2**attempt)
-
-
-def test_retry_after_header_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
-    sleeps: list[float] = []
-    monkeypatch.setattr(llm_mod.time, "sleep", sleeps.append)
-    hyp, _ = make([StatusError(429, {"retry-after-ms": "250"}), GOOD], backoff=2.0)
-    hyp.hypothesize(QUERY)
-    assert sleeps == [0.25]
-
-
-def test_sync_timeout() -> None:
-    hyp, llm = make([(2.0, GOOD)], timeout=0.2, max_retries=1)
-    start = time.perf_counter()
-    with pytest.raises(HypothesisError, match=r"after 2 attempt\(s\).*no answer within 0.2"):
-        hyp.hypothesize(QUERY)
-    assert time.perf_counter() - start < 1.0
-
-
-async def test_async_native_path_and_timeout() -> None:
+async def test_async_native_path() -> None:
     hyp, llm = make([GOOD])
     result = await hyp.ahypothesize(QUERY)
     assert result.criteria == ("신축이음장치", "설치기준")
     assert llm.paths == ["acomplete"]
     assert (await hyp.ahypothesize(QUERY)).cached
 
-    slow, _ = make([(2.0, GOOD)], timeout=0.2, max_retries=0)
-    start = time.perf_counter()
-    with pytest.raises(HypothesisError, match="no answer within"):
-        await slow.ahypothesize(QUERY)
-    assert time.perf_counter() - start < 0.8
-
 
 async def test_async_calls_run_concurrently() -> None:
-    hyp, llm = make([(0.3, GOOD)])
-    start = time.perf_counter()
+    """Five calls in flight at once: each waits until all five have started (a barrier that
+    only concurrent calls can pass; sequential calls would wait for ever)."""
+    started = asyncio.Event()
+    count = 0
+
+    class Gate(ScriptedLLM):
+        async def acomplete(self, prompt: str, formatted: bool = False, **kw: Any) -> Any:
+            nonlocal count
+            count += 1
+            if count == 5:
+                started.set()
+            await asyncio.wait_for(started.wait(), timeout=30)
+            return CompletionResponse(text=GOOD)
+
+    hyp = LLMCriterionHypothesizer(llm=Gate([GOOD]))
     results = await asyncio.gather(*(hyp.ahypothesize(f"질문 {i}") for i in range(5)))
-    elapsed = time.perf_counter() - start
     assert len(results) == 5 and all(not r.cached for r in results)
-    assert elapsed < 0.3 * 3  # 5 sequential calls would take 1.5 s
 
 
-def test_async_retry_on_429() -> None:
+def test_async_failure_is_typed() -> None:
     hyp, llm = make([StatusError(429), GOOD])
+    with pytest.raises(HypothesisError, match="HTTP 429"):
+        asyncio.run(hyp.ahypothesize(QUERY))
     assert asyncio.run(hyp.ahypothesize(QUERY)).text == "신축이음장치 설치기준"
     assert llm.paths == ["acomplete", "acomplete"]
 
@@ -350,34 +328,25 @@ def test_empty_query_and_bad_options() -> None:
         hyp.hypothesize("  ")
     from llama_index_car._errors import ConfigurationError
 
-    for kw in ({"timeout": 0}, {"max_retries": -1}, {"backoff": -1.0}, {"cache_size": -1}):
+    for kw in ({"max_output_chars": 0}, {"cache_size": -1}):
         with pytest.raises(ConfigurationError):
             LLMCriterionHypothesizer(llm=ScriptedLLM([GOOD]), **kw)  # type: ignore[arg-type]
+    for removed in ("timeout", "max_retries", "backoff", "deadline"):
+        with pytest.raises(TypeError):  # the LLM client owns these now
+            LLMCriterionHypothesizer(llm=ScriptedLLM([GOOD]), **{removed: 1})
 
 
-def test_is_retryable_error() -> None:
-    class APITimeoutError(Exception):
-        pass
-
-    class APIConnectionError(Exception):
-        pass
-
-    assert is_retryable_error(APITimeoutError())
-    assert is_retryable_error(APIConnectionError())
-    assert is_retryable_error(StatusError(429)) and is_retryable_error(StatusError(502))
-    assert not is_retryable_error(StatusError(401)) and not is_retryable_error(KeyError("x"))
-
-
-def test_default_llm_needs_key(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_llm_is_the_bounded_client(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(MissingCredentialsError, match="ANTHROPIC_API_KEY"):
         LLMCriterionHypothesizer()
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-    hyp = LLMCriterionHypothesizer(timeout=12.0)
-    assert type(hyp.llm).__name__ == "Anthropic"
-    assert hyp.llm.model == "claude-sonnet-4-6"  # type: ignore[attr-defined]
-    assert hyp.llm.max_retries == 0  # type: ignore[attr-defined]  # our retry policy applies
-    assert hyp.llm.timeout == 12.0  # type: ignore[attr-defined]
+    from llama_index_car.llms import BoundedAnthropic
+
+    hyp = LLMCriterionHypothesizer()
+    assert isinstance(hyp.llm, BoundedAnthropic)
+    assert hyp.llm.model == "claude-sonnet-4-6"
+    assert (hyp.llm.max_retries, hyp.llm.timeout) == (2, 60.0)  # the SDK's retries apply
 
 
 # ----------------------------------------------------------------------------- HyDE
@@ -409,7 +378,7 @@ def test_hyde_garbage_and_retry() -> None:
     hyde = HyDEHypothesizer(llm=ScriptedLLM(["  ```\n```  "]), term_extractor=str.split)
     with pytest.raises(HypothesisError, match="HyDE"):
         hyde.hypothesize(QUERY)
-    ok = HyDEHypothesizer(
-        llm=ScriptedLLM([StatusError(529), PASSAGE]), term_extractor=str.split, backoff=0.0
-    )
+    ok = HyDEHypothesizer(llm=ScriptedLLM([StatusError(529), PASSAGE]), term_extractor=str.split)
+    with pytest.raises(HypothesisError, match="HTTP 529"):
+        ok.hypothesize(QUERY)
     assert ok.hypothesize(QUERY).text.startswith("신축이음장치")

@@ -77,11 +77,29 @@ def test_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("CAR_LLM", "anthropic")
     llm: Any = resolve_llm(timeout=7.0, max_retries=0)
-    assert type(llm).__name__ == "Anthropic"
+    from llama_index.llms.anthropic import Anthropic
+
+    from llama_index_car.llms import BoundedAnthropic
+
+    assert isinstance(llm, BoundedAnthropic) and isinstance(llm, Anthropic)
+    assert llm.max_response_bytes == 1 << 20
     assert llm.model == "claude-sonnet-4-6"
     assert str(llm._client.base_url).rstrip("/") == "http://127.0.0.1:9"
     assert (llm.timeout, llm.max_retries) == (7.0, 0)
     assert resolve_llm("anthropic", model="claude-haiku-4-5").model == "claude-haiku-4-5"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"timeout": 0}, {"timeout": float("inf")}, {"max_retries": -1}, {"max_response_bytes": 0},
+     {"aws_region": "us-east-1"}, {"region": "us-east5", "project_id": "p"}],
+)
+def test_bounded_anthropic_refuses_unbounded_or_other_backends(kw: dict[str, Any]) -> None:
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.llms import BoundedAnthropic
+
+    with pytest.raises(ConfigurationError):
+        BoundedAnthropic(api_key="sk-ant-test", **kw)
 
 
 def test_reranker(monkeypatch: pytest.MonkeyPatch) -> None:

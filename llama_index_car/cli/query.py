@@ -13,8 +13,8 @@ Providers: the query embedding must match the one the index was built with (``--
 (``COHERE_API_KEY``). A missing key or extra exits with code 2 and one line saying what to set.
 
 Limits: ``--llm-timeout`` (default 30 s) is a hard deadline for the LLM hypothesis of a query
-— retries and ``Retry-After`` waits included; past it CAR answers with the plain hybrid and
-the process exits without waiting for the hung request. The question may hold at most
+— the SDK's retries and ``Retry-After`` waits included; at it the request's socket is closed,
+CAR answers with the plain hybrid and the process exits at once. The question may hold at most
 ``$CAR_MAX_QUERY_CHARS`` characters (default 2000). Everything printed is stripped of
 terminal escape sequences and control/bidi characters.
 """
@@ -35,11 +35,8 @@ from llama_index_car.cli._args import (
     unit_float,
 )
 from llama_index_car.hypothesizers.base import sanitize_text
+from llama_index_car.llms.deadline import DEFAULT_LLM_DEADLINE  # default of --llm-timeout
 from llama_index_car.providers import CLI_LLMS, EMBED_MODELS, RERANKERS
-
-#: default of ``--llm-timeout`` (= ``hypothesizers.llm.DEFAULT_LLM_DEADLINE``, not imported
-#: here so ``--help`` stays instant)
-DEFAULT_LLM_DEADLINE = 30.0
 
 EPILOG = """examples:
   llama-car query ./car-index "비 올 때 고속도로 옆 도랑은 얼마나 깊어야 해?"
@@ -271,14 +268,14 @@ def run(args: argparse.Namespace) -> int:
     from llama_index_car.providers import resolve_llm, resolve_reranker
 
     deadline = float(args.llm_timeout)
-    # None for "none" (also the default without CAR_LLM); the SDK's own retries are off
-    llm = resolve_llm(args.llm, timeout=deadline, max_retries=0)
+    # None for "none" (also the default without CAR_LLM); the SDK retries within the deadline
+    llm = resolve_llm(args.llm, timeout=deadline)
     reranker = resolve_reranker(args.rerank, top_n=args.top_k)
     hypothesizer = None
     if llm is not None and args.retriever == "car":
         from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
 
-        hypothesizer = LLMCriterionHypothesizer(llm=llm, timeout=deadline, deadline=deadline)
+        hypothesizer = LLMCriterionHypothesizer(llm=llm)
 
     local = load_index(args.persist_dir, embed_model=embed_model, store=args.store)
     manifest = local.manifest  # read and checked once, by load_index

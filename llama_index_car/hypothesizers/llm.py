@@ -1,28 +1,24 @@
 """LLM hypothesizers: the paper's criterion hypothesis (§5.8) and the generic HyDE baseline.
 
-Both run any LlamaIndex ``LLM`` through one shared engine (:class:`_LLMHypothesizerBase`):
+Both run any LlamaIndex ``LLM`` through one shared engine (:class:`_LLMHypothesizerBase`) that
+keeps the prompt and the parse, and delegates the rest:
 
 * **cache** — an in-memory LRU (``cache_size`` entries) plus, with ``cache_dir``, one JSON file
   per entry; the key is ``sha256(json([llm class:model, prompt template, query]))``, so a new
   model or an updated prompt never reuses stale hypotheses;
-* **timeout** — ``timeout`` seconds per attempt (``asyncio.wait_for`` on the async path; on
-  the sync path the call runs in its own *daemon* thread that is abandoned when it overruns,
-  so a hung call never occupies a shared pool nor delays the exit of the process);
-* **deadline** — ``deadline`` seconds per query for everything (attempts, backoff sleeps,
-  ``Retry-After`` waits); :meth:`hypothesize` returns or raises within it;
-* **retry** — the only retry policy on the LLM path (an LLM whose SDK retries is replaced by
-  a copy with ``max_retries=0``; the caller's object is not modified): up
-  to ``max_retries`` retries after timeouts, connection errors, HTTP 408/409/425/429 and 5xx,
-  sleeping the server's ``Retry-After`` when given, else ``min(max_backoff, backoff *
-  2**attempt)``; a wait that would pass the deadline fails at once instead; other errors
-  (401/403 auth, 400) fail at once;
+* **one call** — one ``chat``/``complete`` (``achat``/``acomplete``) per query in the caller's
+  thread or task. Timeouts, retries, backoff and ``Retry-After`` belong to the LLM client
+  (the default, :class:`~llama_index_car.llms.BoundedAnthropic`, keeps the SDK's
+  ``max_retries`` and ends every HTTP attempt by the caller's
+  :func:`~llama_index_car.llms.deadline.llm_deadline`, which ``CriterionAwareRetriever`` sets
+  from its ``hypothesis_timeout``);
 * **sanitising** — the raw output is cut to ``max_output_chars`` and stripped of terminal
   escape sequences, control and bidi characters (:func:`~llama_index_car.hypothesizers.base.
   sanitize_text`) before parsing; an output with nothing usable left raises and is never
   cached;
-* **errors** — every failure, timeout or unusable output raises
-  :class:`~llama_index_car._errors.HypothesisError`, which ``CriterionAwareRetriever``
-  catches to fall back to the plain hybrid.
+* **errors** — every failure of the LLM or unusable output raises
+  :class:`~llama_index_car._errors.HypothesisError` (the LLM's exception as its cause), which
+  ``CriterionAwareRetriever`` catches to fall back to the plain hybrid.
 
 The LLM is called with ``chat``/``achat`` (one user message) when
 ``llm.metadata.is_chat_model`` and ``complete``/``acomplete`` otherwise.
@@ -39,10 +35,6 @@ The LLM is called with ``chat``/``achat`` (one user message) when
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextvars
-import email.utils
 import hashlib
 import json
 import logging
@@ -50,7 +42,6 @@ import os
 import re
 import tempfile
 import threading
-import time
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
@@ -67,7 +58,6 @@ from llama_index_car.hypothesizers.base import (
     BaseCriterionHypothesizer,
     CriterionHypothesis,
     sanitize_text,
-    submit_daemon,
 )
 from llama_index_car.hypothesizers.prompts import CRITERION_HYPOTHESIS_PROMPT, HYDE_PROMPT
 
@@ -75,85 +65,18 @@ __all__ = [
     "LLMCriterionHypothesizer",
     "HyDEHypothesizer",
     "parse_criterion_output",
-    "is_retryable_error",
     "CACHE_FORMAT_VERSION",
-    "DEFAULT_LLM_DEADLINE",
 ]
 
 logger = logging.getLogger(__name__)
 
 CACHE_FORMAT_VERSION = 1
-_RETRY_STATUS = frozenset({408, 409, 425, 429})
 _MAX_TERMS = 8
 _MAX_HYPOTHESIS_CHARS = 200
 #: LLM output beyond this many characters is ignored (a hypothesis is a line or two)
 DEFAULT_MAX_OUTPUT_CHARS = 20_000
 _HANGUL = re.compile(r"[가-힣]")
 
-
-#: default seconds per query for the whole hypothesis step (attempts, backoff, Retry-After)
-DEFAULT_LLM_DEADLINE = 30.0
-
-
-class _AttemptTimeout(TimeoutError):
-    """One LLM attempt exceeded ``timeout`` seconds."""
-
-
-# --------------------------------------------------------------------------- errors / retry
-def _status_code(exc: BaseException) -> int | None:
-    for obj in (exc, getattr(exc, "response", None), exc.__cause__):
-        if obj is None:
-            continue
-        code = getattr(obj, "status_code", None)
-        if isinstance(code, int):
-            return code
-    return None
-
-
-def is_retryable_error(exc: BaseException) -> bool:
-    """True for transient failures: timeouts, connection errors, HTTP 408/409/425/429, 5xx.
-
-    Works across SDKs by duck typing (``status_code`` on the error or its ``response``; class
-    names containing ``Timeout``/``Connection``), so any LlamaIndex LLM is covered.
-
-    >>> is_retryable_error(TimeoutError()), is_retryable_error(ValueError("bad prompt"))
-    (True, False)
-    """
-    code = _status_code(exc)
-    if code is not None:
-        return code in _RETRY_STATUS or code >= 500
-    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionError)):
-        return True
-    chain = [exc] + ([exc.__cause__] if exc.__cause__ is not None else [])
-    return any(
-        "timeout" in type(e).__name__.lower() or "connection" in type(e).__name__.lower()
-        for e in chain
-    )
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None) or getattr(exc, "headers", None)
-    if not headers:
-        return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        try:
-            value = headers.get(name)
-        except Exception:  # noqa: BLE001 - a header mapping of an unknown SDK
-            return None
-        if value is None:
-            continue
-        try:
-            seconds = float(value) * scale
-        except (TypeError, ValueError):
-            try:  # an HTTP date
-                when = email.utils.parsedate_to_datetime(str(value))
-            except (TypeError, ValueError, IndexError):
-                continue
-            seconds = when.timestamp() - time.time()
-        if seconds == seconds:  # not NaN
-            return max(0.0, min(seconds, 1e9))
-    return None
 
 
 # --------------------------------------------------------------------------- cache
@@ -237,20 +160,6 @@ class _HypothesisCache:
             Path(tmp).unlink(missing_ok=True)
 
 
-def _run_in_daemon_thread(fn: Callable[[], str], timeout: float) -> str:
-    """``fn()`` in a fresh daemon thread; :class:`_AttemptTimeout` after ``timeout`` seconds.
-
-    The thread is abandoned on timeout (it ends when the client's own timeout fires): being a
-    daemon, it never delays interpreter exit, and being private, it never queues later calls
-    behind a hung one (a shared pool would).
-    """
-    future = submit_daemon(contextvars.copy_context().run, fn)
-    try:
-        return str(future.result(timeout=timeout))
-    except concurrent.futures.TimeoutError:
-        raise _AttemptTimeout(f"no answer within {timeout:.3g} s") from None
-
-
 def _model_id(llm: LLM) -> str:
     model = getattr(llm, "model", None) or getattr(llm, "model_name", None)
     if not model:
@@ -261,47 +170,30 @@ def _model_id(llm: LLM) -> str:
     return f"{type(llm).__name__}:{model}"
 
 
-def _without_sdk_retries(llm: LLM, owner: str) -> LLM:
-    """``llm`` itself when its SDK does not retry, else a copy whose clients don't.
-
-    LlamaIndex LLMs over the Stainless SDKs (Anthropic, OpenAI …) carry a ``max_retries``
-    field and build their clients from it; the copy gets ``max_retries=0`` and its prebuilt
-    clients are replaced by ``client.with_options(max_retries=0)`` (the caller's LLM is not
-    modified). When that is not possible a warning says the retries will stack.
-    """
-    retries = getattr(llm, "max_retries", None)
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries <= 0:
-        return llm
-    try:
-        clone = llm.model_copy(update={"max_retries": 0})
-        private = dict(getattr(clone, "__pydantic_private__", None) or {})
-        for name, client in private.items():
-            if name in ("_client", "_aclient", "_async_client") and client is not None:
-                if not hasattr(client, "with_options"):
-                    raise TypeError(f"{type(client).__name__} has no with_options()")
-                setattr(clone, name, client.with_options(max_retries=0))
-        return clone
-    except Exception as exc:  # noqa: BLE001 - any LLM class: fall back to a warning
-        logger.warning(
-            "%s retries %d time(s) inside its SDK and %s retries again (%s): build it with "
-            "max_retries=0 so one retry policy applies and the deadline holds",
-            type(llm).__name__, retries, owner, exc,
-        )
-        return llm
-
-
-def _default_llm(timeout: float | None, deadline: float | None) -> LLM:
+def _default_llm() -> LLM:
     from llama_index_car.providers import resolve_llm
 
-    bounds = [t for t in (timeout, deadline) if t is not None]
-    llm = resolve_llm("anthropic", timeout=min(bounds) if bounds else None, max_retries=0)
-    assert llm is not None  # noqa: S101 - resolve_llm("anthropic") never returns None
+    llm = resolve_llm("anthropic")
+    if llm is None:  # pragma: no cover - resolve_llm("anthropic") never returns None
+        raise ConfigurationError("resolve_llm('anthropic') returned no LLM")
     return llm
+
+
+def _failure(name: str, query: str, exc: Exception) -> HypothesisError:
+    """The typed error for an LLM failure (status and a hint for 401/403 in the message)."""
+    code = getattr(exc, "status_code", None)
+    code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    detail = sanitize_text(f"{type(exc).__name__}{f' (HTTP {code})' if code else ''}: {exc}", 300)
+    cause = exc.__cause__
+    if cause is not None and not isinstance(cause, HypothesisError):
+        detail += sanitize_text(f" [{type(cause).__name__}: {cause}]", 300)
+    hint = " — check the API key" if code in (401, 403) else ""
+    return HypothesisError(f"{name} hypothesizer failed for query {_short(query)}: {detail}{hint}")
 
 
 # --------------------------------------------------------------------------- shared engine
 class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
-    """Cache + timeout + retry around one prompted LLM call; subclasses parse the output."""
+    """Cache + sanitising around one prompted LLM call; subclasses parse the output."""
 
     name = "llm"
     uses_llm = True
@@ -315,37 +207,16 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
         prompt: BasePromptTemplate | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_size: int = 1024,
-        timeout: float | None = 30.0,
-        max_retries: int = 2,
-        backoff: float = 0.5,
-        max_backoff: float = 8.0,
-        deadline: float | None = DEFAULT_LLM_DEADLINE,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
     ) -> None:
-        for name, value in (("timeout", timeout), ("deadline", deadline)):
-            if value is not None and not (isinstance(value, (int, float)) and 0 < value < 1e9):
-                raise ConfigurationError(f"{name}={value!r} must be > 0 seconds or None")
-        if max_output_chars < 1:
+        if isinstance(max_output_chars, bool) or not isinstance(max_output_chars, int) or (
+            max_output_chars < 1
+        ):
             raise ConfigurationError(f"max_output_chars={max_output_chars!r} must be >= 1")
-        if max_retries < 0:
-            raise ConfigurationError(f"max_retries={max_retries!r} must be >= 0")
-        if backoff < 0 or max_backoff < 0:
-            raise ConfigurationError(
-                f"backoff={backoff!r} and max_backoff={max_backoff!r} must be >= 0"
-            )
-        if cache_size < 0:
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
             raise ConfigurationError(f"cache_size={cache_size!r} must be >= 0 (0 disables)")
-        self.llm: LLM = (
-            _without_sdk_retries(llm, type(self).__name__)
-            if llm is not None
-            else _default_llm(timeout, deadline)
-        )
-        self.timeout = timeout
-        self.deadline = deadline
+        self.llm: LLM = llm if llm is not None else _default_llm()
         self.max_output_chars = max_output_chars
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         self._prompt: BasePromptTemplate = prompt or self.default_prompt
         self._cache = _HypothesisCache(cache_size, Path(cache_dir) if cache_dir else None)
         self.llm_calls = 0
@@ -383,44 +254,30 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
         self._cache.clear()
 
     def hypothesize(self, query: str) -> CriterionHypothesis:
-        """Hypothesis for ``query`` (cache, then the LLM with timeout, retries and deadline)."""
+        """Hypothesis for ``query``: the cache, else one LLM call in this thread."""
         query, key, cached = self._lookup(query)
         if cached is not None:
             return cached
-        end = self._end()
-        delay: float | None = None
-        for attempt in range(self.max_retries + 1):
-            if delay:
-                time.sleep(delay)
-            try:
-                raw = self._call_sync(query, self._budget(query, attempt, end))
-            except HypothesisError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - classified below, re-raised typed
-                delay = self._after_failure(query, attempt, exc, end)
-                continue
-            return self._finish(query, key, raw)
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            raw = self._predict(query)
+        except HypothesisError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any LLM client's failure, re-raised typed
+            raise _failure(self.name, query, exc) from exc
+        return self._finish(query, key, raw)
 
     async def ahypothesize(self, query: str) -> CriterionHypothesis:
-        """Native async form: ``achat``/``acomplete`` under ``asyncio.wait_for``."""
+        """Native async form: the cache, else one ``achat``/``acomplete`` in this task."""
         query, key, cached = self._lookup(query)
         if cached is not None:
             return cached
-        end = self._end()
-        delay: float | None = None
-        for attempt in range(self.max_retries + 1):
-            if delay:
-                await asyncio.sleep(delay)
-            try:
-                raw = await self._call_async(query, self._budget(query, attempt, end))
-            except HypothesisError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - classified below, re-raised typed
-                delay = self._after_failure(query, attempt, exc, end)
-                continue
-            return self._finish(query, key, raw)
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            raw = await self._apredict(query)
+        except HypothesisError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any LLM client's failure, re-raised typed
+            raise _failure(self.name, query, exc) from exc
+        return self._finish(query, key, raw)
 
     # -- internals -----------------------------------------------------------------------
     @abstractmethod
@@ -446,22 +303,6 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
             return query, key, None  # a malformed cache file is a miss
         return query, key, None if cached.is_empty else cached
 
-    def _end(self) -> float | None:
-        """The monotonic time by which this query must be answered (``None``: no deadline)."""
-        return None if self.deadline is None else time.monotonic() + self.deadline
-
-    def _budget(self, query: str, attempt: int, end: float | None) -> float | None:
-        """Seconds allowed for this attempt: ``timeout`` cut to what the deadline leaves."""
-        if end is None:
-            return self.timeout
-        left = end - time.monotonic()
-        if left <= 0:
-            raise HypothesisError(
-                f"{self.name} hypothesizer for query {_short(query)} passed its deadline of "
-                f"{self.deadline:g} s after {attempt} attempt(s)"
-            )
-        return left if self.timeout is None else min(self.timeout, left)
-
     def _format(self, query: str) -> str:
         return self._prompt.format(query=query)
 
@@ -486,63 +327,6 @@ class _LLMHypothesizerBase(BaseCriterionHypothesizer, PromptMixin):
             response = await self.llm.achat([ChatMessage(role=MessageRole.USER, content=prompt)])
             return str(response.message.content or "")
         return str((await self.llm.acomplete(prompt)).text or "")
-
-    def _call_sync(self, query: str, budget: float | None) -> str:
-        if budget is None:
-            return self._predict(query)
-        return _run_in_daemon_thread(lambda: self._predict(query), budget)
-
-    async def _call_async(self, query: str, budget: float | None) -> str:
-        if budget is None:
-            return await self._apredict(query)
-        try:
-            return await asyncio.wait_for(self._apredict(query), timeout=budget)
-        except asyncio.TimeoutError:
-            raise _AttemptTimeout(f"no answer within {budget:.3g} s") from None
-
-    def _after_failure(
-        self, query: str, attempt: int, exc: Exception, end: float | None
-    ) -> float:
-        """Return the sleep before the next attempt, or raise HypothesisError.
-
-        The server's ``Retry-After`` is obeyed (never retried sooner); when that wait, or the
-        backoff, would pass the deadline, the hypothesizer gives up at once instead.
-        """
-        retryable = is_retryable_error(exc)
-        code = _status_code(exc)
-        detail = sanitize_text(
-            f"{type(exc).__name__}{f' (HTTP {code})' if code else ''}: {exc}", 300
-        )
-        fail = f"{self.name} hypothesizer failed for query {_short(query)}"
-        if not retryable or attempt >= self.max_retries:
-            why = f"after {attempt + 1} attempt(s)" if retryable else "(not retryable)"
-            hint = " — check the API key" if code in (401, 403) else ""
-            raise HypothesisError(f"{fail} {why}: {detail}{hint}") from exc
-        server_hint = _retry_after(exc)
-        if server_hint is not None:
-            delay = server_hint
-            limit = (end - time.monotonic()) if end is not None else self.max_backoff
-            if delay >= limit:
-                bound = (
-                    f"the {self.deadline:g} s deadline" if end is not None
-                    else f"max_backoff={self.max_backoff:g} s"
-                )
-                raise HypothesisError(
-                    f"{fail} after {attempt + 1} attempt(s): the server asked to retry after "
-                    f"{delay:g} s, beyond {bound}: {detail}"
-                ) from exc
-        else:
-            delay = min(self.max_backoff, self.backoff * (2**attempt))
-            if end is not None and delay >= end - time.monotonic():
-                raise HypothesisError(
-                    f"{fail} after {attempt + 1} attempt(s); no time left before the "
-                    f"{self.deadline:g} s deadline: {detail}"
-                ) from exc
-        logger.warning(
-            "%s hypothesizer attempt %d/%d failed (%s); retrying in %.2f s",
-            self.name, attempt + 1, self.max_retries + 1, detail, delay,
-        )
-        return delay
 
     def _finish(self, query: str, key: str, raw: str) -> CriterionHypothesis:
         clean = sanitize_text(str(raw or "")[: self.max_output_chars], keep_newlines=True)
@@ -708,21 +492,13 @@ class LLMCriterionHypothesizer(_LLMHypothesizerBase):
     the output is parsed by :func:`parse_criterion_output`.
 
     Args:
-        llm: any LlamaIndex ``LLM``. ``None`` → ``Anthropic(model="claude-sonnet-4-6")``
-            (needs ``ANTHROPIC_API_KEY`` and the ``anthropic`` extra). An LLM whose SDK
-            retries (``max_retries > 0``) is used through a copy with those retries off, so
-            this class's retry policy is the only one.
+        llm: any LlamaIndex ``LLM``. ``None`` → ``resolve_llm("anthropic")``, a
+            :class:`~llama_index_car.llms.BoundedAnthropic` on ``claude-sonnet-4-6`` (needs
+            ``ANTHROPIC_API_KEY`` and the ``anthropic`` extra). Its own ``timeout`` and
+            ``max_retries`` apply; this class never retries.
         prompt: replaces the default template (one variable, ``{query}``).
         cache_dir: optional folder of JSON cache files (one per query).
         cache_size: in-memory LRU entries (0 disables the memory cache); default 1024.
-        timeout: seconds per attempt (default 30; ``None`` = no limit).
-        max_retries: retries after transient errors (default 2). The only retries on the
-            LLM path: give an LLM whose SDK does not retry (``max_retries=0``).
-        backoff / max_backoff: retry sleep ``min(max_backoff, backoff * 2**attempt)``
-            (defaults 0.5 s / 8 s) when the server sends no ``Retry-After``.
-        deadline: seconds per query for all attempts and waits together (default
-            :data:`DEFAULT_LLM_DEADLINE` = 30; ``None`` = bounded only by ``timeout`` and
-            ``max_retries``). Keep it <= ``CriterionAwareRetriever.hypothesis_timeout``.
         max_output_chars: LLM output beyond this is ignored (default 20,000).
 
     >>> from llama_index.core.llms import MockLLM
@@ -750,7 +526,7 @@ class HyDEHypothesizer(_LLMHypothesizerBase):
     The LLM writes a hypothetical passage answering the query
     (:data:`~llama_index_car.hypothesizers.prompts.HYDE_PROMPT`); ``text`` is that passage and
     ``criteria`` its noun terms (Kiwi noun compounds by default, first ``max_terms`` unique;
-    may be empty). Same cache / timeout / retry engine as :class:`LLMCriterionHypothesizer`.
+    may be empty). Same cache and call engine as :class:`LLMCriterionHypothesizer`.
 
     >>> from llama_index.core.llms import MockLLM
     >>> HyDEHypothesizer(llm=MockLLM(), term_extractor=str.split).name

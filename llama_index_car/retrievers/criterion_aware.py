@@ -39,6 +39,10 @@ Resilience. The hypothesis is produced concurrently with a plain hybrid retrieva
 any other ``Exception``, e.g. from an LLM client), exceeds ``hypothesis_timeout`` seconds or
 returns an empty hypothesis, CAR logs a warning and returns the hybrid result with
 ``car_explain["fallback"] = True`` — unless ``strict=True``, which raises ``HypothesisError``.
+``hypothesis_timeout`` is the one deadline of the step: the hypothesizer runs inside
+:func:`~llama_index_car.llms.deadline.llm_deadline`, so a bounded LLM client
+(:class:`~llama_index_car.llms.BoundedAnthropic`, the default) closes its request and frees its
+thread at the same moment, retries and retry waits included.
 
 Routing. ``route="auto"`` first runs the lexical channel on the plain query and asks a
 :class:`~llama_index_car.retrievers.routing.LexicalOverlapRouter` whether low lexical overlap is
@@ -93,6 +97,7 @@ from llama_index_car.hypothesizers.base import (
 )
 from llama_index_car.hypothesizers.events import emit_hypothesis_event
 from llama_index_car.hypothesizers.feedback import DEFAULT_FEEDBACK_DOCS, feedback_terms
+from llama_index_car.llms.deadline import DEFAULT_LLM_DEADLINE, llm_deadline
 from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.retrievers._store import (
     IndexDense,
@@ -202,7 +207,8 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         route: ``"always"`` (default) or ``"auto"`` (call the hypothesizer only when the router
             predicts low lexical overlap).
         strict: raise ``HypothesisError`` instead of falling back to the hybrid.
-        hypothesis_timeout: seconds to wait for the hypothesis (default 30).
+        hypothesis_timeout: seconds for the hypothesis, LLM retries included (default
+            :data:`~llama_index_car.llms.deadline.DEFAULT_LLM_DEADLINE` = 30).
         router: the router for ``route="auto"`` (default ``LexicalOverlapRouter()``).
         speculative_hybrid: run the plain hybrid concurrently with the hypothesis (``True``),
             only on failure (``False``), or ``"auto"`` (default): ``True`` with a hypothesizer
@@ -232,7 +238,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         similarity_top_k: int = 10,
         route: Literal["always", "auto"] = "always",
         strict: bool = False,
-        hypothesis_timeout: float = 30.0,
+        hypothesis_timeout: float = DEFAULT_LLM_DEADLINE,
         router: LexicalOverlapRouter | None = None,
         speculative_hybrid: bool | Literal["auto"] = "auto",
         speculation_delay: float = 0.005,
@@ -582,10 +588,12 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             max_workers=3, thread_name_prefix="car"
         )
         try:
-            # a daemon thread, not the pool: a hung hypothesizer never holds the process
-            hyp_future = submit_daemon(
-                contextvars.copy_context().run, hypothesizer.hypothesize, query
-            )
+            # a daemon thread, not the pool: a hung hypothesizer never holds the process;
+            # a bounded LLM client in it ends its request by the same deadline
+            with llm_deadline(self.hypothesis_timeout):
+                hyp_future = submit_daemon(
+                    contextvars.copy_context().run, hypothesizer.hypothesize, query
+                )
             hybrid_future = None
             if self.speculative_hybrid and self.speculation_delay > 0:
                 concurrent.futures.wait([hyp_future], timeout=self.speculation_delay)
@@ -680,9 +688,10 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                     decision=decision, error=None,
                 )
         started = time.perf_counter()
-        hyp_task = asyncio.ensure_future(
-            asyncio.wait_for(hypothesizer.ahypothesize(query), self.hypothesis_timeout)
-        )
+        with llm_deadline(self.hypothesis_timeout):  # the task copies the context now
+            hyp_task = asyncio.ensure_future(
+                asyncio.wait_for(hypothesizer.ahypothesize(query), self.hypothesis_timeout)
+            )
         if self.speculative_hybrid and self.speculation_delay > 0:
             await asyncio.wait({hyp_task}, timeout=self.speculation_delay)
         hybrid_task = (

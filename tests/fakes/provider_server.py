@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import struct
+import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -79,6 +81,27 @@ class Reply:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    #: seconds between the bytes of an endless reply (0: a normal reply); see :meth:`drip`
+    drip: float = 0.0
+    drip_headers: bool = False
+    #: size of a huge 200 reply streamed in 64 KiB writes (0: a normal reply); see :meth:`huge`
+    huge_bytes: int = 0
+    declare_length: bool = True
+    #: body bytes sent verbatim instead of JSON (e.g. a gzip body with its header)
+    raw: bytes | None = None
+
+    @classmethod
+    def slow_drip(cls, interval: float = 0.05, *, headers: bool = False) -> Reply:
+        """An endless reply, one byte every ``interval`` seconds: a chunked body of spaces
+        after complete headers, or (``headers=True``) a header block that never ends. Every
+        byte arrives well within any read timeout; only an overall deadline ends it."""
+        return cls(drip=interval, drip_headers=headers)
+
+    @classmethod
+    def huge(cls, n_bytes: int, *, declare_length: bool = True) -> Reply:
+        """A valid Messages reply of ``n_bytes`` bytes (its text padded), sent with a
+        ``Content-Length`` or chunked (``declare_length=False``)."""
+        return cls(huge_bytes=n_bytes, declare_length=declare_length)
 
     @classmethod
     def hang(cls, seconds: float = 3600.0) -> Reply:
@@ -162,6 +185,15 @@ def _error_body(path: str, status: int) -> dict[str, Any]:
     return {"message": message}
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that went away mid-request (a deadline, a killed process) is no error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class FakeProviderServer:
     """Threaded HTTP server faking the Anthropic, OpenAI and Cohere endpoints.
 
@@ -173,6 +205,8 @@ class FakeProviderServer:
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
+        #: body bytes the socket accepted for each finished drip / huge reply, in end order
+        self.body_bytes_sent: list[int] = []
         self.anthropic_text: str | Callable[[RecordedRequest], str] = DEFAULT_ANTHROPIC_TEXT
         self._queues: dict[str, deque[Action]] = defaultdict(deque)
         self._sticky: dict[str, Action] = {}
@@ -198,7 +232,7 @@ class FakeProviderServer:
             def do_GET(self) -> None:  # noqa: N802
                 server._handle(self)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -267,12 +301,20 @@ class FakeProviderServer:
             reply = Reply()
         if reply.delay and self._stopping.wait(reply.delay):
             return
+        if reply.drip or reply.huge_bytes:
+            sent = self._stream(handler, reply)
+            with self._lock:
+                self.body_bytes_sent.append(sent)
+            handler.close_connection = True
+            return
         payload = reply.body
         if payload is None:
             payload = (
                 self._default(request) if reply.status < 400 else _error_body(path, reply.status)
             )
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        data = reply.raw if reply.raw is not None else json.dumps(
+            payload, ensure_ascii=False
+        ).encode("utf-8")
         try:
             handler.send_response(reply.status)
             handler.send_header("Content-Type", "application/json")
@@ -284,6 +326,54 @@ class FakeProviderServer:
             handler.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
             return
+
+    def _stream(self, handler: BaseHTTPRequestHandler, reply: Reply) -> int:
+        """Write a drip or huge reply raw; return the body bytes written before the end."""
+        out = handler.wfile
+        sent = 0
+        try:
+            if reply.drip:
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                if reply.drip_headers:  # "X-Drip: aaaa…", a header line that never ends
+                    for byte in itertools.chain(head + b"X-Drip: ", itertools.repeat(97)):
+                        out.write(bytes((byte,)))
+                        out.flush()
+                        if self._stopping.wait(reply.drip):
+                            return sent
+                out.write(head + b"Transfer-Encoding: chunked\r\n\r\n")
+                out.flush()
+                while not self._stopping.wait(reply.drip):
+                    out.write(b"1\r\n \r\n")
+                    out.flush()
+                    sent += 1
+                return sent
+            prefix = json.dumps(anthropic_message("가설: "), ensure_ascii=False)
+            cut = prefix.index('"가설: ') + len('"가설: ')
+            start, end = prefix[:cut].encode(), prefix[cut:].encode()
+            pad = max(0, reply.huge_bytes - len(start) - len(end))
+            framing = (
+                f"Content-Length: {len(start) + pad + len(end)}" if reply.declare_length
+                else "Transfer-Encoding: chunked"
+            )
+            out.write(
+                f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{framing}\r\n\r\n"
+                .encode()
+            )
+            block = b"x" * 65536
+            parts = [start] + [block] * (pad // len(block)) + [b"x" * (pad % len(block)), end]
+            for part in parts:
+                if self._stopping.is_set():
+                    break
+                if not part:
+                    continue
+                out.write(part if reply.declare_length else b"%x\r\n%s\r\n" % (len(part), part))
+                sent += len(part)
+            if not reply.declare_length:
+                out.write(b"0\r\n\r\n")
+            out.flush()
+        except OSError:  # the client closed the connection (BrokenPipe, reset)
+            pass
+        return sent
 
     def _default(self, request: RecordedRequest) -> Any:
         path = request.path
