@@ -30,15 +30,21 @@ class Recorder(BaseRetriever):
         self.bundles: list[QueryBundle] = []
         self.lock = threading.Lock()
         self.similarity_top_k = 100
+        self.barrier: threading.Barrier | None = None  # plain queries wait here
+        self.log: list[str] | None = None  # shared event log ("plain"/"expanded")
         super().__init__()
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         time.sleep(self.delay)
-        with self.lock:
-            self.bundles.append(query_bundle)
         expanded = query_bundle.custom_embedding_strs is not None or "설치기준" in (
             query_bundle.query_str
         )
+        if self.barrier is not None and not expanded:
+            self.barrier.wait(timeout=60)  # BrokenBarrierError unless all arrive together
+        with self.lock:
+            self.bundles.append(query_bundle)
+            if self.log is not None:
+                self.log.append("expanded" if expanded else "plain")
         ids = self.expanded if expanded else self.plain
         return [NodeWithScore(node=NODES[i], score=1.0 / (r + 1)) for r, i in enumerate(ids)]
 
@@ -46,12 +52,22 @@ class Recorder(BaseRetriever):
 class StubHypothesizer(BaseCriterionHypothesizer):
     name = "stub"
 
-    def __init__(self, result: object = HYP, delay: float = 0.0) -> None:
+    def __init__(
+        self, result: object = HYP, delay: float = 0.0, *, gate: threading.Event | None = None,
+        barrier: threading.Barrier | None = None, log: list[str] | None = None,
+    ) -> None:
         self.result, self.delay, self.calls = result, delay, 0
+        self.gate, self.barrier, self.log = gate, barrier, log
 
     def hypothesize(self, query: str) -> CriterionHypothesis:
         self.calls += 1
         time.sleep(self.delay)
+        if self.barrier is not None:
+            self.barrier.wait(timeout=60)
+        if self.gate is not None:
+            self.gate.wait(timeout=60)
+        if self.log is not None:
+            self.log.append("hypothesis")
         if isinstance(self.result, BaseException):
             raise self.result
         return self.result  # type: ignore[return-value]
@@ -168,11 +184,17 @@ async def test_strict_raises(use_async: bool) -> None:
 
 
 @pytest.mark.parametrize("use_async", [False, True])
-async def test_timeout_returns_hybrid_quickly(use_async: bool) -> None:
-    car, _, _ = make(StubHypothesizer(delay=1.5), hypothesis_timeout=0.2)
-    start = time.perf_counter()
-    out = await car.aretrieve("q") if use_async else car.retrieve("q")
-    assert time.perf_counter() - start < 1.0
+async def test_timeout_returns_hybrid_without_waiting_for_the_hypothesis(
+    use_async: bool,
+) -> None:
+    gate = threading.Event()  # the hypothesis cannot finish before the test lets it
+    hyp = StubHypothesizer(gate=gate)
+    car, _, _ = make(hyp, hypothesis_timeout=0.2)
+    try:
+        out = await car.aretrieve("q") if use_async else car.retrieve("q")
+        assert hyp.calls == 1 and not gate.is_set()  # returned with the hypothesis pending
+    finally:
+        gate.set()
     info = out[0].node.metadata[EXPLAIN_KEY]
     assert info["fallback"] is True and "timed out" in info["error"]
 
@@ -185,23 +207,28 @@ async def test_timeout_strict_raises() -> None:
 
 @pytest.mark.parametrize("use_async", [False, True])
 async def test_hypothesis_runs_concurrently_with_hybrid(use_async: bool) -> None:
-    # hypothesis 0.4 s; each channel 0.4 s. Speculative hybrid runs during the hypothesis, so
-    # a failing hypothesis costs max(0.4, 0.4) ≈ 0.4 s, not 0.8 s.
-    car, _, _ = make(StubHypothesizer(HypothesisError("x"), delay=0.4), delay=0.4,
-                     speculative_hybrid=True)
-    start = time.perf_counter()
+    """The speculative hybrid's two plain channels and the hypothesis are in flight at once:
+    a barrier of three that a sequential CAR could never pass."""
+    barrier = threading.Barrier(3)
+    car, dense, lexical = make(StubHypothesizer(HypothesisError("x"), barrier=barrier),
+                               speculative_hybrid=True)
+    dense.barrier = lexical.barrier = barrier
     out = await car.aretrieve("q") if use_async else car.retrieve("q")
-    elapsed = time.perf_counter() - start
     assert out[0].node.metadata[EXPLAIN_KEY]["fallback"] is True
-    assert elapsed < 0.75
+    assert not barrier.broken and len(dense.bundles) == len(lexical.bundles) == 1
 
 
-def test_success_path_total_time() -> None:
-    car, _, _ = make(StubHypothesizer(delay=0.4), delay=0.3, speculative_hybrid=True)
-    start = time.perf_counter()
+def test_success_path_runs_plain_channels_during_and_expanded_after_the_hypothesis() -> None:
+    barrier, log = threading.Barrier(3), []
+    car, dense, lexical = make(StubHypothesizer(barrier=barrier, log=log),
+                               speculative_hybrid=True)
+    dense.barrier = lexical.barrier = barrier
+    dense.log = lexical.log = log
     car.retrieve("q")
-    elapsed = time.perf_counter() - start
-    assert 0.65 < elapsed < 1.0  # max(0.4, 0.3) + 0.3 for the expanded channels
+    assert not barrier.broken
+    assert sorted(log) == ["expanded", "expanded", "hypothesis", "plain", "plain"]
+    first_expanded = log.index("expanded")
+    assert log.index("hypothesis") < first_expanded  # expanded queries need the hypothesis
 
 
 class SpaceMorphemes:

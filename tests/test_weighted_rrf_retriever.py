@@ -25,16 +25,24 @@ NODES = {
 class FixedRetriever(BaseRetriever):
     """Returns its fixed list (truncated to similarity_top_k); records calls and threads."""
 
-    def __init__(self, ids: list[str], similarity_top_k: int = 100, delay: float = 0.0) -> None:
+    def __init__(
+        self, ids: list[str], similarity_top_k: int = 100, delay: float = 0.0,
+        barrier: threading.Barrier | None = None,
+    ) -> None:
         self.ids = ids
         self.similarity_top_k = similarity_top_k
         self.delay = delay
+        self.barrier = barrier  # every channel must reach it before any returns
+        self.met: list[bool] = []  # a list: the fusion runs a shallow copy of each channel
         self.calls: list[str] = []
         self.threads: list[str] = []
         super().__init__()
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         time.sleep(self.delay)
+        if self.barrier is not None:
+            self.barrier.wait(timeout=60)  # BrokenBarrierError if the channels ran in turn
+            self.met.append(True)
         self.calls.append(query_bundle.query_str)
         self.threads.append(threading.current_thread().name)
         k = self.similarity_top_k
@@ -44,6 +52,9 @@ class FixedRetriever(BaseRetriever):
 class AsyncFixedRetriever(FixedRetriever):
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         await asyncio.sleep(self.delay)
+        if self.barrier is not None:  # waited off the loop, so a sync channel can arrive
+            await asyncio.get_running_loop().run_in_executor(None, self.barrier.wait, 60)
+            self.met.append(True)
         self.calls.append("async:" + query_bundle.query_str)
         return [NodeWithScore(node=NODES[i], score=1.0) for i in self.ids][: self.similarity_top_k]
 
@@ -132,20 +143,22 @@ def test_dedup_by_node_id() -> None:
 
 
 def test_sync_channels_run_concurrently_in_threads() -> None:
-    a = FixedRetriever(["a"], delay=0.3)
-    b = FixedRetriever(["b"], delay=0.3)
-    start = time.perf_counter()
+    """Both channels are inside ``_retrieve`` at once: a barrier of two, which a sequential
+    fusion could never pass (the first channel would wait for the second for ever)."""
+    barrier = threading.Barrier(2)
+    a = FixedRetriever(["a"], barrier=barrier)
+    b = FixedRetriever(["b"], barrier=barrier)
     WeightedRRFRetriever([a, b]).retrieve("q")
-    assert time.perf_counter() - start < 0.55
+    assert a.met and b.met and not barrier.broken
     assert a.threads[0] != b.threads[0]
 
 
 async def test_async_channels_gathered() -> None:
-    a = AsyncFixedRetriever(["a", "b"], delay=0.3)
-    b = FixedRetriever(["b", "c"], delay=0.3)  # sync-only: runs in a worker thread
-    start = time.perf_counter()
+    barrier = threading.Barrier(2)
+    a = AsyncFixedRetriever(["a", "b"], barrier=barrier)
+    b = FixedRetriever(["b", "c"], barrier=barrier)  # sync-only: runs in a worker thread
     fused = await WeightedRRFRetriever([a, b]).aretrieve("질의")
-    assert time.perf_counter() - start < 0.55
+    assert a.met and b.met and not barrier.broken
     assert a.calls == ["async:질의"] and b.calls == ["질의"]
     assert fused[0].node.node_id == "b"
     assert fused[0].score == pytest.approx(1 / 62 + 1 / 61)
