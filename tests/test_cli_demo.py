@@ -373,8 +373,7 @@ def test_demo_with_anthropic_but_no_key_exits_2_before_indexing(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    start = time.perf_counter()
     rc = main(["demo", "--llm", "anthropic"])
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert rc == 2 and "ANTHROPIC_API_KEY" in err and len(err.strip().splitlines()) == 1
-    assert time.perf_counter() - start < 10  # refused up front, nothing was indexed
+    assert out == ""  # refused up front: nothing was indexed, nothing answered

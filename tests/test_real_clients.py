@@ -267,10 +267,9 @@ def test_car_falls_back_on_timeout(fake: FakeProviderServer) -> None:
     car = _car(fake, max_retries=0, hypothesis_timeout=0.5)
     fake.reset()
     fake.enqueue("/v1/messages", Reply(delay=3.0))
-    start = time.perf_counter()
     results = car.retrieve(QUERY)
-    assert time.perf_counter() - start < 2.5
-    assert results[0].node.metadata["car_explain"]["fallback"] is True
+    explain = results[0].node.metadata["car_explain"]
+    assert explain["fallback"] is True and "timed out" in explain["error"], explain
 
 
 async def test_car_async_fallback_and_strict(fake: FakeProviderServer) -> None:
