@@ -185,17 +185,14 @@ def read_e5_image(path: str | Path) -> E5Image:
         for vec in _LAYER_VECTORS:
             floats[f"l{i}.{vec}"] = ff if vec == "fi.b" else h
     for name, (rows, cols) in shapes.items():
-        arr = tensors.get(name)
-        _expect(p, arr is not None and arr.ndim == 2, f"missing Q4_0 tensor {name!r}")
-        assert arr is not None
-        _expect(p, arr.shape[0] == rows * cols // QK, f"tensor {name!r} is not {rows}x{cols}")
-        tensors[name] = arr.reshape(rows, cols // QK, _Q4_BLOCK)
+        blocks = tensors.get(name)
+        if blocks is None or blocks.ndim != 2 or blocks.shape[0] != rows * cols // QK:
+            raise ModelFormatError(f"{p}: Q4_0 tensor {name!r} missing or not {rows}x{cols}")
+        tensors[name] = blocks.reshape(rows, cols // QK, _Q4_BLOCK)
     for name, count in floats.items():
-        arr = tensors.get(name)
-        _expect(
-            p, arr is not None and arr.ndim == 1 and arr.size == count,
-            f"float tensor {name!r} missing or not {count} values",
-        )
+        fvec = tensors.get(name)
+        if fvec is None or fvec.ndim != 1 or fvec.size != count:
+            raise ModelFormatError(f"{p}: float tensor {name!r} missing or not {count} values")
     return E5Image(
         path=p, hidden=h, layers=nl, heads=nh, ffn=ff, vocab=voc, max_positions=maxp,
         eps=float(eps), bos=bos, eos=eos, pad=pad, unk=unk, pieces=pieces, scores=scores,
