@@ -76,6 +76,7 @@ _INLINE = frozenset({4, 5, 6, 7, 8, 9, 19, 20})
 _CHAR_TEXT = {9: "\t", 10: "\n", 24: "-", 30: " ", 31: " "}
 _CONTROL = re.compile(r"[\x00-\x1f]")
 _SECTION = re.compile(r"^Section(\d+)$")
+_U32 = struct.Struct("<I")
 _CHUNK = 1 << 20
 # a list (cell, text box, note) nested in another deeper than this is refused (each level is
 # a few Python frames in the builder and the walker; HWPX gets the same cap from libxml2)
@@ -444,25 +445,50 @@ def _encrypted(file: str, message: str) -> HWPXEncryptedError:
     return HWPEncryptedError(file, message)
 
 
-def read_records(data: bytes, file: str, part: str, max_records: int) -> Records:
-    """Split a record stream; a size beyond the stream or too many records raise."""
+def read_records(
+    data: bytes, file: str, part: str, max_records: int, skip_layout: bool = False
+) -> Records:
+    """Split a record stream; a size beyond the stream or too many records raise.
+
+    One pass: each record's header, payload bounds and subtree end (the first later record
+    whose level is <= its own, found with a stack of the open records). Every record counts
+    against ``max_records``.
+
+    ``skip_layout`` leaves out the layout records of a paragraph (PARA_CHAR_SHAPE,
+    PARA_LINE_SEG, PARA_RANGE_TAG: tags 68-70 whose parent is a PARA_HEADER), with their
+    subtrees, about 40 % of a section's records. Nothing reads them: the builder looks at a
+    PARA_HEADER's children only for PARA_TEXT and CTRL_HEADER, and every other walk jumps
+    over the paragraph's subtree. The subtree ends of the records kept are those of the full
+    stream renumbered (a skipped record's place is taken by the next record kept, whose
+    level is at most the skipped one's), so every walk visits the same kept records."""
     tags = array("H")
     levels = array("H")
     starts = array("q")
     ends = array("q")
+    sub_end = array("q")
     n = len(data)
     pos = 0
-    unpack = struct.unpack_from
+    unpack = _U32.unpack_from
+    add_tag, add_level, add_start, add_end = tags.append, levels.append, starts.append, ends.append
+    add_sub = sub_end.append
+    # a record takes at least 4 bytes: below this many, max_records cannot be reached
+    count_free = n // 4 <= max_records
+    count = 0  # records read (all of them)
+    kept = 0  # records kept (the arrays' length)
+    # open records as (kept index or -1 when skipped, level, tag); strictly increasing
+    # levels: at most 1024 entries
+    stack: list[tuple[int, int, int]] = []
+    pop, push = stack.pop, stack.append
     while pos < n:
         if pos + 4 > n:
             raise _format(file, f"truncated record header at byte {pos}", part)
-        (h,) = unpack("<I", data, pos)
+        (h,) = unpack(data, pos)
         pos += 4
         size = h >> 20
         if size == 0xFFF:
             if pos + 4 > n:
                 raise _format(file, f"truncated extended record size at byte {pos}", part)
-            (size,) = unpack("<I", data, pos)
+            (size,) = unpack(data, pos)
             pos += 4
         end = pos + size
         if end > n:
@@ -472,24 +498,35 @@ def read_records(data: bytes, file: str, part: str, max_records: int) -> Records
                 f"the end of the stream ({n} bytes)",
                 part,
             )
-        if len(tags) >= max_records:
+        if not count_free and count >= max_records:
             raise _limit(
                 file, f"more than max_records={max_records} records in one stream",
-                "max_records", len(tags) + 1, max_records, part,
+                "max_records", count + 1, max_records, part,
             )
-        tags.append(h & 0x3FF)
-        levels.append(h >> 10 & 0x3FF)
-        starts.append(pos)
-        ends.append(end)
+        count += 1
+        lvl = h >> 10 & 0x3FF
+        tag = h & 0x3FF
+        while stack and stack[-1][1] >= lvl:
+            closed = pop()[0]
+            if closed >= 0:
+                sub_end[closed] = kept
+        if skip_layout and stack:
+            parent, _, parent_tag = stack[-1]
+            if parent < 0 or (parent_tag == TAG_PARA_HEADER and 68 <= tag <= 70):
+                push((-1, lvl, tag))
+                pos = end
+                continue
+        push((kept, lvl, tag))
+        add_tag(tag)
+        add_level(lvl)
+        add_start(pos)
+        add_end(end)
+        add_sub(0)
+        kept += 1
         pos = end
-    # subtree ends: the first later record whose level is <= this one's
-    count = len(tags)
-    sub_end = array("q", [count]) * count
-    stack: list[int] = []  # strictly increasing levels: at most 1024 entries
-    for i, lvl in enumerate(levels):
-        while stack and levels[stack[-1]] >= lvl:
-            sub_end[stack.pop()] = i
-        stack.append(i)
+    for i, _, _ in stack:  # still open at the end of the stream
+        if i >= 0:
+            sub_end[i] = kept
     return Records(data, tags, levels, starts, ends, sub_end)
 
 

@@ -146,7 +146,8 @@ def table_text_bound(n_rows: int, n_cols: int, cells: Sequence[HWPXCell]) -> int
     rows = min(sum(c.row_span for c in filled), max(n_rows, 1))
     if len(cells) >= 12 and 3 * len(filled) < len(cells):
         return sum(len(c.text) + 3 for c in filled) + rows
-    text = sum(_escaped_len(c.text) for c in cells)
+    # _escaped_len counts single characters, so it adds up over a concatenation
+    text = _escaped_len("".join([c.text for c in cells]))
     markdown = text + rows * (3 * n_cols + 4) + 4 * n_cols + 1
     if all(c.row_span == 1 and c.col_span == 1 for c in cells):
         return markdown
@@ -517,8 +518,11 @@ class SectionWalker:
                     n_cols = c + cs
                 if n_rows * n_cols > max_cells:
                     self._limit_cells(tbl, f"grid {n_rows}x{n_cols}:", n_rows * n_cols)
-                if taken is not None and self._overlaps(taken, cell, index, tc):
-                    taken = None
+                if taken is not None:
+                    if rs == 1 and cs == 1 and (r, c) not in taken:  # the common case
+                        taken.add((r, c))
+                    elif self._overlaps(taken, cell, index, tc):
+                        taken = None
                 if nested:
                     self._cell_objects(nested[:], after, location, depth + 1, index, cell)
                     nested.clear()

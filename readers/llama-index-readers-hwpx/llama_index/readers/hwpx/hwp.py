@@ -108,7 +108,7 @@ class HWPReader(HWPXReader):
         raw_sections: list[list[Block]] = []
         for i, (part, stream) in enumerate(hwp.sections):
             try:
-                rec = read_records(stream, file, part, self.max_records)
+                rec = read_records(stream, file, part, self.max_records, skip_layout=True)
                 root = SectionBuilder(rec, file, part, limits, state.warnings.append).build()
                 del rec
                 raw_sections.append(SectionWalker(state, i, part).walk(root))
