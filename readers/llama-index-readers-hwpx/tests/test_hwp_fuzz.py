@@ -80,8 +80,8 @@ def test_hwp_fuzz_large() -> None:
     seeds = _seeds()
     if not seeds:
         pytest.skip("../shared/corpus/hwp is not present")
-    got = _run(2121, 3000, seeds)
-    _check(got, 3000)
+    got = _run(2121, 1200, seeds)  # CI's share; 19,150 mutants were run by hand (see the note)
+    _check(got, 1200)
     # every mutation kind reached the limits or the parser, not only the container checks
     s = got["summary"]["outcomes"]
     assert sum(v for k, v in s.items() if k.startswith("record:") and k.endswith("ok")) > 100
