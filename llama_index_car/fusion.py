@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = ["DEFAULT_RRF_K", "validate_weights", "weighted_rrf"]
+__all__ = ["DEFAULT_RRF_K", "span_fusion", "validate_weights", "weighted_rrf"]
 
 DEFAULT_RRF_K = 60
 
@@ -110,3 +110,39 @@ def weighted_rrf(
             seen.add(doc_id)
             scores[doc_id] = scores.get(doc_id, 0.0) + weight / (rrf_k + position)
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+
+def span_fusion(
+    pool: Sequence[str],
+    span_scores: Sequence[float | None],
+    weight: float,
+    rrf_k: int = DEFAULT_RRF_K,
+) -> list[tuple[str, float]]:
+    """Re-order a ranked pool by fusing its order with the order of its span scores.
+
+    ``score(d) = (1 − w) / (rrf_k + r_pool(d)) + w / (rrf_k + r_span(d))`` where ``r_pool`` is
+    d's 1-based rank in ``pool`` and ``r_span`` its 1-based rank by span score within the pool
+    (higher first, ties by ``r_pool``); a node without a span score (``None``) gets no span
+    term. Sorted by score descending, then by ``r_pool``. ``w = 0`` returns the pool's order.
+
+    >>> [d for d, _ in span_fusion(["a", "b", "c"], [0.1, 0.9, None], weight=0.6)]
+    ['b', 'a', 'c']
+    """
+    if len(pool) != len(span_scores):
+        raise ConfigurationError("span_fusion: one span score (or None) per pool entry")
+    if isinstance(weight, bool) or not 0.0 <= float(weight) <= 1.0:
+        raise ConfigurationError(f"weight={weight!r} must be in [0, 1]")
+    if len(set(pool)) != len(pool):
+        raise ConfigurationError("span_fusion: pool ids must be unique")
+    w = float(weight)
+    scored = sorted(
+        (i for i, s in enumerate(span_scores) if s is not None),
+        key=lambda i: (-float(span_scores[i]), i),  # type: ignore[arg-type]
+    )
+    span_rank = {i: r for r, i in enumerate(scored, start=1)}
+    total = [
+        ((1.0 - w) / (rrf_k + i + 1) + (w / (rrf_k + span_rank[i]) if i in span_rank else 0.0), i)
+        for i in range(len(pool))
+    ]
+    total.sort(key=lambda t: (-t[0], t[1]))
+    return [(pool[i], score) for score, i in total]

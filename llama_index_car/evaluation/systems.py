@@ -340,6 +340,7 @@ class _IndexVariant:
     nodes: list[BaseNode]
     dense: NumpyDenseRetriever
     bm25: BaseRetriever
+    spans: Any = None  # the SpanIndex, built on first use by the offline car
 
 
 class SystemFactory:
@@ -480,6 +481,12 @@ class SystemFactory:
 
             kind = "hyde" if base == "car-hyde" else self.hypothesizer_kind
             offline = base == "car" and kind == "offline"  # the recommended offline CAR
+            if offline and v.spans is None:
+                from llama_index_car.span_index import SpanIndex
+
+                v.spans = SpanIndex.from_nodes(
+                    v.nodes, self.embed_model, show_progress=self.show_progress
+                )
             retriever = CriterionAwareRetriever(
                 v.dense,
                 v.bm25,
@@ -490,6 +497,8 @@ class SystemFactory:
                 similarity_top_k=self.depth,
                 route="auto" if base == "car-auto" else "always",
                 speculative_hybrid=False,
+                span_index=v.spans if offline else None,
+                embed_model=self.embed_model,
             )
         if spec.rerank:
             if self.reranker is None and self.reranker_factory is not None:

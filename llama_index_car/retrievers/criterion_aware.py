@@ -98,6 +98,11 @@ from llama_index_car.hypothesizers.base import (
 from llama_index_car.hypothesizers.events import emit_hypothesis_event
 from llama_index_car.hypothesizers.feedback import DEFAULT_FEEDBACK_DOCS, feedback_terms
 from llama_index_car.llms.deadline import DEFAULT_LLM_DEADLINE, llm_deadline
+from llama_index_car.postprocessors.span_rerank import (
+    DEFAULT_SPAN_POOL,
+    DEFAULT_SPAN_WEIGHT,
+    rerank_by_spans,
+)
 from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.retrievers._store import (
     IndexDense,
@@ -105,6 +110,7 @@ from llama_index_car.retrievers._store import (
     channel_property,
     index_channels,
 )
+from llama_index_car.span_index import SpanIndex
 from llama_index_car.retrievers.routing import (
     LexicalOverlapRouter,
     RouteDecision,
@@ -129,6 +135,9 @@ CHANNEL_NAMES = ("dense", "lexical")
 FEEDBACK_CHANNEL_NAMES = ("dense", "lexical", "feedback")
 #: ``scale`` of the offline feedback share (measured on lhcs_construction and autorag_ko)
 DEFAULT_FEEDBACK_SCALE = 0.7
+#: offline dense weight when the query's words are all in its best BM25 hits (router signal
+#: s = 1); α moves linearly from ``alpha`` at s = 0 (chosen by CV, benchmarks/span_cv.py)
+DEFAULT_ALPHA_OVERLAP = 0.2
 
 
 def _check_scale(value: Any) -> float:
@@ -141,6 +150,18 @@ def _check_scale(value: Any) -> float:
     if not 0.0 <= scale <= 1.0:
         raise ConfigurationError(f"feedback_scale={value!r} must be in [0, 1] (0 disables it)")
     return scale
+
+
+def _check_unit(name: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise ConfigurationError(f"{name}={value!r} is not a number in [0, 1]")
+    try:
+        x = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{name}={value!r} is not a number in [0, 1]") from exc
+    if not 0.0 <= x <= 1.0:
+        raise ConfigurationError(f"{name}={value!r} must be in [0, 1]")
+    return x
 
 
 def _check_feedback_source(lexical: Any) -> None:
@@ -243,6 +264,11 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         speculative_hybrid: bool | Literal["auto"] = "auto",
         speculation_delay: float = 0.005,
         feedback_scale: float | None = None,
+        span_index: SpanIndex | None = None,
+        span_weight: float | None = None,
+        span_pool: int = DEFAULT_SPAN_POOL,
+        alpha_overlap: float | None = None,
+        embed_model: Any | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -294,6 +320,26 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             "speculation_delay", speculation_delay, positive=False
         )
         self.weights = [self.alpha, 1.0 - self.alpha]
+        if span_index is not None and not isinstance(span_index, SpanIndex):
+            raise ConfigurationError(
+                f"span_index is a {type(span_index).__name__}; pass a SpanIndex or None"
+            )
+        self.span_index = span_index
+        offline = hypothesizer is None
+        if span_weight is None:
+            span_weight = DEFAULT_SPAN_WEIGHT if offline and span_index is not None else 0.0
+        self.span_weight = _check_unit("span_weight", span_weight)
+        self.span_pool = check_int("span_pool", span_pool)
+        if alpha_overlap is None:
+            alpha_overlap = DEFAULT_ALPHA_OVERLAP if offline else self.alpha
+        self.alpha_overlap = _check_unit("alpha_overlap", alpha_overlap)
+        self.embed_model = embed_model or getattr(dense_retriever, "_embed_model", None)
+        if self.span_weight > 0 and span_index is None:
+            raise ConfigurationError("span_weight > 0 needs a span_index (or pass span_weight=0)")
+        if self.span_weight > 0 and self.embed_model is None:
+            raise ConfigurationError(
+                "span ranking needs the query vector: pass embed_model (the index's embedding)"
+            )
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     # ------------------------------------------------------------------ construction
@@ -309,6 +355,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         show_progress: bool = False,
         filters: Any | None = None,
         token_cache: Any = True,
+        spans: bool | None = None,
         **kwargs: Any,
     ) -> CriterionAwareRetriever:
         """Build the whole thing in one line.
@@ -324,6 +371,10 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         * ``filters``: LlamaIndex ``MetadataFilters`` applied by the store (dense) and by
           BM25 on node metadata (lexical); ``token_cache``: BM25's token cache (a shared
           dict tokenizes each text once across builds).
+        * ``spans``: build a :class:`~llama_index_car.span_index.SpanIndex` over the nodes
+          (embeds every span once more, ≈ the corpus again) and re-rank by it; ``None``
+          (default): only offline (with an LLM hypothesizer span ranking is not measured yet).
+          A ``span_index`` in ``kwargs`` is used as given.
         * ``**kwargs`` go to the constructor (``alpha``, ``route``, ``strict`` …).
 
         The result is bound to the index: ``persist``/``insert_nodes``/``delete_nodes`` work.
@@ -366,6 +417,13 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
 
             hypothesizer = LLMCriterionHypothesizer(llm=llm)
+        if spans is None:
+            spans = hypothesizer is None
+        if spans and kwargs.get("span_index") is None:
+            kwargs["span_index"] = SpanIndex.from_nodes(
+                node_list, embed_model, show_progress=show_progress
+            )
+        kwargs.setdefault("embed_model", embed_model)
         car = cls(dense, lexical, hypothesizer=hypothesizer, **kwargs)
         car._bind(index, filters)
         return car
@@ -427,14 +485,17 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         decision: RouteDecision | None,
         error: str | None,
         feedback: _FeedbackPlan | None = None,
+        query_vector: Sequence[float] | None = None,
     ) -> list[NodeWithScore]:
         names: Sequence[str] = CHANNEL_NAMES
-        weights = self.weights
+        alpha = self.alpha
+        if feedback is not None:  # offline: the dense weight follows the router signal
+            alpha = self.alpha - (self.alpha - self.alpha_overlap) * feedback.signal
+        weights = [alpha, 1.0 - alpha]
         if feedback is not None and feedback.bundle is not None:
             names = FEEDBACK_CHANNEL_NAMES
-            lexical = 1.0 - self.alpha
             p = feedback.share  # taken from both channels alike (README Results: measured)
-            weights = [self.alpha * (1.0 - p), lexical * (1.0 - p), p]
+            weights = [alpha * (1.0 - p), (1.0 - alpha) * (1.0 - p), p]
         explain: dict[str, Any] = {
             "hypothesis": hypothesis.text if hypothesis is not None else None,
             "criteria": list(hypothesis.criteria) if hypothesis is not None else [],
@@ -452,9 +513,20 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                 "agreement": feedback.agreement,
                 "terms": list(feedback.terms),
             }
-        return fuse_channel_results(
-            results, names, weights, self.rrf_k, self.similarity_top_k, explain
+        if query_vector is None or self.span_index is None or self.span_weight <= 0:
+            return fuse_channel_results(
+                results, names, weights, self.rrf_k, self.similarity_top_k, explain
+            )
+        explain["span_weight"] = self.span_weight
+        fused = fuse_channel_results(
+            results, names, weights, self.rrf_k, max(self.similarity_top_k, self.span_pool),
+            explain,
         )
+        reranked = rerank_by_spans(
+            fused, self.span_index, query_vector, weight=self.span_weight,
+            pool=self.span_pool, rrf_k=self.rrf_k,
+        )
+        return reranked[: self.similarity_top_k]
 
     def _plan_feedback(
         self, query: str, dense_hits: Sequence[NodeWithScore], lexical_hits: Sequence[NodeWithScore]
@@ -484,7 +556,12 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         return _FeedbackPlan(share, signal, agreement, tuple(terms), bundle)
 
     def _offline_explained(
-        self, query: str, results: list[list[NodeWithScore]], plan: _FeedbackPlan, started: float
+        self,
+        query: str,
+        results: list[list[NodeWithScore]],
+        plan: _FeedbackPlan,
+        started: float,
+        query_vector: Sequence[float] | None,
     ) -> list[NodeWithScore]:
         hypothesis = (
             CriterionHypothesis(text=" ".join(plan.terms), criteria=plan.terms, source="feedback")
@@ -495,10 +572,23 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             emit_hypothesis_event(query, "feedback", hypothesis, time.perf_counter() - started)
         return self._fuse(
             results, hypothesis=hypothesis, fallback=False, routed="car", decision=None,
-            error=None, feedback=plan,
+            error=None, feedback=plan, query_vector=query_vector,
+        )
+
+    def _with_query_vector(self, query_bundle: QueryBundle) -> QueryBundle:
+        """``query_bundle`` with its embedding computed once (dense channel and spans share it);
+        unchanged when span ranking is off."""
+        if self.span_weight <= 0 or query_bundle.embedding is not None:
+            return query_bundle
+        vector = self.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+        return QueryBundle(
+            query_str=query_bundle.query_str,
+            custom_embedding_strs=query_bundle.custom_embedding_strs,
+            embedding=vector,
         )
 
     def _offline_sync(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query_bundle = self._with_query_vector(query_bundle)
         query = query_bundle.query_str
         dense, lexical = retrieve_channels(
             [(self.dense_retriever, query_bundle), (self.lexical_retriever, QueryBundle(query))],
@@ -509,9 +599,18 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         results = [dense, lexical]
         if plan.bundle is not None:
             results += retrieve_channels([(self.lexical_retriever, plan.bundle)], self.pool_top_k)
-        return self._offline_explained(query, results, plan, started)
+        return self._offline_explained(query, results, plan, started, query_bundle.embedding)
 
     async def _offline_async(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if self.span_weight > 0 and query_bundle.embedding is None:
+            vector = await self.embed_model.aget_agg_embedding_from_queries(
+                query_bundle.embedding_strs
+            )
+            query_bundle = QueryBundle(
+                query_str=query_bundle.query_str,
+                custom_embedding_strs=query_bundle.custom_embedding_strs,
+                embedding=vector,
+            )
         query = query_bundle.query_str
         dense, lexical = await aretrieve_channels(
             [(self.dense_retriever, query_bundle), (self.lexical_retriever, QueryBundle(query))],
@@ -524,7 +623,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             results += await aretrieve_channels(
                 [(self.lexical_retriever, plan.bundle)], self.pool_top_k
             )
-        return self._offline_explained(query, results, plan, started)
+        return self._offline_explained(query, results, plan, started, query_bundle.embedding)
 
     def _hypothesis_feedback_sync(
         self, query: str, results: list[list[NodeWithScore]]

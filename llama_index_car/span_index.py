@@ -1,0 +1,323 @@
+"""``SpanIndex``: one float16 unit vector per criterion span of every node, by node id.
+
+The spans are :func:`llama_index_car.spans.node_spans` (body segments and table rows, with
+offsets and cell coordinates), embedded once with the index's embedding in the passage role
+(``get_text_embedding_batch``) — through the embedding cache when the index is built by
+:mod:`llama_index_car.pipeline`. The index is never searched on its own: a re-ranker reads
+the spans of the ≤ 100 nodes of a retriever's pool (:meth:`SpanIndex.best_spans`), so the
+vectors live beside the index (its folder), not in a vector store.
+
+Storage: unit vectors as float16 (2 bytes per dimension; the cosine error this costs is
+measured in ``benchmarks/span_cost.py``), one contiguous ``(n_spans, dim)`` matrix, nodes as
+``[offsets[i], offsets[i+1])`` row ranges. A :class:`SpanIndex` is immutable:
+:meth:`with_nodes` / :meth:`without` return a new one, so a reader holding the old one is never
+disturbed by an update.
+
+Persisted as a folder: ``spans.json`` (format, dimension, node ids, offsets, span records) and
+``vectors.npy`` (float16, no pickle). :meth:`SpanIndex.load` treats both as untrusted: sizes,
+shapes, dtype, offsets, finiteness and record fields are checked before use, and any problem
+is an :class:`~llama_index_car._errors.IndexPersistError` naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llama_index_car._errors import ConfigurationError, IndexPersistError
+from llama_index_car.spans import Span, node_spans
+
+__all__ = ["SPAN_FORMAT_VERSION", "SpanHit", "SpanIndex"]
+
+SPAN_FORMAT_VERSION = 1
+RECORDS_NAME = "spans.json"
+VECTORS_NAME = "vectors.npy"
+#: largest ``spans.json`` read (bytes): ~1.5 KB per node at 10⁵ nodes
+MAX_RECORDS_BYTES = 1 << 30
+#: largest accepted span text (characters) and dimension
+MAX_SPAN_CHARS = 4_000
+MAX_DIM = 8_192
+_KINDS = ("sentence", "row")
+_OPTIONAL = ("table_index", "row", "col", "row_span", "col_span")
+
+
+@dataclass(frozen=True, slots=True)
+class SpanHit:
+    """A node's best span for a query: the span, its cosine and its row in the index."""
+
+    span: Span
+    score: float
+
+
+def _unit(m: np.ndarray) -> np.ndarray:
+    m = np.asarray(m, dtype=np.float32)
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    return m / np.maximum(norms, 1e-12)
+
+
+class SpanIndex:
+    """Span vectors of a set of nodes (module docstring).
+
+    Build with :meth:`from_nodes`; read with :meth:`best_spans`; update with
+    :meth:`with_nodes` / :meth:`without`; :meth:`persist` / :meth:`load` a folder.
+    """
+
+    def __init__(
+        self,
+        node_ids: Sequence[str],
+        offsets: np.ndarray,
+        spans: Sequence[Span],
+        vectors: np.ndarray,
+    ) -> None:
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if len(offsets) != len(node_ids) + 1 or offsets[0] != 0 or offsets[-1] != len(spans):
+            raise ConfigurationError("SpanIndex: offsets do not match the nodes and spans")
+        if np.any(np.diff(offsets) < 0):
+            raise ConfigurationError("SpanIndex: offsets must not decrease")
+        if vectors.ndim != 2 or vectors.shape[0] != len(spans):
+            raise ConfigurationError("SpanIndex: one vector per span is needed")
+        self._ids = list(node_ids)
+        self._row = {d: i for i, d in enumerate(self._ids)}
+        if len(self._row) != len(self._ids):
+            raise ConfigurationError("SpanIndex: node ids must be unique")
+        self._offsets = offsets
+        self._spans = list(spans)
+        self._vectors = np.ascontiguousarray(vectors, dtype=np.float16)
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_nodes(
+        cls, nodes: Sequence[Any], embed_model: Any, *, show_progress: bool = False
+    ) -> SpanIndex:
+        """Cut ``nodes`` into spans and embed them with ``embed_model`` (passage role)."""
+        ids: list[str] = []
+        spans: list[Span] = []
+        offsets = [0]
+        for node in nodes:
+            ids.append(node.node_id)
+            spans.extend(node_spans(node))
+            offsets.append(len(spans))
+        texts = [s.text for s in spans]
+        if texts:
+            raw = embed_model.get_text_embedding_batch(texts, show_progress=show_progress)
+            vectors = _unit(np.asarray(raw, dtype=np.float32))
+        else:
+            vectors = np.zeros((0, 1), dtype=np.float32)
+        return cls(ids, np.asarray(offsets), spans, vectors)
+
+    def with_nodes(self, nodes: Sequence[Any], embed_model: Any) -> SpanIndex:
+        """A new index with ``nodes`` added (a node id already present is replaced)."""
+        added = SpanIndex.from_nodes(nodes, embed_model)
+        if added.dim and self.dim and added.dim != self.dim:
+            raise ConfigurationError(
+                f"span vectors are {self.dim}-d but the embedding gives {added.dim}-d ones; "
+                "rebuild the index"
+            )
+        return SpanIndex.concat([self.without(added.node_ids), added])
+
+    def without(self, node_ids: Iterable[str]) -> SpanIndex:
+        """A new index without ``node_ids`` (unknown ids are ignored)."""
+        drop = {d for d in node_ids if d in self._row}
+        if not drop:
+            return self
+        keep = [i for i, d in enumerate(self._ids) if d not in drop]
+        return self._subset(keep)
+
+    def _subset(self, keep: Sequence[int]) -> SpanIndex:
+        rows = [np.arange(self._offsets[i], self._offsets[i + 1]) for i in keep]
+        sel = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        counts = [int(self._offsets[i + 1] - self._offsets[i]) for i in keep]
+        return SpanIndex(
+            [self._ids[i] for i in keep],
+            np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]),
+            [self._spans[int(j)] for j in sel],
+            self._vectors[sel] if sel.size else self._vectors[:0],
+        )
+
+    @staticmethod
+    def concat(parts: Sequence[SpanIndex]) -> SpanIndex:
+        """One index of several with disjoint node ids (e.g. Ray shards)."""
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return SpanIndex([], np.zeros(1, dtype=np.int64), [], np.zeros((0, 1), np.float16))
+        dims = {p.dim for p in parts if p.n_spans}
+        if len(dims) > 1:
+            raise ConfigurationError(f"span vectors of different dimensions: {sorted(dims)}")
+        dim = dims.pop() if dims else 1
+        ids: list[str] = []
+        spans: list[Span] = []
+        offsets = [np.zeros(1, dtype=np.int64)]
+        for p in parts:
+            offsets.append(p._offsets[1:] + len(spans))
+            ids.extend(p._ids)
+            spans.extend(p._spans)
+        vectors = [p._vectors if p.n_spans else np.zeros((0, dim), np.float16) for p in parts]
+        return SpanIndex(ids, np.concatenate(offsets), spans, np.concatenate(vectors))
+
+    # ------------------------------------------------------------------ read
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._row
+
+    @property
+    def node_ids(self) -> list[str]:
+        return list(self._ids)
+
+    @property
+    def n_spans(self) -> int:
+        return len(self._spans)
+
+    @property
+    def dim(self) -> int:
+        return int(self._vectors.shape[1]) if self._spans else 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the vector matrix."""
+        return int(self._vectors.nbytes)
+
+    def spans_of(self, node_id: str) -> list[Span]:
+        i = self._row[node_id]
+        return self._spans[self._offsets[i] : self._offsets[i + 1]]
+
+    def best_spans(
+        self, query_vector: Sequence[float] | np.ndarray, node_ids: Sequence[str]
+    ) -> list[SpanHit | None]:
+        """For each of ``node_ids`` its best span by cosine with ``query_vector`` (None for a
+        node the index does not hold or that has no span)."""
+        q = np.asarray(query_vector, dtype=np.float32).ravel()
+        if self.n_spans and q.shape[0] != self.dim:
+            raise ConfigurationError(
+                f"query vector is {q.shape[0]}-d, span vectors are {self.dim}-d: the index "
+                "was built with another embedding"
+            )
+        norm = float(np.linalg.norm(q))
+        q = q / norm if norm > 0 else q
+        out: list[SpanHit | None] = [None] * len(node_ids)
+        present = [
+            (j, self._row[d]) for j, d in enumerate(node_ids)
+            if d in self._row and self._offsets[self._row[d] + 1] > self._offsets[self._row[d]]
+        ]
+        if not present:
+            return out
+        starts = np.asarray([self._offsets[i] for _, i in present])
+        ends = np.asarray([self._offsets[i + 1] for _, i in present])
+        lengths = ends - starts
+        rows = np.repeat(ends - np.cumsum(lengths), lengths) + np.arange(int(lengths.sum()))
+        cos = self._vectors[rows].astype(np.float32) @ q
+        bounds = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        best = np.maximum.reduceat(cos, bounds)
+        for (j, _), lo, hi, b in zip(present, bounds, bounds + lengths, best, strict=True):
+            k = int(lo + np.argmax(cos[lo:hi]))  # first maximum: text order breaks ties
+            out[j] = SpanHit(self._spans[int(rows[k])], float(b))
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def persist(self, folder: str | os.PathLike[str]) -> None:
+        """Write ``spans.json`` and ``vectors.npy`` into ``folder`` (created; files fsynced
+        by the caller's generation, see :mod:`llama_index_car._persist`)."""
+        from llama_index_car._persist import fsync_write, write_json
+
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(
+            out / RECORDS_NAME,
+            {
+                "format_version": SPAN_FORMAT_VERSION,
+                "dim": self.dim,
+                "node_ids": self._ids,
+                "offsets": [int(x) for x in self._offsets],
+                "spans": [s.to_dict() for s in self._spans],
+            },
+        )
+        import io
+
+        buf = io.BytesIO()
+        np.save(buf, self._vectors, allow_pickle=False)
+        fsync_write(out / VECTORS_NAME, buf.getvalue())
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str]) -> SpanIndex:
+        """Read what :meth:`persist` wrote; every field is checked (module docstring)."""
+        from llama_index_car._persist import read_json
+
+        root = Path(folder)
+        records_path = root / RECORDS_NAME
+        try:
+            data = read_json(records_path, max_bytes=MAX_RECORDS_BYTES)
+        except FileNotFoundError as exc:
+            raise IndexPersistError(f"{records_path} is missing; rebuild the index") from exc
+        if not isinstance(data, dict) or data.get("format_version") != SPAN_FORMAT_VERSION:
+            raise IndexPersistError(
+                f"{records_path}: not a span index of format {SPAN_FORMAT_VERSION}; rebuild it"
+            )
+        ids, offsets, records, dim = (
+            data.get("node_ids"), data.get("offsets"), data.get("spans"), data.get("dim")
+        )
+        if not (
+            isinstance(ids, list) and all(isinstance(d, str) for d in ids)
+            and isinstance(offsets, list) and all(type(o) is int for o in offsets)
+            and isinstance(records, list) and type(dim) is int and 0 <= dim <= MAX_DIM
+        ):
+            raise IndexPersistError(f"{records_path}: malformed node ids, offsets, spans or dim")
+        off = np.asarray(offsets, dtype=np.int64)
+        if (
+            len(off) != len(ids) + 1 or (len(off) and off[0] != 0)
+            or np.any(np.diff(off) < 0) or int(off[-1]) != len(records)
+            or len(set(ids)) != len(ids)
+        ):
+            raise IndexPersistError(f"{records_path}: offsets do not match the node ids and spans")
+        spans = [_record(r, records_path) for r in records]
+        vectors = _load_vectors(root / VECTORS_NAME, len(spans), dim)
+        return cls(ids, off, spans, vectors)
+
+
+def _record(r: Any, path: Path) -> Span:
+    if not isinstance(r, dict):
+        raise IndexPersistError(f"{path}: a span record is not an object")
+    kind, text, start, end = r.get("kind"), r.get("text"), r.get("start"), r.get("end")
+    if (
+        kind not in _KINDS or not isinstance(text, str) or len(text) > MAX_SPAN_CHARS
+        or type(start) is not int or type(end) is not int or not 0 <= start <= end
+    ):
+        raise IndexPersistError(f"{path}: a span record has a bad kind, text or offsets")
+    for k in _OPTIONAL:
+        v = r.get(k)
+        if v is not None and (type(v) is not int or v < 0):
+            raise IndexPersistError(f"{path}: span field {k}={v!r} is not a count")
+    header = r.get("header")
+    if header is not None and (not isinstance(header, str) or len(header) > MAX_SPAN_CHARS):
+        raise IndexPersistError(f"{path}: a span header is not a short string")
+    return Span.from_dict(r)
+
+
+def _load_vectors(path: Path, n: int, dim: int) -> np.ndarray:
+    from llama_index_car._persist import open_regular
+
+    expected = n * max(dim, 1) * 2
+    try:
+        with open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > expected + 4096:
+                raise IndexPersistError(
+                    f"{path} is {size:,} bytes, more than {n:,} spans × {dim} float16 need"
+                )
+            arr = np.load(fh, allow_pickle=False)
+    except FileNotFoundError as exc:
+        raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
+    except (ValueError, EOFError) as exc:
+        raise IndexPersistError(f"{path} is damaged ({exc}); rebuild the index") from exc
+    if arr.dtype != np.float16 or arr.ndim != 2 or arr.shape[0] != n or (n and arr.shape[1] != dim):
+        raise IndexPersistError(
+            f"{path} holds {arr.dtype} {arr.shape}, expected float16 ({n}, {dim})"
+        )
+    if n and not np.isfinite(arr).all():
+        raise IndexPersistError(f"{path} holds non-finite values; rebuild the index")
+    return arr
