@@ -65,6 +65,7 @@ RRF_K = 60
 FOLDS = 5
 STRATA = ("all", "low", "mid", "high")
 FEATURES = ("max1", "max2", "top2")
+GRID_FEATURES = ("max1", "top2")
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class Point:
     feature: str = "max1"
     pool: int = 50
     w: float = 0.0
-    gate: bool = False
+    gate: int = 0
     a_hi: float = 0.5
     a_lo: float = 0.5
     feedback: bool = False
@@ -83,7 +84,7 @@ class Point:
     def name(self) -> str:
         parts = []
         if self.w > 0:
-            parts.append(f"span[{self.feature},pool={self.pool},w={self.w:g}{',·(1−s)' if self.gate else ''}]")
+            parts.append(f"span[{self.feature},pool={self.pool},w={self.w:g}{_GATES[self.gate]}]")
         if (self.a_hi, self.a_lo) != (0.5, 0.5):
             parts.append(f"α={self.a_hi:g}→{self.a_lo:g}")
         if self.feedback:
@@ -91,14 +92,19 @@ class Point:
         return " + ".join(parts) or "hybrid"
 
 
+_GATES = {0: "", 1: ",·(1−s)", 2: ",·(1−s)²"}
+ALPHAS = [
+    (0.5, 0.5), (0.6, 0.3), (0.7, 0.3), (0.6, 0.2), (0.5, 0.2), (0.7, 0.1), (0.5, 0.1),
+    (0.6, 0.1), (0.5, 0.0), (0.6, 0.0),
+]
+
+
 def grid() -> list[Point]:
     points = []
-    for feedback, (a_hi, a_lo) in itertools.product(
-        (False, True), [(0.5, 0.5), (0.6, 0.3), (0.7, 0.3), (0.6, 0.2), (0.5, 0.2), (0.7, 0.1)]
-    ):
+    for feedback, (a_hi, a_lo) in itertools.product((False, True), ALPHAS):
         points.append(Point(a_hi=a_hi, a_lo=a_lo, feedback=feedback))
         for feature, pool, w, gate in itertools.product(
-            FEATURES, (20, 50, 100), (0.3, 0.4, 0.5, 0.6, 0.7, 0.8), (False, True)
+            GRID_FEATURES, (20, 50, 100), (0.3, 0.4, 0.5, 0.6, 0.7, 0.8), (0, 1, 2)
         ):
             points.append(Point(feature, pool, w, gate, a_hi, a_lo, feedback))
     return points
@@ -115,6 +121,7 @@ class QueryData:
     s: float
     a: float
     gold: np.ndarray  # bool per candidate
+    gap: float = 0.0  # BM25 score shape: (top1 − top2) / top1
 
 
 def _ranks(ids: Sequence[str], index: dict[str, int], n: int) -> np.ndarray:
@@ -137,6 +144,12 @@ def node_span_matrix(
     vecs = cache.embed(texts, "text", show_progress=True, desc="embed spans")
     vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     return vecs, np.asarray(offsets), {n.node_id: i for i, n in enumerate(nodes)}
+
+
+def _gap(scores: Sequence[float]) -> float:
+    if len(scores) < 2 or scores[0] <= 0:
+        return 0.0
+    return float((scores[0] - scores[1]) / scores[0])
 
 
 def span_features(cos: np.ndarray) -> dict[str, float]:
@@ -187,6 +200,7 @@ def collect(folder: str) -> tuple[dict[str, QueryData], dict[str, list[str]], di
             cand, _ranks(dense, index, len(cand)), _ranks(bm25, index, len(cand)),
             _ranks(fb, index, len(cand)), {k: np.asarray(x) for k, x in feats.items()},
             plan.signal, plan.agreement, np.asarray([rel.get(d, 0) > 0 for d in cand]),
+            _gap([h.score or 0.0 for h in bm25_hits[:2]]),
         )
     strata = stratify(compute_overlaps(data.queries, data.passages, data.qrels))
     strata["all"] = sorted(q for q in data.qrels if any(r > 0 for r in data.qrels[q].values()))
@@ -216,7 +230,7 @@ def fused_order(q: QueryData, p: Point) -> np.ndarray:
     order = _order(base, tie)
     if p.w <= 0:
         return order
-    w = p.w * (1 - q.s) if p.gate else p.w
+    w = p.w * (1 - q.s) ** p.gate
     pool = order[: p.pool]
     span = q.span[p.feature][pool]
     span_rank = np.full(len(q.cand), np.inf)

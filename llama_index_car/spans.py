@@ -15,8 +15,8 @@ cuts a node into spans a span index embeds one by one (passage role):
   cells spanning down from earlier rows are repeated), with the row's coordinates.
 
 Every span carries character offsets ``[start, end)`` into ``node.get_content()`` (for a table
-row: the ``<tr>…</tr>`` it was rendered as, when the HTML can be matched, else the whole
-``<table>``), so a caller can highlight it. Pure functions; no model, no llama_index import
+row: the ``<tr>…</tr>`` or markdown ``| … |`` line it was rendered as, when the rendering can
+be matched to the cells, else the whole table block), so a caller can highlight it. Pure functions; no model, no llama_index import
 beyond reading ``node.get_content()`` and ``node.metadata``.
 
 >>> [s.text for s in text_spans("## 제목\\n\\n경사는 1:1.5 이하로 한다. 배수는 충분히 한다.")]
@@ -52,6 +52,8 @@ _ROW = re.compile(r"<tr\b.*?</tr>", re.S | re.I)
 _CELL = re.compile(r"<t[dh]\b[^>]*>(.*?)</t[dh]>", re.S | re.I)
 _TAG = re.compile(r"<[^>]+>")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_MD_TABLE = re.compile(r"(?:^\|[^\n]*\|[ \t]*(?:\n|\Z))+", re.M)
+_MD_RULE = re.compile(r"^\|(?:\s*:?-+:?\s*\|)+\s*$")
 
 Kind = Literal["sentence", "row"]
 
@@ -84,6 +86,26 @@ class Span:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Span:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def _table_blocks(text: str) -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """``(start, end, rows)`` of every table block of ``text``, in text order: ``<table>``
+    HTML (rows: its ``<tr>`` elements) and markdown pipe tables (rows: its lines, the
+    ``|---|`` rule left out)."""
+    blocks = []
+    for m in _TABLE.finditer(text):
+        rows = [(m.start() + r.start(), m.start() + r.end()) for r in _ROW.finditer(m.group())]
+        blocks.append((m.start(), m.end(), rows))
+    for m in _MD_TABLE.finditer(text):
+        if any(a <= m.start() < b for a, b, _ in blocks):
+            continue
+        rows, pos = [], m.start()
+        for line in m.group().split("\n"):
+            if line.strip() and not _MD_RULE.match(line.strip()):
+                rows.append((pos, pos + len(line.rstrip())))
+            pos += len(line) + 1
+        blocks.append((m.start(), m.start() + len(m.group().rstrip()), rows))
+    return sorted(blocks)
 
 
 def _pieces(text: str, offset: int) -> Iterator[tuple[int, int]]:
@@ -128,9 +150,11 @@ def text_spans(text: str, *, skip_title: bool = True) -> list[Span]:
         if m:
             begin = m.end()
     regions: list[tuple[int, int]] = []
-    for m in _TABLE.finditer(text, begin):
-        regions.append((begin, m.start()))
-        begin = m.end()
+    for a, b, _ in _table_blocks(text):
+        if a < begin:
+            continue
+        regions.append((begin, a))
+        begin = b
     regions.append((begin, len(text)))
     spans: list[Span] = []
     pending: tuple[int, int] | None = None
@@ -157,22 +181,22 @@ def text_spans(text: str, *, skip_title: bool = True) -> list[Span]:
     return spans
 
 
-def _html_rows(text: str) -> list[list[tuple[int, int]]]:
-    """Per ``<table>`` block of ``text``, the ``(start, end)`` of each top-level row."""
-    out = []
-    for m in _TABLE.finditer(text):
-        out.append([(m.start() + r.start(), m.start() + r.end()) for r in _ROW.finditer(m.group())])
-    return out
-
-
 def _cell_text(value: str) -> str:
     return " ".join(_TAG.sub(" ", value).split())
+
+
+def _row_cells(row: str) -> list[str]:
+    """The cell texts of one rendered row (``<tr>…</tr>`` or a ``| a | b |`` line)."""
+    if row.lstrip().startswith("|"):
+        return [_cell_text(c) for c in row.strip().strip("|").split("|")]
+    return [_cell_text(c) for c in _CELL.findall(row)]
 
 
 def table_row_spans(text: str, metadata: Mapping[str, Any]) -> list[Span]:
     """One span per table row (module docstring): from the ``cells`` metadata when present,
     else from the ``<table>`` HTML of ``text``."""
-    html = _html_rows(text)
+    found = _table_blocks(text)
+    html = [rows for _, _, rows in found]
     cells = _node_cells(metadata)
     spans: list[Span] = []
     if cells:
@@ -180,7 +204,7 @@ def table_row_spans(text: str, metadata: Mapping[str, Any]) -> list[Span]:
         for c in cells:
             tables.setdefault(c.table, []).append(c)
         top = [t for t in tables if tables[t][0].depth == 0]
-        blocks = [(m.start(), m.end()) for m in _TABLE.finditer(text)]
+        blocks = [(a, b) for a, b, _ in found]
         matched = len(top) == len(blocks)
         for t, group in tables.items():
             if matched and t in top:
@@ -192,7 +216,7 @@ def table_row_spans(text: str, metadata: Mapping[str, Any]) -> list[Span]:
             spans.extend(_grid_rows(t, group, rows_html, block))
         return spans
     for rows in html:
-        grid = [[_cell_text(c) for c in _CELL.findall(text[a:b])] for a, b in rows]
+        grid = [_row_cells(text[a:b]) for a, b in rows]
         head = grid[0] if grid else []
         for r, ((a, b), values) in enumerate(zip(rows, grid, strict=True)):
             if r == 0 or not any(values):

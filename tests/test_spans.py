@@ -1,0 +1,300 @@
+"""Criterion spans: cutting (spans.py), the span index, span fusion and the span re-ranker.
+
+Oracles: the node text itself (every span's offsets point at its own words), the reader's
+``load_tables`` grid (every table-row span names the cells of that row), brute-force float64
+cosines, and the span-fusion formula written out.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
+
+from llama_index_car._errors import ConfigurationError, IndexPersistError
+from llama_index_car.demo import demo_corpus_dir
+from llama_index_car.fusion import span_fusion
+from llama_index_car.postprocessors import SpanReranker
+from llama_index_car.span_index import SpanIndex
+from llama_index_car.spans import MAX_CHARS, MIN_CHARS, node_spans, text_spans
+from tests.fakes.embeddings import HashedBigramEmbedding
+
+
+def _words(s: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", s).split())
+
+
+@pytest.fixture(scope="module")
+def demo_nodes() -> list:
+    docs = HWPXReader().load_data(demo_corpus_dir())
+    return HWPXNodeParser().get_nodes_from_documents(docs)
+
+
+# ------------------------------------------------------------------------ cutting
+def test_sentence_offsets_point_at_the_span_words() -> None:
+    body = (
+        "## 깎기 비탈면 경사 조정방안\n\n"
+        "깎기 비탈면의 경사는 토질에 따라 1:1.0 ~ 1:1.5 이하로 하며 소단을 설치한다. "
+        "소단 폭은 1.0m 이상으로 한다.\n"
+        "짧은 줄\n"
+        "배수구는 비탈 어깨에서 1.0m 이상 떨어진 위치에 두고 유수를 측구로 유도한다."
+    )
+    spans = text_spans(body)
+    assert spans and all(s.kind == "sentence" for s in spans)
+    for s in spans:
+        assert " ".join(body[s.start : s.end].split()) == s.text
+    assert all("깎기 비탈면 경사 조정방안" != s.text for s in spans)  # the title is no span
+    assert not any(s.text.startswith("##") for s in spans)
+    # a short line (< MIN_CHARS) joins the next piece instead of standing alone
+    assert not any(s.text == "짧은 줄" for s in spans)
+    assert any("짧은 줄 배수구는" in s.text for s in spans)
+
+
+def test_long_pieces_are_cut_below_max_chars() -> None:
+    text = " ".join(["기준값은 이상이어야 한다"] * 80)  # no sentence end: one long line
+    spans = text_spans(text, skip_title=False)
+    assert len(spans) > 1
+    assert all(len(s.text) <= MAX_CHARS for s in spans)
+    assert all(len(s.text) >= MIN_CHARS for s in spans[:-1])
+    assert _words(" ".join(s.text for s in spans)) == _words(text)
+
+
+def test_table_rows_match_the_reader_grid(demo_nodes: list) -> None:
+    """Every row span's cell texts are the cells of that row in load_tables (twin oracle)."""
+    reader = HWPXReader()
+    checked = 0
+    for node in demo_nodes:
+        rows = [s for s in node_spans(node) if s.kind == "row" and s.table_index is not None]
+        if not rows:
+            continue
+        tables = reader.load_tables(node.metadata["file_path"])
+        text = node.get_content()
+        for s in rows:
+            table = tables[s.table_index]
+            in_row = [
+                c for c in table.cells
+                if c.row <= s.row < c.row + c.row_span and " ".join(c.text.split())
+            ]
+            assert in_row, (s, table)
+            for c in in_row:
+                assert " ".join(c.text.split()) in s.text
+            assert text[s.start : s.end].lower().startswith(("<tr", "|"))  # its own rendering
+            assert s.col == 0 and s.row_span == 1 and s.col_span >= len({c.col for c in in_row})
+            checked += 1
+    assert checked >= 3
+
+
+def test_rows_read_as_header_value_pairs(demo_nodes: list) -> None:
+    node = next(n for n in demo_nodes if "750m" in n.get_content())
+    row = next(s for s in node_spans(node) if s.kind == "row" and "750m" in s.text)
+    assert row.text == "항목: 설치 간격 · 기준: 750m 이내"  # a colspan cell is read once
+    assert row.header == "항목 | 기준 | 기준"
+
+
+def test_every_node_with_text_has_a_span() -> None:
+    assert node_spans(TextNode(text="## 제목만\n")) != []
+    assert node_spans(TextNode(text="   ")) == []
+
+
+# ------------------------------------------------------------------------ span index
+@pytest.fixture(scope="module")
+def embed() -> HashedBigramEmbedding:
+    return HashedBigramEmbedding()
+
+
+def _nodes(n: int) -> list[TextNode]:
+    return [
+        TextNode(
+            id_=f"n{i}",
+            text=f"## 절 {i}\n\n" + " ".join(
+                f"{i}번 기준 문장 {j}: 간격은 {i * j + 1}m 이내로 한다." for j in range(1 + i % 4)
+            ),
+        )
+        for i in range(n)
+    ]
+
+
+def _brute(nodes: list[TextNode], embed: HashedBigramEmbedding, q: np.ndarray) -> list[float]:
+    out = []
+    for node in nodes:
+        best = -math.inf
+        for s in node_spans(node):
+            v = np.asarray(embed.get_text_embedding(s.text), dtype=np.float64)
+            best = max(best, float(v @ q / (np.linalg.norm(v) * np.linalg.norm(q))))
+        out.append(best)
+    return out
+
+
+def test_best_spans_equal_brute_force_cosines(embed: HashedBigramEmbedding) -> None:
+    nodes = _nodes(12)
+    index = SpanIndex.from_nodes(nodes, embed)
+    q = np.asarray(embed.get_query_embedding("간격은 7m 이내"), dtype=np.float64)
+    ids = [n.node_id for n in nodes][::-1] + ["missing"]
+    hits = index.best_spans(q, ids)
+    assert hits[-1] is None
+    expected = _brute(nodes[::-1], embed, q)
+    for hit, want in zip(hits[:-1], expected, strict=True):
+        assert hit is not None
+        assert hit.score == pytest.approx(want, abs=2e-3)  # float16 storage
+    assert index.dim == 64 and index.nbytes == index.n_spans * 64 * 2
+
+
+def test_updates_equal_a_fresh_build(embed: HashedBigramEmbedding) -> None:
+    nodes = _nodes(10)
+    changed = TextNode(id_="n3", text="## 바뀐 절\n\n바뀐 문장은 폭 3.0m 이상으로 한다고 정한다.")
+    added = TextNode(id_="n99", text="새 절의 기준은 높이 2.0m 이상이다. 그리고 간격은 1.5m이다.")
+    updated = SpanIndex.from_nodes(nodes, embed).without(["n5", "nope"]).with_nodes(
+        [changed, added], embed
+    )
+    final = [n for n in nodes if n.node_id not in ("n3", "n5")] + [changed, added]
+    fresh = SpanIndex.from_nodes(final, embed)
+    assert sorted(updated.node_ids) == sorted(fresh.node_ids)
+    q = embed.get_query_embedding("높이 2.0m 이상")
+    got = dict(zip(updated.node_ids, updated.best_spans(q, updated.node_ids), strict=True))
+    want = dict(zip(fresh.node_ids, fresh.best_spans(q, fresh.node_ids), strict=True))
+    for d in fresh.node_ids:
+        assert got[d].span == want[d].span and got[d].score == pytest.approx(want[d].score)
+    assert "n5" not in updated and updated.spans_of("n3")[0].text.startswith("바뀐 문장")
+
+
+def test_concat_of_shards_equals_one_build(embed: HashedBigramEmbedding) -> None:
+    nodes = _nodes(9)
+    whole = SpanIndex.from_nodes(nodes, embed)
+    parts = SpanIndex.concat(
+        [SpanIndex.from_nodes(nodes[:4], embed), SpanIndex.from_nodes([], embed),
+         SpanIndex.from_nodes(nodes[4:], embed)]
+    )
+    assert parts.node_ids == whole.node_ids and parts.n_spans == whole.n_spans
+    with pytest.raises(ConfigurationError):
+        SpanIndex.concat([whole, SpanIndex.from_nodes(nodes[:1], embed)]).best_spans([0.0], [])
+
+
+def test_persist_load_roundtrip(tmp_path: Path, embed: HashedBigramEmbedding) -> None:
+    index = SpanIndex.from_nodes(_nodes(6), embed)
+    index.persist(tmp_path / "spans")
+    back = SpanIndex.load(tmp_path / "spans")
+    assert back.node_ids == index.node_ids
+    q = embed.get_query_embedding("기준 문장")
+    assert back.best_spans(q, back.node_ids) == index.best_spans(q, index.node_ids)
+
+
+def _save(path: Path, arr: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    path.write_bytes(buf.getvalue())
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "float32", "shape", "nan", "offsets", "kind", "format", "pickle", "missing"],
+)
+def test_hostile_span_folder_is_a_named_error(
+    tmp_path: Path, embed: HashedBigramEmbedding, damage: str
+) -> None:
+    folder = tmp_path / "spans"
+    index = SpanIndex.from_nodes(_nodes(5), embed)
+    index.persist(folder)
+    vectors, records = folder / "vectors.npy", folder / "spans.json"
+    arr = np.load(vectors)
+    data = json.loads(records.read_text())
+    if damage == "truncated":
+        vectors.write_bytes(vectors.read_bytes()[:-100])
+    elif damage == "float32":
+        _save(vectors, arr.astype(np.float32))
+    elif damage == "shape":
+        _save(vectors, arr[:-1])
+    elif damage == "nan":
+        arr[0, 0] = np.nan
+        _save(vectors, arr)
+    elif damage == "offsets":
+        data["offsets"][2] = data["offsets"][1] - 1
+        records.write_text(json.dumps(data))
+    elif damage == "kind":
+        data["spans"][0]["kind"] = "paragraph"
+        records.write_text(json.dumps(data))
+    elif damage == "format":
+        data["format_version"] = 99
+        records.write_text(json.dumps(data))
+    elif damage == "pickle":
+        vectors.write_bytes(b"\x93NUMPY\x01\x00v\x00{'descr': '|O', 'fortran_order': False, "
+                            b"'shape': (1,), }" + b" " * 40 + b"\n" + b"\x80\x04N.")
+    else:
+        vectors.unlink()
+    with pytest.raises(IndexPersistError) as err:
+        SpanIndex.load(folder)
+    assert str(folder) in str(err.value)
+
+
+# ------------------------------------------------------------------------ fusion
+def test_span_fusion_is_the_formula() -> None:
+    pool = ["a", "b", "c", "d"]
+    span = [0.2, 0.9, None, 0.5]  # span ranks: b 1, d 2, a 3, c none
+    w, k = 0.6, 60
+    want = {
+        "a": (1 - w) / (k + 1) + w / (k + 3),
+        "b": (1 - w) / (k + 2) + w / (k + 1),
+        "c": (1 - w) / (k + 3),
+        "d": (1 - w) / (k + 4) + w / (k + 2),
+    }
+    got = span_fusion(pool, span, w, k)
+    assert [d for d, _ in got] == sorted(want, key=lambda d: -want[d])
+    for d, s in got:
+        assert s == pytest.approx(want[d])
+    assert [d for d, _ in span_fusion(pool, span, 0.0)] == pool
+    with pytest.raises(ConfigurationError):
+        span_fusion(pool, span[:2], w)
+    with pytest.raises(ConfigurationError):
+        span_fusion(pool, span, 1.5)
+
+
+def test_reranker_orders_by_fusion_and_explains(embed: HashedBigramEmbedding) -> None:
+    nodes = _nodes(8)
+    index = SpanIndex.from_nodes(nodes, embed)
+    query = "7번 기준 문장 2: 간격은 15m 이내로 한다."
+    pool = [NodeWithScore(node=n, score=1.0 / (i + 1)) for i, n in enumerate(nodes)]
+    out = SpanReranker(span_index=index, embed_model=embed, weight=0.6, pool=5).postprocess_nodes(
+        pool, query_bundle=QueryBundle(query)
+    )
+    q = embed.get_query_embedding(query)
+    hits = index.best_spans(q, [n.node_id for n in nodes[:5]])
+    want = span_fusion([n.node_id for n in nodes[:5]], [h.score for h in hits], 0.6)
+    assert [n.node.node_id for n in out] == [d for d, _ in want] + ["n5", "n6", "n7"]
+    top = out[0].node
+    span = top.metadata["car_explain"]["span"]
+    assert span["text"] in {s.text for s in node_spans(top)}
+    assert top.get_content()[span["start"] : span["end"]].split()[0] == span["text"].split()[0]
+    assert "car_explain" in top.excluded_llm_metadata_keys
+    assert "car_explain" not in nodes[0].metadata  # inputs untouched
+    with pytest.raises(ConfigurationError):
+        SpanReranker(span_index=index, embed_model=embed).postprocess_nodes(pool)
+
+
+def test_car_reranks_its_pool_by_spans(embed: HashedBigramEmbedding) -> None:
+    from llama_index_car import CriterionAwareRetriever
+
+    nodes = _nodes(30)
+    plain = CriterionAwareRetriever.from_defaults(
+        nodes=nodes, embed_model=embed, spans=False, similarity_top_k=30, feedback_scale=0
+    )
+    spans = CriterionAwareRetriever.from_defaults(
+        nodes=nodes, embed_model=embed, similarity_top_k=30, feedback_scale=0
+    )
+    assert plain.span_index is None and spans.span_index is not None
+    query = "간격은 43m 이내로 한다"
+    base = plain.retrieve(query)
+    ranked = spans.retrieve(query)
+    q = embed.get_query_embedding(query)
+    ids = [h.node.node_id for h in base]
+    hits = spans.span_index.best_spans(q, ids)
+    want = span_fusion(ids, [h.score for h in hits], spans.span_weight)
+    assert [h.node.node_id for h in ranked] == [d for d, _ in want]
+    assert all(h.node.metadata["car_explain"]["span"] is not None for h in ranked)
+    with pytest.raises(ConfigurationError):
+        CriterionAwareRetriever(plain.dense_retriever, plain.lexical_retriever, span_weight=0.5)
