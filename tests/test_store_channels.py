@@ -191,3 +191,53 @@ def test_settings_embed_model_is_respected() -> None:
         assert type(resolve_embed_model("use")).__name__ == "UniversalSentenceEncoderEmbedding"
     finally:
         Settings._embed_model = None
+
+
+def test_the_span_index_persists_reloads_and_follows_updates(tmp_path: Path) -> None:
+    """The span index is part of the snapshot: persisted under ``spans/``, listed in the
+    manifest, reloaded equal (ids, spans, vectors), and kept to the BM25 node ids by updates."""
+    from llama_index_car._persist import live_dir
+
+    car = _car()
+    assert car.span_index is not None and car.span_weight > 0
+    car.insert_nodes([NEW])
+    car.delete_ref_doc("guard.hwpx")
+    lexical_ids = {n.node_id for n in car.lexical_retriever.nodes}
+    assert set(car.span_index.node_ids) == lexical_ids == {"a", "b", "e", "f", "n"}
+    car.persist(tmp_path / "car")
+    gen = live_dir(tmp_path / "car")
+    assert {"spans/spans.json", "spans/vectors.npy"} <= set(
+        __import__("json").loads((gen / "manifest.json").read_text())["files"]
+    )
+    again = CriterionAwareRetriever.from_persist_dir(tmp_path / "car", index=car.index)
+    old, new = car.span_index, again.span_index
+    assert new is not None and new.node_ids == old.node_ids
+    assert all(new.spans_of(i) == old.spans_of(i) for i in old.node_ids)
+    assert (new._vectors == old._vectors).all()
+    hit = again.retrieve("교량 점검통로 설치기준")[0]
+    assert hit.node.node_id == "n" and hit.node.metadata["car_explain"]["span"]["text"]
+    again.delete_nodes(["n"])
+    assert "n" not in again.span_index and "n" in car.span_index  # snapshots are not shared
+
+
+def test_span_weight_without_a_persisted_span_index_is_refused(tmp_path: Path) -> None:
+    """A folder whose config ranks by spans but whose manifest lists no ``spans/`` (e.g.
+    written before spans were persisted) is refused by name; ``span_weight=0`` opens it."""
+    import shutil
+
+    from llama_index_car._errors import IndexPersistError
+    from llama_index_car._persist import live_dir, write_manifest
+
+    car = _car()
+    car.persist(tmp_path / "car")
+    gen = live_dir(tmp_path / "car")
+    shutil.rmtree(gen / "spans")
+    (gen / "manifest.json").unlink()
+    write_manifest(gen, kind="CriterionAwareRetriever", format_version=1)
+    with pytest.raises(IndexPersistError, match=r"span_weight=[0-9.]+ but no spans/"):
+        CriterionAwareRetriever.from_persist_dir(tmp_path / "car", index=car.index)
+    plain = CriterionAwareRetriever.from_persist_dir(
+        tmp_path / "car", index=car.index, span_weight=0
+    )
+    assert plain.span_index is None
+    assert "span" not in plain.retrieve("터널 조명")[0].node.metadata["car_explain"]

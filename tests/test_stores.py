@@ -105,6 +105,18 @@ def _top(retriever: Any, k: int = 10) -> dict[str, list[str]]:
     return {q: [h.node.node_id for h in retriever.retrieve(q)][:k] for q in QUERIES}
 
 
+def _spans(car: Any) -> dict[str, Any]:
+    """Node ids, offsets and a digest of the float16 vectors of ``car``'s span index."""
+    import hashlib
+
+    spans = car.span_index
+    return {
+        "ids": spans.node_ids,
+        "offsets": [len(spans.spans_of(i)) for i in spans.node_ids],
+        "vectors": hashlib.sha256(spans._vectors.tobytes()).hexdigest(),
+    }
+
+
 def _channels(hit: Any) -> dict[str, Any]:
     return {n: c["rank"] for n, c in hit.node.metadata["car_explain"]["channels"].items()}
 
@@ -117,6 +129,7 @@ CHILD = textwrap.dedent(
     from llama_index_car.retrievers.weighted_rrf import WeightedRRFRetriever
     from llama_index_car.stores import open_vector_store
     from tests.fakes.embeddings import HashedBigramEmbedding
+    from tests.test_stores import _spans
 
     uri, root, queries = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     store = open_vector_store(uri)
@@ -125,6 +138,8 @@ CHILD = textwrap.dedent(
     for name, cls in (("car", CriterionAwareRetriever), ("hybrid", WeightedRRFRetriever)):
         r = cls.from_persist_dir(f"{root}/{name}", index=index)
         out[name] = {q: [h.node.node_id for h in r.retrieve(q)][:10] for q in queries}
+        if name == "car":
+            out["spans"] = _spans(r)
     print(json.dumps(out))
     """
 )
@@ -160,6 +175,7 @@ def test_car_and_hybrid_over_store(
     for r in (car, hybrid):
         if r is car:
             r.insert_nodes([new])
+            assert new.node_id in car.span_index and car.span_index.spans_of(new.node_id)
             hits = r.retrieve("해저터널 비상조명 조도 기준")
             assert hits[0].node.node_id == new.node_id
             ranks = _channels(hits[0])
@@ -178,6 +194,15 @@ def test_car_and_hybrid_over_store(
             assert h.node.ref_doc_id != ref
     assert all(h.node.ref_doc_id != ref for h in index.as_retriever(similarity_top_k=50).retrieve(QUERIES[0]))
     assert len(car.lexical_retriever) == len(nodes) + 1 - sum(n.ref_doc_id == ref for n in nodes)
+    # the span index holds exactly the snapshot's nodes after the insert and the delete
+    assert set(car.span_index.node_ids) == {n.node_id for n in car.lexical_retriever.nodes}
+    assert "span" in car.retrieve(QUERIES[0])[0].node.metadata["car_explain"]
+    # the same node id inserted again with new text: its spans are the new text's
+    again = new.model_copy(update={"text": "터널 조명 설치 기준은 다음과 같다. 조도는 100 lx 이상."})
+    car.insert_nodes([again])
+    texts = [s.text for s in car.span_index.spans_of(new.node_id)]
+    assert texts and all(t in again.text for t in texts) and not any(t in NEW_TEXT for t in texts)
+    assert set(car.span_index.node_ids) == {n.node_id for n in car.lexical_retriever.nodes}
 
     # filters: both channels only return nodes of the chosen file
     keep = "construction_quality_test_std.hwpx"
@@ -194,7 +219,7 @@ def test_car_and_hybrid_over_store(
     assert {h.node.metadata["file_name"] for h in car.retrieve("품질시험 기준")} != {keep}
 
     # persist → new process → from_persist_dir → same top-10
-    expected = {"car": _top(car), "hybrid": _top(hybrid)}
+    expected = {"car": _top(car), "hybrid": _top(hybrid), "spans": _spans(car)}
     car.persist(tmp_path / "idx" / "car")
     hybrid.persist(tmp_path / "idx" / "hybrid")
     close_vector_store(store)

@@ -20,8 +20,12 @@ and never show half an update:
 
 Run updates outside the event loop (``asyncio.to_thread``) if async queries are in flight.
 
-``persist(dir)`` writes ``retriever.json`` (kind, config, filters, hypothesizer class) and
-``bm25/`` (``KiwiBM25Retriever.persist``) as one crash-safe generation of :mod:`llama_index_car._persist`, bound by a manifest; no pickle.
+``persist(dir)`` writes ``retriever.json`` (kind, config, filters, hypothesizer class),
+``bm25/`` (``KiwiBM25Retriever.persist``) and, when the retriever has a span index, ``spans/``
+(:meth:`SpanIndex.persist <llama_index_car.span_index.SpanIndex.persist>`) as one crash-safe
+generation of :mod:`llama_index_car._persist`, bound by a manifest; no pickle. The span index
+is part of the snapshot: updates replace it with ``without(ids)`` / ``with_nodes(nodes,
+index._embed_model)`` (embedded before anything is written to the store).
 ``from_persist_dir(dir, index=...)`` reopens it over the same store without re-reading
 documents.
 """
@@ -62,6 +66,7 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 CONFIG_NAME = "retriever.json"
 BM25_DIR = "bm25"
+SPANS_DIR = "spans"
 _SKIP_CONFIG = {
     "self", "dense_retriever", "lexical_retriever", "retrievers", "hypothesizer", "router",
     "callback_manager", "verbose", "kwargs", "args",
@@ -158,22 +163,28 @@ class Channels:
     hypothesizer: Any = None
     index: Any = None
     filters: MetadataFilters | None = None
+    spans: Any = None
     readers: list[int] = field(default_factory=lambda: [0])
 
 
-def channel_property(position: int | None, doc: str) -> property:
+def channel_property(position: int | str | None, doc: str) -> property:
     """A property reading the pinned snapshot (``position`` in ``retrievers``; ``None`` =
-    the hypothesizer); setting it publishes a new snapshot."""
+    the hypothesizer; a string = that field of :class:`Channels`); setting it publishes a
+    new snapshot."""
 
     def get(self: StoreChannels) -> Any:
         state = self._current()
+        if isinstance(position, str):
+            return getattr(state, position)
         if position is None:
             return state.hypothesizer
         return state.retrievers[position] if position < len(state.retrievers) else None
 
     def set_(self: StoreChannels, value: Any) -> None:
         state = self.__dict__.get("_channels", Channels())
-        if position is None:
+        if isinstance(position, str):
+            new = replace(state, **{position: value}, readers=[0])
+        elif position is None:
             new = replace(state, hypothesizer=value, readers=[0])
         else:
             items = list(state.retrievers) + [None] * max(0, position + 1 - len(state.retrievers))
@@ -294,6 +305,9 @@ class StoreChannels:
                 raise ConfigurationError("the inserted nodes repeat a node id; ids must be unique")
             index = old.index
             vectors = _embed(index, nodes)
+            spans = old.spans
+            if spans is not None:  # embedded before the store is touched, like the nodes
+                spans = spans.without(delete_ids).with_nodes(nodes, index._embed_model)
             embedded = {
                 n.node_id: n.model_copy(update={"embedding": vectors[n.node_id]}) for n in nodes
             }
@@ -303,15 +317,15 @@ class StoreChannels:
             if fresh:
                 index.insert_nodes([embedded[n.node_id] for n in fresh])
             if not removed:
-                self._publish(_next(old, insert=fresh))
+                self._publish(_next(old, insert=fresh, spans=spans))
                 return
-            mid = _next(old, delete=removed, insert=fresh)
+            mid = _next(old, delete=removed, insert=fresh, spans=spans)
             self._publish(mid)
             self._drain(old)
             index.delete_nodes(removed, delete_from_docstore=True)
             if again:
                 index.insert_nodes([embedded[n.node_id] for n in again])
-                self._publish(_next(mid, insert=again))
+                self._publish(_next(mid, insert=again, spans=spans))
 
     def _publish(self, state: Channels) -> None:
         with self._cond():
@@ -362,32 +376,46 @@ class StoreChannels:
             "filters": state.filters.model_dump(mode="json") if state.filters else None,
             "vector_store": type(state.index.vector_store).__name__,
             "nodes": len(state.retrievers[1]),
+            "spans": None if state.spans is None else state.spans.n_spans,
             "hypothesizer": None if hyp is None else {
                 "class": f"{type(hyp).__module__}:{type(hyp).__qualname__}",
             },
         }
         with replace_dir(persist_dir) as gen:
             state.retrievers[1].persist(str(gen / BM25_DIR))
+            if state.spans is not None:
+                state.spans.persist(gen / SPANS_DIR)
             write_json(gen / CONFIG_NAME, spec)
             write_manifest(gen, kind=type(self).__name__, format_version=FORMAT_VERSION)
 
     @classmethod
     def _load_parts(
         cls, persist_dir: str | os.PathLike[str], tokenizer: Any | None
-    ) -> tuple[dict[str, Any], Any]:
-        """``(spec, lexical)`` of a persisted retriever."""
+    ) -> tuple[dict[str, Any], Any, Any]:
+        """``(spec, lexical, spans)`` of a persisted retriever (``spans``: the
+        :class:`~llama_index_car.span_index.SpanIndex` if the manifest lists ``spans/``,
+        else ``None``; its node ids must be the BM25 ones)."""
         from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+        from llama_index_car.span_index import RECORDS_NAME, SpanIndex
 
-        def load(root: Path) -> tuple[dict[str, Any], Any]:
-            read_manifest(root, kind=cls.__name__, format_versions=(FORMAT_VERSION,),
-                          required=(CONFIG_NAME,))
+        def load(root: Path) -> tuple[dict[str, Any], Any, Any]:
+            manifest = read_manifest(root, kind=cls.__name__, format_versions=(FORMAT_VERSION,),
+                                     required=(CONFIG_NAME,))
             try:
                 spec = json.loads((root / CONFIG_NAME).read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 raise IndexPersistError(f"{root / CONFIG_NAME} is damaged ({exc})") from exc
             lexical = KiwiBM25Retriever.from_persist_dir(str(root / BM25_DIR),
                                                          tokenizer=tokenizer)
-            return spec, lexical
+            spans = None
+            if f"{SPANS_DIR}/{RECORDS_NAME}" in manifest["files"]:  # listed: read, never guessed
+                spans = SpanIndex.load(root / SPANS_DIR)
+                if set(spans.node_ids) != {n.node_id for n in lexical.nodes}:
+                    raise IndexPersistError(
+                        f"{root / SPANS_DIR / RECORDS_NAME}: its node ids are not the BM25 "
+                        "index's; persist the retriever again"
+                    )
+            return spec, lexical, spans
 
         return load_live(persist_dir, load)
 
@@ -413,8 +441,10 @@ def _next(
     *,
     delete: Sequence[str] = (),
     insert: Sequence[BaseNode] = (),
+    spans: Any = None,
 ) -> Channels:
-    """The snapshot after removing ``delete`` and adding ``insert`` (inputs untouched)."""
+    """The snapshot after removing ``delete`` and adding ``insert`` (inputs untouched), with
+    the span index ``spans`` (the state's own if ``None``)."""
     dense, lexical, *rest = state.retrievers
     lexical = copy.copy(lexical)
     if delete:
@@ -425,5 +455,6 @@ def _next(
     return replace(
         state,
         retrievers=(dense.with_ids(frozenset(n.node_id for n in nodes)), lexical, *rest),
+        spans=state.spans if spans is None else spans,
         readers=[0],
     )

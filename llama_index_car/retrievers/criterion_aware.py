@@ -87,7 +87,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
-from llama_index_car._errors import ConfigurationError, HypothesisError
+from llama_index_car._errors import ConfigurationError, HypothesisError, IndexPersistError
 from llama_index_car.fusion import DEFAULT_RRF_K
 from llama_index_car.hypothesizers.base import (
     BaseCriterionHypothesizer,
@@ -110,7 +110,6 @@ from llama_index_car.retrievers._store import (
     channel_property,
     index_channels,
 )
-from llama_index_car.span_index import SpanIndex
 from llama_index_car.retrievers.routing import (
     LexicalOverlapRouter,
     RouteDecision,
@@ -126,6 +125,7 @@ from llama_index_car.retrievers.weighted_rrf import (
     fuse_channel_results,
     retrieve_channels,
 )
+from llama_index_car.span_index import SpanIndex
 
 __all__ = ["CriterionAwareRetriever"]
 
@@ -247,6 +247,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     dense_retriever = channel_property(0, "The dense channel (of the pinned snapshot).")
     lexical_retriever = channel_property(1, "The lexical channel (of the pinned snapshot).")
     hypothesizer = channel_property(None, "The hypothesizer (of the pinned snapshot).")
+    span_index = channel_property("spans", "The span index (of the pinned snapshot).")
 
     def __init__(
         self,
@@ -445,10 +446,15 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         persisted: pass ``hypothesizer`` or ``llm`` again. ``overrides`` replace
         persisted constructor arguments (e.g. ``similarity_top_k``).
 
+        The span index persisted in ``spans/`` is loaded with it. A ``retriever.json`` whose
+        ``span_weight`` is > 0 without a ``spans/`` folder is refused (span ranking would be
+        silently off): persist the retriever again, or pass ``span_weight=0``.
+
         Raises:
-            IndexPersistError: missing, damaged or foreign files (named).
+            IndexPersistError: missing, damaged or foreign files (named), or span ranking
+                configured without a persisted span index.
         """
-        spec, lexical = cls._load_parts(persist_dir, tokenizer)
+        spec, lexical, spans = cls._load_parts(persist_dir, tokenizer)
         if hypothesizer is None and llm is not None:
             from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
 
@@ -458,8 +464,15 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         if isinstance(router, dict):
             router = LexicalOverlapRouter(**router)
         filters = cls._store_filters(spec)
+        weight = config.get("span_weight")
+        if spans is None and isinstance(weight, int | float) and weight > 0:
+            raise IndexPersistError(
+                f"{persist_dir}: retriever.json has span_weight={weight} but no spans/ folder "
+                "is persisted; persist the retriever again, or pass span_weight=0"
+            )
         pool = int(config.get("pool_top_k", 50))
         ids = frozenset(n.node_id for n in lexical.nodes)
+        config.setdefault("span_index", spans)
         car = cls(
             IndexDense(index, pool, filters, ids), lexical,
             hypothesizer=hypothesizer, router=router, **config,

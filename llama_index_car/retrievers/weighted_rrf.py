@@ -365,7 +365,7 @@ class WeightedRRFRetriever(StoreChannels, BaseRetriever):
     ) -> WeightedRRFRetriever:
         """Reopen what :meth:`persist` wrote over ``index``; ``overrides`` replace persisted
         constructor arguments. Raises :class:`IndexPersistError` on missing/damaged files."""
-        spec, lexical = cls._load_parts(persist_dir, tokenizer)
+        spec, lexical, _ = cls._load_parts(persist_dir, tokenizer)
         config = dict(spec.get("config") or {}) | overrides
         filters = cls._store_filters(spec)
         ids = frozenset(n.node_id for n in lexical.nodes)
