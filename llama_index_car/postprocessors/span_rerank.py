@@ -43,9 +43,8 @@ EXPLAIN_KEY = "car_explain"
 def _with_explain(nws: NodeWithScore, score: float, span: dict[str, Any] | None) -> NodeWithScore:
     node = nws.node
     metadata = dict(node.metadata)
-    info = copy.deepcopy(metadata.get(EXPLAIN_KEY)) if isinstance(
-        metadata.get(EXPLAIN_KEY), dict
-    ) else {}
+    old = metadata.get(EXPLAIN_KEY)
+    info: dict[str, Any] = copy.deepcopy(old) if isinstance(old, dict) else {}
     info["span"] = span
     metadata[EXPLAIN_KEY] = info
     update: dict[str, Any] = {"metadata": metadata}

@@ -334,7 +334,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         if alpha_overlap is None:
             alpha_overlap = DEFAULT_ALPHA_OVERLAP if offline else self.alpha
         self.alpha_overlap = _check_unit("alpha_overlap", alpha_overlap)
-        self.embed_model = embed_model or getattr(dense_retriever, "_embed_model", None)
+        self.embed_model: Any = embed_model or getattr(dense_retriever, "_embed_model", None)
         if self.span_weight > 0 and span_index is None:
             raise ConfigurationError("span_weight > 0 needs a span_index (or pass span_weight=0)")
         if self.span_weight > 0 and self.embed_model is None:
