@@ -20,7 +20,7 @@ be matched to the cells, else the whole table block), so a caller can highlight 
 beyond reading ``node.get_content()`` and ``node.metadata``.
 
 >>> [s.text for s in text_spans("## 제목\\n\\n경사는 1:1.5 이하로 한다. 배수는 충분히 한다.")]
-['경사는 1:1.5 이하로 한다.', '배수는 충분히 한다.']
+['경사는 1:1.5 이하로 한다. 배수는 충분히 한다.']
 """
 
 from __future__ import annotations
