@@ -145,7 +145,9 @@ def test_offline_car_fuses_three_channels_as_specified(bm25: KiwiBM25Retriever) 
     assert info["hypothesis_source"] == "feedback"
 
     fed = [h.node.node_id for h in bm25.retrieve(query + " " + " ".join(expected_terms))]
-    w = [0.5 * (1 - share), 0.5 * (1 - share), share]
+    # the dense weight follows the router signal: α = 0.5 − (0.5 − alpha_overlap)·s
+    alpha = 0.5 - (0.5 - car.alpha_overlap) * signal
+    w = [alpha * (1 - share), (1 - alpha) * (1 - share), share]
     assert info["weights"] == pytest.approx({"dense": w[0], "lexical": w[1], "feedback": w[2]})
     assert [h.node.node_id for h in out] == _rrf([dense_order, lexical, fed], w)[:7]
     top = _rrf([dense_order, lexical, fed], w)[0]

@@ -16,8 +16,12 @@ without an LLM; nothing is learnt at index time). Three channels:
   ``p = feedback_scale · (1 − s) · (1 − a)`` (:func:`~llama_index_car.retrievers.routing.feedback_share`):
   ``s`` is the router signal (share of the query's content morphemes in its top-3 BM25 hits)
   and ``a`` the top-5 agreement of the dense and lexical rankings. When the query's words are
-  all in its best BM25 hits (``s = 1``) or both channels agree (``a = 1``), ``p = 0`` and the
-  result is exactly the α-hybrid. ``feedback_scale`` defaults to :data:`DEFAULT_FEEDBACK_SCALE`
+  all in its best BM25 hits (``s = 1``) or both channels agree (``a = 1``), ``p = 0``. The dense
+  weight itself follows the router signal offline: ``α(s) = alpha − (alpha − alpha_overlap)·s``
+  (``alpha_overlap`` default :data:`DEFAULT_ALPHA_OVERLAP`); ``alpha_overlap=alpha`` keeps it
+  fixed. With a :class:`~llama_index_car.span_index.SpanIndex` the fused pool (``span_pool``)
+  is then re-ranked by its best spans (:func:`~llama_index_car.fusion.span_fusion`, weight
+  ``span_weight``; chosen by CV in ``benchmarks/span_cv.py``). ``feedback_scale`` defaults to :data:`DEFAULT_FEEDBACK_SCALE`
   (0.7), measured in ``benchmarks/car_ablation.py`` (README Results): the corpus-mined hypothesis
   of earlier versions, a query-adaptive α, criterion sentences, a Rocchio dense channel and a
   title-debiased body-vector channel were measured there too and not kept.
