@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = ["DEFAULT_RRF_K", "span_fusion", "validate_weights", "weighted_rrf"]
+__all__ = ["DEFAULT_RRF_K", "span_fusion", "span_ranks", "validate_weights", "weighted_rrf"]
 
 DEFAULT_RRF_K = 60
 
@@ -112,6 +112,20 @@ def weighted_rrf(
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 
+def span_ranks(span_scores: Sequence[float | None]) -> dict[int, int]:
+    """``{position: 1-based rank}`` of the scored entries (higher first, ties by position;
+    ``None`` entries unranked).
+
+    >>> span_ranks([0.1, None, 0.9, 0.1])
+    {2: 1, 0: 2, 3: 3}
+    """
+    scored = sorted(
+        (i for i, s in enumerate(span_scores) if s is not None),
+        key=lambda i: (-float(span_scores[i]), i),  # type: ignore[arg-type]
+    )
+    return {i: r for r, i in enumerate(scored, start=1)}
+
+
 def span_fusion(
     pool: Sequence[str],
     span_scores: Sequence[float | None],
@@ -135,11 +149,7 @@ def span_fusion(
     if len(set(pool)) != len(pool):
         raise ConfigurationError("span_fusion: pool ids must be unique")
     w = float(weight)
-    scored = sorted(
-        (i for i, s in enumerate(span_scores) if s is not None),
-        key=lambda i: (-float(span_scores[i]), i),  # type: ignore[arg-type]
-    )
-    span_rank = {i: r for r, i in enumerate(scored, start=1)}
+    span_rank = span_ranks(span_scores)
     total = [
         ((1.0 - w) / (rrf_k + i + 1) + (w / (rrf_k + span_rank[i]) if i in span_rank else 0.0), i)
         for i in range(len(pool))

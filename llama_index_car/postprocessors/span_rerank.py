@@ -28,7 +28,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
-from llama_index_car.fusion import DEFAULT_RRF_K, span_fusion
+from llama_index_car.fusion import DEFAULT_RRF_K, span_fusion, span_ranks
 from llama_index_car.span_index import SpanIndex
 
 __all__ = ["DEFAULT_SPAN_POOL", "DEFAULT_SPAN_WEIGHT", "SpanReranker", "rerank_by_spans"]
@@ -70,12 +70,9 @@ def rerank_by_spans(
     head, tail = list(nodes[:pool]), list(nodes[pool:])
     ids = [n.node.node_id for n in head]
     hits = span_index.best_spans(query_vector, ids)
-    fused = span_fusion(ids, [h.score if h is not None else None for h in hits], weight, rrf_k)
-    ranked = sorted(
-        (i for i, h in enumerate(hits) if h is not None),
-        key=lambda i: (-hits[i].score, i),  # type: ignore[union-attr]
-    )
-    span_rank = {i: r for r, i in enumerate(ranked, start=1)}
+    scores = [h.score if h is not None else None for h in hits]
+    fused = span_fusion(ids, scores, weight, rrf_k)
+    span_rank = span_ranks(scores)
     position = {d: i for i, d in enumerate(ids)}
     out = []
     for node_id, score in fused:

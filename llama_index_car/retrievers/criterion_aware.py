@@ -80,6 +80,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import dataclasses
 import logging
 import math
 import time
@@ -144,19 +145,8 @@ DEFAULT_FEEDBACK_SCALE = 0.7
 DEFAULT_ALPHA_OVERLAP = 0.2
 
 
-def _check_scale(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ConfigurationError(f"feedback_scale={value!r} is not a number in [0, 1]")
-    try:
-        scale = float(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"feedback_scale={value!r} is not a number in [0, 1]") from exc
-    if not 0.0 <= scale <= 1.0:
-        raise ConfigurationError(f"feedback_scale={value!r} must be in [0, 1] (0 disables it)")
-    return scale
-
-
-def _check_unit(name: str, value: Any) -> float:
+def _check_unit(name: str, value: Any, hint: str = "") -> float:
+    """``value`` as a float in [0, 1], else :class:`ConfigurationError` naming ``name``."""
     if isinstance(value, bool):
         raise ConfigurationError(f"{name}={value!r} is not a number in [0, 1]")
     try:
@@ -164,8 +154,12 @@ def _check_unit(name: str, value: Any) -> float:
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"{name}={value!r} is not a number in [0, 1]") from exc
     if not 0.0 <= x <= 1.0:
-        raise ConfigurationError(f"{name}={value!r} must be in [0, 1]")
+        raise ConfigurationError(f"{name}={value!r} must be in [0, 1]{hint}")
     return x
+
+
+def _check_scale(value: Any) -> float:
+    return _check_unit("feedback_scale", value, " (0 disables it)")
 
 
 def _check_feedback_source(lexical: Any) -> None:
@@ -598,11 +592,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         if self.span_weight <= 0 or query_bundle.embedding is not None:
             return query_bundle
         vector = self.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
-        return QueryBundle(
-            query_str=query_bundle.query_str,
-            custom_embedding_strs=query_bundle.custom_embedding_strs,
-            embedding=vector,
-        )
+        return dataclasses.replace(query_bundle, embedding=vector)
 
     def _offline_sync(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query_bundle = self._with_query_vector(query_bundle)
@@ -623,11 +613,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             vector = await self.embed_model.aget_agg_embedding_from_queries(
                 query_bundle.embedding_strs
             )
-            query_bundle = QueryBundle(
-                query_str=query_bundle.query_str,
-                custom_embedding_strs=query_bundle.custom_embedding_strs,
-                embedding=vector,
-            )
+            query_bundle = dataclasses.replace(query_bundle, embedding=vector)
         query = query_bundle.query_str
         dense, lexical = await aretrieve_channels(
             [(self.dense_retriever, query_bundle), (self.lexical_retriever, QueryBundle(query))],
