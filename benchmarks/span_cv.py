@@ -177,9 +177,9 @@ def collect(folder: str) -> tuple[dict[str, QueryData], dict[str, list[str]], di
     out: dict[str, QueryData] = {}
     for qid, query in data.queries.items():
         bundle = QueryBundle(query_str=query)
-        dense = [h.node.node_id for h in v.dense.retrieve(bundle)]
-        bm25_hits = list(v.bm25.retrieve(query))
         dense_hits = list(v.dense.retrieve(bundle))
+        dense = [h.node.node_id for h in dense_hits]
+        bm25_hits = list(v.bm25.retrieve(query))
         plan = car._plan_feedback(query, dense_hits, bm25_hits)
         bm25 = [h.node.node_id for h in bm25_hits]
         fb = (
