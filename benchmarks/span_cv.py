@@ -55,6 +55,7 @@ from llama_index_car.evaluation.overlap import compute_overlaps, stratify
 from llama_index_car.evaluation.runner import load_eval_data
 from llama_index_car.evaluation.stats import holm, paired_test
 from llama_index_car.evaluation.systems import SystemFactory
+from llama_index_car.fusion import score_gap
 from llama_index_car.providers import resolve_embed_model
 from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 from llama_index_car.retrievers.routing import feedback_share
@@ -79,6 +80,7 @@ class Point:
     a_hi: float = 0.5
     a_lo: float = 0.5
     feedback: bool = False
+    lead: float = 0.0
 
     @property
     def name(self) -> str:
@@ -89,24 +91,29 @@ class Point:
             parts.append(f"α={self.a_hi:g}→{self.a_lo:g}")
         if self.feedback:
             parts.append("feedback")
+        if self.lead > 0:
+            parts.append(f"bm25 lead at gap≥{self.lead:g}")
         return " + ".join(parts) or "hybrid"
 
 
 _GATES = {0: "", 1: ",·(1−s)", 2: ",·(1−s)²"}
 ALPHAS = [
     (0.5, 0.5), (0.6, 0.3), (0.7, 0.3), (0.6, 0.2), (0.5, 0.2), (0.7, 0.1), (0.5, 0.1),
-    (0.6, 0.1), (0.5, 0.0), (0.6, 0.0),
+    (0.6, 0.1), (0.5, 0.0), (0.6, 0.0), (0.4, 0.0), (0.3, 0.0),
 ]
+#: BM25 lead: when BM25's top score leads its second by this share of itself, its top hit
+#: goes first (0 = never)
+LEADS = (0.0, 0.2, 0.3, 0.4, 0.5)
 
 
 def grid() -> list[Point]:
     points = []
-    for feedback, (a_hi, a_lo) in itertools.product((False, True), ALPHAS):
-        points.append(Point(a_hi=a_hi, a_lo=a_lo, feedback=feedback))
+    for lead, feedback, (a_hi, a_lo) in itertools.product(LEADS, (False, True), ALPHAS):
+        points.append(Point(a_hi=a_hi, a_lo=a_lo, feedback=feedback, lead=lead))
         for feature, pool, w, gate in itertools.product(
             GRID_FEATURES, (20, 50, 100), (0.3, 0.4, 0.5, 0.6, 0.7, 0.8), (0, 1, 2)
         ):
-            points.append(Point(feature, pool, w, gate, a_hi, a_lo, feedback))
+            points.append(Point(feature, pool, w, gate, a_hi, a_lo, feedback, lead))
     return points
 
 
@@ -122,6 +129,7 @@ class QueryData:
     a: float
     gold: np.ndarray  # bool per candidate
     gap: float = 0.0  # BM25 score shape: (top1 − top2) / top1
+    bm25_top: int = -1  # candidate index of BM25's top hit
 
 
 def _ranks(ids: Sequence[str], index: dict[str, int], n: int) -> np.ndarray:
@@ -144,12 +152,6 @@ def node_span_matrix(
     vecs = cache.embed(texts, "text", show_progress=True, desc="embed spans")
     vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     return vecs, np.asarray(offsets), {n.node_id: i for i, n in enumerate(nodes)}
-
-
-def _gap(scores: Sequence[float]) -> float:
-    if len(scores) < 2 or scores[0] <= 0:
-        return 0.0
-    return float((scores[0] - scores[1]) / scores[0])
 
 
 def span_features(cos: np.ndarray) -> dict[str, float]:
@@ -200,7 +202,8 @@ def collect(folder: str) -> tuple[dict[str, QueryData], dict[str, list[str]], di
             cand, _ranks(dense, index, len(cand)), _ranks(bm25, index, len(cand)),
             _ranks(fb, index, len(cand)), {k: np.asarray(x) for k, x in feats.items()},
             plan.signal, plan.agreement, np.asarray([rel.get(d, 0) > 0 for d in cand]),
-            _gap([h.score or 0.0 for h in bm25_hits[:2]]),
+            score_gap([h.score for h in bm25_hits[:2]]),
+            index[bm25[0]] if bm25 else -1,
         )
     strata = stratify(compute_overlaps(data.queries, data.passages, data.qrels))
     strata["all"] = sorted(q for q in data.qrels if any(r > 0 for r in data.qrels[q].values()))
@@ -218,6 +221,15 @@ def _order(score: np.ndarray, tie: np.ndarray) -> np.ndarray:
 
 def fused_order(q: QueryData, p: Point) -> np.ndarray:
     """Candidate indices in the order the configuration ``p`` ranks them."""
+    order = _base_order(q, p)
+    if p.w > 0:
+        order = _span_order(q, p, order)
+    if p.lead > 0 and q.gap >= p.lead and q.bm25_top >= 0:
+        order = np.concatenate([[q.bm25_top], order[order != q.bm25_top]])
+    return order
+
+
+def _base_order(q: QueryData, p: Point) -> np.ndarray:
     alpha = p.a_hi - (p.a_hi - p.a_lo) * q.s
     share = feedback_share(q.s, q.a, 0.7) if p.feedback else 0.0
     base = (
@@ -227,9 +239,10 @@ def fused_order(q: QueryData, p: Point) -> np.ndarray:
     )
     tie = np.empty(len(q.cand))
     tie[np.argsort(np.asarray(q.cand))] = np.arange(len(q.cand))  # weighted_rrf: id order
-    order = _order(base, tie)
-    if p.w <= 0:
-        return order
+    return _order(base, tie)
+
+
+def _span_order(q: QueryData, p: Point, order: np.ndarray) -> np.ndarray:
     w = p.w * (1 - q.s) ** p.gate
     pool = order[: p.pool]
     span = q.span[p.feature][pool]
@@ -247,6 +260,31 @@ def rr(q: QueryData, p: Point) -> float:
     return 1.0 / (hits[0] + 1) if hits.size else 0.0
 
 
+def query_rrs(q: QueryData, points: Sequence[Point]) -> np.ndarray:
+    """``[rr(q, p) for p in points]``, computed once per shared part: the base fusion per
+    (feedback, α), the span re-ranking per span setting, the lead rule from two positions."""
+    bases: dict[tuple[Any, ...], np.ndarray] = {}
+    positions: dict[tuple[Any, ...], tuple[float, float]] = {}
+    out = np.empty(len(points))
+    for i, p in enumerate(points):
+        kb = (p.feedback, p.a_hi, p.a_lo)
+        if kb not in bases:
+            bases[kb] = _base_order(q, p)
+        ko = kb + ((p.feature, p.pool, p.w, p.gate) if p.w > 0 else ())
+        if ko not in positions:
+            order = _span_order(q, p, bases[kb]) if p.w > 0 else bases[kb]
+            golds = np.flatnonzero(q.gold[order])
+            first = float(golds[0] + 1) if golds.size else np.inf
+            top = float(np.flatnonzero(order == q.bm25_top)[0] + 1) if q.bm25_top >= 0 else np.inf
+            positions[ko] = (first, top)
+        first, top = positions[ko]
+        if p.lead > 0 and q.gap >= p.lead and np.isfinite(top):
+            # BM25's top hit moves to the front: items before it shift down by one
+            first = 1.0 if q.gold[q.bm25_top] else (first + 1 if first < top else first)
+        out[i] = 1.0 / first if first <= DEPTH else 0.0
+    return out
+
+
 def fold_of(qid: str) -> int:
     return hashlib.sha256(qid.encode()).digest()[0] % FOLDS
 
@@ -256,7 +294,11 @@ def score_table(sets: dict[str, Any], points: Sequence[Point]) -> dict[str, np.n
     out = {}
     for name, (per_query, strata, _) in sets.items():
         qs = strata["all"]
-        out[name] = np.asarray([[rr(per_query[q], p) for q in qs] for p in points])
+        out[name] = np.stack([query_rrs(per_query[q], points) for q in qs], axis=1)
+        rng = np.random.default_rng(0)  # the shortcut equals the definition (rr) on a sample
+        for j in rng.choice(len(qs), size=min(20, len(qs)), replace=False):
+            for i in rng.choice(len(points), size=50, replace=False):
+                assert out[name][i, j] == rr(per_query[qs[j]], points[i]), (points[i], qs[j])
         print(f"  scored {name}: {len(points)} points × {len(qs)} queries", file=sys.stderr)
     return out
 
@@ -296,6 +338,41 @@ def strata_rows(sets: dict[str, Any], name: str, rrs: np.ndarray) -> dict[str, d
     }
 
 
+#: the ablation: each part alone (its own sub-grid, cross-validated the same way) and all
+FAMILIES: dict[str, Any] = {
+    "span ranking only": lambda p: p.w > 0 and not p.feedback and p.lead == 0
+    and (p.a_hi, p.a_lo) == (0.5, 0.5),
+    "α(s) only": lambda p: p.w == 0 and not p.feedback and p.lead == 0,
+    "feedback only": lambda p: p.w == 0 and p.feedback and p.lead == 0
+    and (p.a_hi, p.a_lo) == (0.5, 0.5),
+    "BM25 lead only": lambda p: p.w == 0 and not p.feedback and (p.a_hi, p.a_lo) == (0.5, 0.5),
+    "all parts": lambda p: True,
+}
+
+
+def _cells(
+    sets: dict[str, Any], n: str, rrs: np.ndarray, base: np.ndarray
+) -> tuple[dict[str, dict[str, float]], str]:
+    """Strata MRRs of ``rrs`` with Holm-corrected one-sided p of a loss against ``base``."""
+    _, strata, _ = sets[n]
+    pos = {q: i for i, q in enumerate(strata["all"])}
+    cells = strata_rows(sets, n, rrs)
+    present = [s for s in STRATA if s in cells]
+    ps = holm([
+        paired_test([base[pos[q]] for q in strata[s]], [rrs[pos[q]] for q in strata[s]]).p
+        for s in present
+    ])
+    base_cells = strata_rows(sets, n, base)
+    for s, ph in zip(present, ps, strict=True):
+        cells[s]["p_holm_loss"] = ph
+    text = " | ".join(
+        f"{cells[s]['mrr']:.3f} ({cells[s]['mrr'] - base_cells[s]['mrr']:+.3f})"
+        if s in cells else "–" for s in STRATA
+    )
+    worst = min((cells[s]["p_holm_loss"] for s in present), default=1.0)
+    return cells, f"{text} | {worst:.3f}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sets", nargs="+")
@@ -314,15 +391,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "default": asdict(points[default]) | {"name": points[default].name},
         "fold_choices": cv["chosen"],
         "sets": {},
+        "ablation": {},
     }
-    lines = [
-        "| set | system | " + " | ".join(STRATA) + " | p↓ (Holm) |",
-        "|---|---|" + "---|" * len(STRATA) + "---|",
-    ]
+    head = "| set | system | " + " | ".join(STRATA) + " | p↓ (Holm) |"
+    rule = "|---|---|" + "---|" * len(STRATA) + "---|"
+    lines = [head, rule]
     for n in sets:
-        _, strata, stats = sets[n]
-        qs = strata["all"]
-        pos = {q: i for i, q in enumerate(qs)}
+        stats = sets[n][2]
         base = table[n][hybrid]
         rows = {
             "hybrid": base,
@@ -331,28 +406,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         entry: dict[str, Any] = {"stats": stats, "rows": {}}
         for label, rrs in rows.items():
-            cells = strata_rows(sets, n, rrs)
-            present = [s for s in STRATA if s in cells]
-            if label != "hybrid":
-                ps = holm([
-                    paired_test([base[pos[q]] for q in strata[s]], [rrs[pos[q]] for q in strata[s]]).p
-                    for s in present
-                ])
-                for s, ph in zip(present, ps, strict=True):
-                    cells[s]["p_holm_loss"] = ph
+            cells, text = _cells(sets, n, rrs, base)
             entry["rows"][label] = cells
-            text = [
-                f"{cells[s]['mrr']:.3f}" + (
-                    f" ({cells[s]['mrr'] - entry['rows']['hybrid'][s]['mrr']:+.3f})"
-                    if label != "hybrid" else ""
-                ) if s in cells else "–"
-                for s in STRATA
-            ]
-            worst = min((cells[s].get("p_holm_loss", 1.0) for s in present), default=1.0)
-            lines.append(f"| {n} | {label} | " + " | ".join(text) + f" | {worst:.3f} |")
+            lines.append(f"| {n} | {label} | {text} |")
         result["sets"][n] = entry
+    ablation = ["", "Ablation (5-fold CV estimates; each part chosen within its own sub-grid):",
+                "", head, rule]
+    for family, keep in FAMILIES.items():
+        idx = [i for i, p in enumerate(points) if keep(p)]
+        sub = {n: t[idx] for n, t in table.items()}
+        held = cross_validate(sets, [points[i] for i in idx], sub)["held"]
+        result["ablation"][family] = {}
+        for n in sets:
+            cells, text = _cells(sets, n, held[n], table[n][hybrid])
+            result["ablation"][family][n] = cells
+            ablation.append(f"| {n} | {family} | {text} |")
     result["seconds"] = time.perf_counter() - started
-    md = "\n".join(lines)
+    md = "\n".join(lines + ablation)
     md += f"\n\nDefault (chosen on all developer queries): `{points[default].name}`; "
     md += "per-fold choices: " + "; ".join(f"`{c}`" for c in cv["chosen"]) + "\n"
     print(md)

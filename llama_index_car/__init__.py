@@ -25,6 +25,9 @@ _EXPORTS: dict[str, str] = {
     "WeightedRRFRetriever": "llama_index_car.retrievers.weighted_rrf",
     "CriterionAwareRetriever": "llama_index_car.retrievers.criterion_aware",
     "LexicalOverlapRouter": "llama_index_car.retrievers.routing",
+    # span vectors and span re-ranking
+    "SpanIndex": "llama_index_car.span_index",
+    "SpanReranker": "llama_index_car.postprocessors.span_rerank",
     # hypothesizers
     "CriterionHypothesis": "llama_index_car.hypothesizers.base",
     "BaseCriterionHypothesizer": "llama_index_car.hypothesizers.base",

@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from llama_index_car.bm25 import BM25Okapi
     from llama_index_car.pipeline import BuildSummary, FileFailure
+    from llama_index_car.span_index import SpanIndex
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
 __all__ = [
@@ -212,9 +213,11 @@ _MODELS: dict[str, BaseEmbedding] = {}
 
 def _embed(
     batch: dict[str, Any], embed: str, embed_model: BaseEmbedding | None,
-    engine: str | None = None,
+    engine: str | None = None, spans: bool = False,
 ) -> dict[str, Any]:
-    """Batch map: node text -> embedding (float32 values), ``EMBED_BATCH`` texts per call.
+    """Batch map: node text -> embedding (float32 values), ``EMBED_BATCH`` texts per call;
+    with ``spans``, also the vectors of the node's spans (:func:`~llama_index_car.spans.node_spans`,
+    in span order: ``span_embedding``, one list per span).
 
     A provider model is created once per worker process (with ``threads=1`` where it has
     that field: Ray runs one task per CPU) and reused by later tasks. ``engine`` is the e5
@@ -241,13 +244,30 @@ def _embed(
         # float32, as the single-process path's embedding cache returns them
         vectors.extend(np.asarray(part, dtype=np.float32).tolist())
     it = iter(vectors)
-    return dict(batch) | {"embedding": [next(it) if p >= 0 else [] for p in pos]}
+    out = dict(batch) | {"embedding": [next(it) if p >= 0 else [] for p in pos]}
+    if spans:
+        from llama_index.core.storage.docstore.utils import json_to_doc
+
+        from llama_index_car.spans import node_spans
+
+        per_node = [
+            [s.text for s in node_spans(json_to_doc(json.loads(str(n))))] if p >= 0 else []
+            for n, p in zip(batch["node"], pos, strict=True)
+        ]
+        flat = [t for texts in per_node for t in texts]
+        span_vecs: list[list[float]] = []
+        for i in range(0, len(flat), EMBED_BATCH):
+            part = embed_model.get_text_embedding_batch(flat[i : i + EMBED_BATCH])
+            span_vecs.extend(np.asarray(part, dtype=np.float32).tolist())
+        it = iter(span_vecs)
+        out["span_embedding"] = [[next(it) for _ in texts] for texts in per_node]
+    return out
 
 
 def _run_dataset(
     files: list[tuple[Path, str, str]], chunk_size: int, chunk_overlap: int,
     tokenizer_spec: dict[str, Any], provider: str, embed_model: BaseEmbedding | None,
-    show_progress: bool,
+    show_progress: bool, spans: bool = False,
 ) -> list[dict[str, Any]]:
     """Build and execute the Ray Data pipeline over ``files`` (path, key, sha256); all
     output rows (any order)."""
@@ -274,7 +294,8 @@ def _run_dataset(
         engine = resolve_engine("auto") if provider == "e5" and embed_model is None else None
         ds = ds.map_batches(
             _embed, batch_size=None,
-            fn_kwargs={"embed": provider, "embed_model": embed_model, "engine": engine},
+            fn_kwargs={"embed": provider, "embed_model": embed_model, "engine": engine,
+                       "spans": spans},
         )
         return list(ds.take_all())
     finally:  # the caller's Ray Data settings are left as they were
@@ -293,6 +314,7 @@ class RayIngestResult:
     bm25: BM25Okapi
     failures: list[FileFailure]
     seconds: float = 0.0
+    spans: SpanIndex | None = None
 
 
 def _ray() -> Any:
@@ -347,6 +369,7 @@ def ingest_ray(
     runtime_env: dict[str, Any] | None = None,
     on_error: Callable[[FileFailure], None] | None = None,
     show_progress: bool = False,
+    spans: bool = True,
 ) -> RayIngestResult:
     """Read, parse, tokenize and embed HWP/HWPX/HML files on Ray; merge the BM25 shards on the driver.
 
@@ -363,6 +386,8 @@ def ingest_ray(
         runtime_env: Ray ``runtime_env`` for the workers (e.g. ``{"pip": [...]}``).
         on_error: called on the driver with each :class:`FileFailure`.
         show_progress: Ray Data progress bars.
+        spans: embed every node's spans on the workers too (``RayIngestResult.spans``, the
+            :class:`~llama_index_car.span_index.SpanIndex` ``build_index`` would build).
 
     Raises:
         MissingDependencyError: ``ray`` is not installed.
@@ -385,7 +410,7 @@ def ingest_ray(
         keys = source_keys(source, files)
         keyed = [(f, keys[str(f)], _sha256_file(f)) for f in files]
         args = (keyed, chunk_size, chunk_overlap, tok.to_dict(), provider, embed_model,
-                show_progress)
+                show_progress, spans)
         if ray.util.client.ray.is_connected():
             # Ray Data does not run over Ray Client: execute the dataset in a task on the
             # cluster (it uses no CPU slot itself) and bring the rows back
@@ -400,6 +425,7 @@ def ingest_ray(
     failures: list[FileFailure] = []
     nodes: list[BaseNode] = []
     embeddings: list[list[float]] = []
+    span_vectors: list[list[list[float]]] = []
     documents = 0
     per_file: dict[int, list[tuple[list[str], list[int]]]] = {}
     for r in rows:
@@ -413,14 +439,19 @@ def ingest_ray(
             continue
         nodes.append(json_to_doc(json.loads(r["node"])))
         embeddings.append([float(x) for x in r["embedding"]])
+        if spans:
+            span_vectors.append([list(v) for v in r["span_embedding"]])
         per_file.setdefault(int(r["file_index"]), []).append(
             ([str(t) for t in r["terms"]], [int(c) for c in r["tfs"]])
         )
     shards = [shard_from_term_counts(per_file[fi]) for fi in sorted(per_file)]
     bm25 = merge_bm25_shards(shards, k1=k1, b=b, epsilon=epsilon)
+    from llama_index_car.span_index import SpanIndex
+
     return RayIngestResult(
         files=files, documents=documents, nodes=nodes, embeddings=embeddings, bm25=bm25,
         failures=failures, seconds=time.perf_counter() - start,
+        spans=SpanIndex.from_span_vectors(nodes, span_vectors) if spans else None,
     )
 
 
@@ -440,10 +471,12 @@ def build_index_ray(
     ray_address: str | None = None,
     num_cpus: int | None = None,
     runtime_env: dict[str, Any] | None = None,
+    spans: bool = True,
 ) -> BuildSummary:
     """:func:`~llama_index_car.pipeline.build_index` with the per-file work on Ray.
 
-    Same arguments and the same folder (``car_index.json``, ``vector/``, ``bm25/``); see :func:`ingest_ray` for the Ray arguments.
+    Same arguments and the same folder (``car_index.json``, ``vector/``, ``bm25/``, ``spans/``:
+    the workers embed the spans too); see :func:`ingest_ray` for the Ray arguments.
     ``show_progress`` shows Ray Data's progress bars. ``cache_dir`` and ``use_cache`` are
     accepted for compatibility and ignored: workers embed every node (the embedding cache is
     a local folder that remote workers cannot share).
@@ -469,7 +502,7 @@ def build_index_ray(
     res = ingest_ray(
         source, embed_model=embed_model, embed=embed, chunk_size=chunk_size,
         chunk_overlap=chunk_overlap, ray_address=ray_address, num_cpus=num_cpus,
-        runtime_env=runtime_env, on_error=on_error, show_progress=show_progress,
+        runtime_env=runtime_env, on_error=on_error, show_progress=show_progress, spans=spans,
     )
     nodes = res.nodes
     if not nodes:
@@ -480,7 +513,7 @@ def build_index_ray(
     return finish_build(  # the same format-2 folder as build_index
         out, model=model, provider=provider, nodes=nodes,
         vectors={n.node_id: e for n, e in zip(nodes, res.embeddings, strict=True)},
-        bm25=KiwiBM25Retriever.from_bm25(nodes, res.bm25),
+        bm25=KiwiBM25Retriever.from_bm25(nodes, res.bm25), spans=res.spans,
         keys=source_keys(source, [Path(f) for f in res.files]),
         hashes={str(f): _sha256_file(Path(f)) for f in res.files},
         documents=res.documents, failures=res.failures, chunk_size=chunk_size,

@@ -27,7 +27,9 @@ from collections.abc import Sequence
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = ["DEFAULT_RRF_K", "span_fusion", "span_ranks", "validate_weights", "weighted_rrf"]
+__all__ = [
+    "DEFAULT_RRF_K", "score_gap", "span_fusion", "span_ranks", "validate_weights", "weighted_rrf",
+]
 
 DEFAULT_RRF_K = 60
 
@@ -156,3 +158,21 @@ def span_fusion(
     ]
     total.sort(key=lambda t: (-t[0], t[1]))
     return [(pool[i], score) for score, i in total]
+
+
+def score_gap(scores: Sequence[float | None]) -> float:
+    """How far a channel's top score leads its second, as a share of the top:
+    ``(s1 − s2) / s1`` for a positive ``s1`` (one hit: 1.0), else 0.0.
+
+    The offline CAR puts the BM25 top hit first when this gap reaches ``bm25_lead``: a lone
+    lexical match that clear is almost always the answer (``benchmarks/span_cv.py``).
+
+    >>> score_gap([12.0, 6.0, 1.0])
+    0.5
+    >>> score_gap([3.0]), score_gap([]), score_gap([0.0, 0.0])
+    (1.0, 0.0, 0.0)
+    """
+    if not scores or not scores[0] or scores[0] <= 0:
+        return 0.0
+    second = float(scores[1] or 0.0) if len(scores) > 1 else 0.0
+    return max(0.0, (float(scores[0]) - second) / float(scores[0]))

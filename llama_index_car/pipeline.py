@@ -7,6 +7,10 @@ One call turns a folder of Hangul documents (binary HWP 5 ``.hwp``, HWPX ``.hwpx
       car_index.json      manifest: format_version, embedding spec, chunking, counts, failures
       vector/             VectorStoreIndex storage (SimpleVectorStore + docstore, plain JSON)
       bm25/               KiwiBM25Retriever.persist() output (generations: JSON + mapped .npy)
+      spans/              SpanIndex.persist(): every node's sentences and table rows, their
+                          vectors (float16); always in the folder, also for store-backed
+                          indexes (a store is ANN-searched; span vectors are only read per
+                          candidate node, so a second collection would buy nothing)
 
 Table cells (coordinates and text) travel in each table node's ``cells`` metadata
 (:func:`~llama_index.readers.hwpx.node_cells` decodes them).
@@ -18,10 +22,11 @@ tokens) → nodes → dense vectors (default: the offline
 :class:`~llama_index_car.embeddings.e5.MultilingualE5Embedding`, or whatever
 ``CAR_EMBED_MODEL`` names; computed through the shared
 :class:`~llama_index_car.evaluation.cache.EmbeddingCache`, so rebuilding an index, or indexing
-texts an evaluation already embedded, re-embeds nothing) and a Kiwi BM25 index
-(``k1=1.5, b=0.75, epsilon=0.25``). Nothing else is learnt at index time: the offline CAR reads
-its feedback terms from these two indexes at query time. (Folders written by earlier versions
-also hold a ``hypothesizer/`` folder; it is ignored.)
+texts an evaluation already embedded, re-embeds nothing), a Kiwi BM25 index
+(``k1=1.5, b=0.75, epsilon=0.25``) and the span index
+(:class:`~llama_index_car.span_index.SpanIndex`: the spans of :mod:`llama_index_car.spans`,
+embedded through the same cache; ``spans=False`` / ``--no-spans`` leaves it out). The offline
+CAR re-ranks its fused pool by the best span of each candidate.
 
 The manifest records the embedding provider (``e5``, ``use``, ``openai`` or ``custom``), and
 :func:`load_index` embeds queries with that provider by default, so a folder built with USE
@@ -34,7 +39,8 @@ keeps being queried with USE whatever the current default is.
 * ``"hybrid"`` — weighted RRF of the two (``alpha`` weights dense, ``1 - alpha`` BM25,
   ``rrf_k = 60``);
 * ``"car"`` — :class:`~llama_index_car.retrievers.criterion_aware.CriterionAwareRetriever`
-  (offline: dense + BM25 + the pseudo-relevance-feedback channel; with an ``llm``, the
+  (offline: dense + BM25 + the pseudo-relevance-feedback channel, the pool re-ranked by the
+  folder's span index, BM25's top hit first when it clearly leads; with an ``llm``, the
   hybrid over LLM-hypothesis-expanded queries).
 
 Files that cannot be read are reported (``BuildSummary.failures`` and the ``on_error``
@@ -78,6 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+    from llama_index_car.span_index import SpanIndex
 
 __all__ = [
     "FORMAT_VERSION",
@@ -109,6 +116,7 @@ FOLDER_KIND = "LlamaCarIndexFolder"
 MANIFEST_NAME = "car_index.json"
 VECTOR_DIR = "vector"
 BM25_DIR = "bm25"
+SPANS_DIR = "spans"
 VECTORS_NAME = "embeddings.npy"
 #: a local store kept inside the index folder (``--store qdrant``, no path)
 STORE_DIR = STORE_DIR_NAME
@@ -489,6 +497,25 @@ def _vectors(
     return {n.node_id: list(v) for n, v in zip(nodes, vecs, strict=True)}
 
 
+def _span_index(
+    model: BaseEmbedding, nodes: Sequence[BaseNode], cache_dir: str | Path | None,
+    use_cache: bool, show_progress: bool,
+) -> SpanIndex:
+    """The span index of ``nodes`` (:meth:`SpanIndex.from_nodes`), its span texts embedded
+    through the shared cache when enabled (one progress bar, "embedding spans")."""
+    from llama_index_car.span_index import SpanIndex
+
+    if not use_cache:
+        return SpanIndex.from_nodes(nodes, model, show_progress=show_progress)
+    from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
+    from llama_index_car.spans import node_spans
+
+    cache = EmbeddingCache(cache_dir or default_cache_dir(), model, batch_size=INDEX_CACHE_BATCH)
+    texts = [s.text for n in nodes for s in node_spans(n)]
+    cache.embed(texts, "text", show_progress=show_progress, desc="embedding spans")
+    return SpanIndex.from_nodes(nodes, CachedEmbedding(cache))
+
+
 def _open_store_index(
     store: str, model: BaseEmbedding, dims: int | None, *, create: bool,
     collection: str | None = None,
@@ -520,7 +547,8 @@ def _check_store_holds(index: VectorStoreIndex, ids: Sequence[str], uri: str) ->
 
 
 def _write_folder(
-    out: Path, manifest: dict[str, Any], index: VectorStoreIndex | None, bm25: Any
+    out: Path, manifest: dict[str, Any], index: VectorStoreIndex | None, bm25: Any,
+    spans: SpanIndex | None,
 ) -> None:
     """One crash-safe generation of the folder (see :mod:`llama_index_car._persist`)."""
     from llama_index_car import _persist
@@ -529,6 +557,8 @@ def _write_folder(
         if index is not None:
             _write_vectors(gen / VECTOR_DIR, index, [n.node_id for n in bm25.nodes])
         bm25.persist(str(gen / BM25_DIR))
+        if spans is not None:
+            spans.persist(gen / SPANS_DIR)
         _persist.write_json(gen / MANIFEST_NAME, manifest)
         _persist.write_manifest(gen, kind=FOLDER_KIND, format_version=FORMAT_VERSION)
 
@@ -627,6 +657,7 @@ def build_index(
     use_cache: bool = True,
     store: str | None = None,
     update: bool = False,
+    spans: bool = True,
 ) -> BuildSummary:
     """Index HWP 5, HWPX and HWPML files into ``persist_dir`` (see the module docstring).
 
@@ -651,6 +682,9 @@ def build_index(
             vectors go there (collection replaced) instead of ``vector/``.
         update: re-index only files whose sha256 changed or that are new, and remove the
             nodes of files that vanished (:func:`update_index`).
+        spans: build the span index (``spans/``) the offline ``car`` re-ranks with; ``False``
+            saves its embedding time (about as many characters again as the nodes) and
+            leaves ``car`` without span ranking. ``update`` keeps the folder's choice.
 
     Raises:
         ConfigurationError: no source files, nothing parseable, a non-empty
@@ -687,9 +721,11 @@ def build_index(
         )
     model, provider = _resolve_embed(embed_model, embed)
     vectors = _vectors(model, nodes, cache_dir, use_cache, show_progress)
+    span_index = _span_index(model, nodes, cache_dir, use_cache, show_progress) if spans else None
     bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes, show_progress=show_progress)
     return finish_build(
         out, model=model, provider=provider, nodes=nodes, vectors=vectors, bm25=bm25,
+        spans=span_index,
         keys=keys, hashes=hashes, documents=len(documents), failures=failures,
         chunk_size=chunk_size, chunk_overlap=chunk_overlap, store=store_uri, record=record,
         start=start,
@@ -718,6 +754,7 @@ def finish_build(
     nodes: Sequence[BaseNode],
     vectors: dict[str, list[float]],
     bm25: Any,
+    spans: SpanIndex | None,
     keys: dict[str, str],
     hashes: dict[str, str],
     documents: int,
@@ -730,7 +767,8 @@ def finish_build(
 ) -> BuildSummary:
     """The tail shared by every builder (local, Ray): the vector index (local or the
     ``store`` URI, its manifest ``record``) over ``vectors``, then one crash-safe generation
-    of the folder with its manifest. ``keys``/``hashes``: ``{str(file): key / sha256}``."""
+    of the folder (with ``spans/`` when ``spans`` is given) and its manifest.
+    ``keys``/``hashes``: ``{str(file): key / sha256}``."""
     from llama_index.core import StorageContext, VectorStoreIndex
 
     dims = len(next(iter(vectors.values())))
@@ -749,8 +787,9 @@ def finish_build(
     manifest = _folder_manifest(
         spec, chunk_size, chunk_overlap, record, list(keys.values()), documents, nodes,
         failures, _sources({keys[f]: hashes[f] for f in keys}, nodes, failed=failed),
+        spans=spans,
     )
-    _write_folder(out, manifest, None if store else index, bm25)
+    _write_folder(out, manifest, None if store else index, bm25, spans)
     return _summary(out, manifest, list(failures), start)
 
 
@@ -772,7 +811,7 @@ def _folder_manifest(
     spec: dict[str, Any], chunk_size: int, chunk_overlap: int, store: dict[str, Any] | None,
     files: Sequence[str], documents: int, nodes: Sequence[BaseNode],
     failures: Sequence[FileFailure], sources: dict[str, dict[str, Any]],
-    store_garbage: Sequence[str] = (),
+    store_garbage: Sequence[str] = (), spans: SpanIndex | None = None,
 ) -> dict[str, Any]:
     return {
         "format_version": FORMAT_VERSION,
@@ -788,6 +827,7 @@ def _folder_manifest(
         "table_nodes": sum(1 for n in nodes if n.metadata.get("table_index") is not None),
         "failures": [asdict(f) for f in failures],
         "sources": sources,
+        "spans": None if spans is None else {"spans": spans.n_spans, "dim": spans.dim},
     }
 
 
@@ -918,6 +958,11 @@ def update_index(
     fresh = [n for n in nodes if n.node_id not in live - stale]
     embedded = [n.model_copy(update={"embedding": vectors[n.node_id]}) for n in fresh]
     new_ids = {n.node_id for n in fresh}
+    # embedded before anything is written: a failure here leaves the folder and store as they were
+    added_spans = (
+        _span_index(model, fresh, cache_dir, use_cache, show_progress)
+        if local.spans is not None and fresh else None
+    )
     stale -= new_ids  # the same content again: its node stays
     garbage = stale - new_ids - (live - stale)  # the old garbage is deleted just below
     if record is not None:  # what earlier updates left: recorded garbage, and orphans of (1)
@@ -933,6 +978,13 @@ def update_index(
         bm25.delete_nodes(sorted(stale & live))
     if fresh:
         bm25.insert_nodes(fresh)
+    spans = local.spans
+    if spans is not None:
+        spans = spans.without(stale & live)
+        if added_spans is not None:
+            from llama_index_car.span_index import SpanIndex
+
+            spans = SpanIndex.concat([spans.without(new_ids), added_spans])
     if record is None and stale & live:
         local.index.delete_nodes(sorted(stale & live))
     for k in gone:
@@ -947,9 +999,10 @@ def update_index(
         recorded, int(manifest["chunk_size"]), int(manifest["chunk_overlap"]),
         record, sorted(hashes), sum(1 for v in sources.values() if not v.get("failed")),
         bm25.nodes, old_failures + failures, sources,
-        store_garbage=sorted(garbage) if record is not None else (),
+        store_garbage=sorted(garbage) if record is not None else (), spans=spans,
     )
-    _write_folder(out, new_manifest, None if record is not None else local.index, bm25)  # (2)
+    _write_folder(out, new_manifest, None if record is not None else local.index, bm25,
+                  spans)  # (2)
     if record is not None and garbage:
         local.index.delete_nodes(sorted(garbage))  # (3)
     if record is not None:
@@ -1072,6 +1125,7 @@ _MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "table_nodes": (int,),
     "failures": (list,),
     "sources": (dict,),
+    "spans": (dict, type(None)),
 }
 
 
@@ -1098,7 +1152,8 @@ def _check_manifest_types(manifest: dict[str, Any], path: Path) -> None:
 
 @dataclass
 class LocalIndex:
-    """A loaded index folder: the vector index, nodes and BM25 retriever.
+    """A loaded index folder: the vector index, nodes, BM25 retriever and span index (``None``
+    for a folder built with ``spans=False``).
 
     Use :meth:`as_retriever` to get any of the four retrievers over the same data (the demo
     loads the folder once and compares all four).
@@ -1109,6 +1164,7 @@ class LocalIndex:
     index: VectorStoreIndex
     nodes: list[BaseNode]
     bm25: KiwiBM25Retriever
+    spans: SpanIndex | None = None
 
     def cells_for(self, metadata: dict[str, Any]) -> list[dict[str, Any]]:
         """Cells of a table node as ``[{"table", "row", "col", "row_span", "col_span", "text",
@@ -1133,7 +1189,8 @@ class LocalIndex:
         ``pool_top_k`` is the per-channel candidate pool for the fused kinds; for ``dense``
         and ``bm25`` only ``similarity_top_k`` matters. ``hypothesizer`` (e.g. an
         :class:`LLMCriterionHypothesizer`) turns ``car`` into the LLM-hypothesis CAR; without
-        it ``car`` is the offline configuration.
+        it ``car`` is the offline configuration, which re-ranks its fused pool by the folder's
+        span index when it has one.
 
         Raises:
             ConfigurationError: unknown ``kind``.
@@ -1172,6 +1229,8 @@ class LocalIndex:
             rrf_k=rrf_k,
             pool_top_k=pool,
             similarity_top_k=similarity_top_k,
+            span_index=self.spans,
+            embed_model=self.index._embed_model,
         )
 
     def bm25_retriever(self, similarity_top_k: int) -> KiwiBM25Retriever:
@@ -1267,7 +1326,36 @@ def load_index(
         index=index,
         nodes=list(nodes),
         bm25=bm25,
+        spans=_load_spans(root, manifest, [n.node_id for n in nodes]),
     )
+
+
+def _load_spans(root: Path, manifest: dict[str, Any], ids: Sequence[str]) -> SpanIndex | None:
+    """The folder's span index, checked against the manifest and the BM25 node ids."""
+    from llama_index_car.span_index import SpanIndex
+
+    recorded = manifest.get("spans")
+    folder = root / SPANS_DIR
+    if recorded is None:
+        if folder.exists():
+            raise IndexPersistError(
+                f"{folder} is present but {root / MANIFEST_NAME} records no span index; rebuild"
+            )
+        return None
+    if not folder.is_dir():
+        raise IndexPersistError(f"{folder} is missing; rebuild the index")
+    spans = SpanIndex.load(folder)
+    if set(spans.node_ids) != set(ids) or len(spans.node_ids) != len(ids):
+        raise IndexPersistError(
+            f"{folder} holds spans of {len(spans.node_ids)} nodes, not of the folder's "
+            f"{len(ids)} BM25 nodes; rebuild the index"
+        )
+    if recorded != {"spans": spans.n_spans, "dim": spans.dim}:
+        raise IndexPersistError(
+            f"{folder}: {spans.n_spans} spans of dim {spans.dim}, but {root / MANIFEST_NAME} "
+            f"records {recorded}; rebuild the index"
+        )
+    return spans
 
 
 def load_retriever(

@@ -112,6 +112,37 @@ class SpanIndex:
             vectors = np.zeros((0, 1), dtype=np.float32)
         return cls(ids, np.asarray(offsets), spans, vectors)
 
+    @classmethod
+    def from_span_vectors(
+        cls, nodes: Sequence[Any], vectors: Sequence[Sequence[Sequence[float]]]
+    ) -> SpanIndex:
+        """An index from vectors embedded elsewhere (e.g. on Ray workers): ``vectors[i]`` holds
+        one vector per span of ``nodes[i]``, in :func:`~llama_index_car.spans.node_spans` order.
+
+        Raises:
+            ConfigurationError: a node's vector count differs from its span count.
+        """
+        if len(vectors) != len(nodes):
+            raise ConfigurationError(
+                f"SpanIndex: {len(vectors)} vector lists for {len(nodes)} nodes"
+            )
+        ids: list[str] = []
+        spans: list[Span] = []
+        rows: list[Sequence[float]] = []
+        offsets = [0]
+        for node, vecs in zip(nodes, vectors, strict=True):
+            cut = node_spans(node)
+            if len(cut) != len(vecs):
+                raise ConfigurationError(
+                    f"SpanIndex: node {node.node_id} has {len(cut)} spans but {len(vecs)} vectors"
+                )
+            ids.append(node.node_id)
+            spans.extend(cut)
+            rows.extend(vecs)
+            offsets.append(len(spans))
+        matrix = _unit(np.asarray(rows, dtype=np.float32)) if rows else np.zeros((0, 1))
+        return cls(ids, np.asarray(offsets), spans, matrix)
+
     def with_nodes(self, nodes: Sequence[Any], embed_model: Any) -> SpanIndex:
         """A new index with ``nodes`` added (a node id already present is replaced)."""
         added = SpanIndex.from_nodes(nodes, embed_model)

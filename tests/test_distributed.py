@@ -223,6 +223,11 @@ def test_same_embeddings(built: dict[str, Any]) -> None:
     ea = a.index.vector_store.data.embedding_dict
     eb = b.index.vector_store.data.embedding_dict
     assert eb == ea  # exact: float32 values on both paths
+    # span vectors: embedded on the workers, the same files as the single-process build
+    for name in ("spans.json", "vectors.npy"):
+        ray_file = live_dir(built["out"] / "ray") / "spans" / name
+        assert ray_file.read_bytes() == (live_dir(built["out"] / "local") / "spans" / name).read_bytes()
+    assert b.spans is not None and b.spans.n_spans > len(b.nodes)
     assert not (live_dir(built["out"] / "ray") / "hypothesizer").exists()  # nothing else learnt
 
 

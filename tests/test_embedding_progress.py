@@ -77,7 +77,16 @@ def test_build_index_reuses_the_cache(src: Path, tmp_path: Path) -> None:
     first = CountingEmbedding(seen=[])
     summary = build_index(src, tmp_path / "a", embed_model=first, cache_dir=cache)
     node_texts = set(first.seen)
-    assert len(node_texts) >= 2 and summary.nodes >= len(node_texts)
+    from llama_index.core.schema import MetadataMode
+
+    from llama_index_car.pipeline import load_index
+
+    local = load_index(tmp_path / "a", embed_model=CountingEmbedding(seen=[]))
+    assert local.spans is not None and len(local.nodes) == summary.nodes >= 2
+    # every node text and every span text, each embedded once
+    assert node_texts == {n.get_content(metadata_mode=MetadataMode.EMBED) for n in local.nodes} | {
+        s.text for d in local.spans.node_ids for s in local.spans.spans_of(d)}
+    assert len(first.seen) == len(node_texts)
     second = CountingEmbedding(seen=[])
     build_index(src, tmp_path / "b", embed_model=second, cache_dir=cache)
     assert not node_texts & set(second.seen)  # no node is embedded again

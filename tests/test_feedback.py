@@ -218,3 +218,44 @@ def test_feedback_knob_on_the_hypothesis_path(bm25: KiwiBM25Retriever) -> None:
     assert info["weights"] == pytest.approx(
         {"dense": 0.5 * (1 - share), "lexical": 0.5 * (1 - share), "feedback": share}
     )
+
+
+def test_bm25_lead_puts_a_clear_lexical_winner_first(bm25: KiwiBM25Retriever) -> None:
+    """Oracle: the lead rule written out over the fused order (with lead off), and the BM25
+    score gap from rank_bm25's scores of the same tokens."""
+    from rank_bm25 import BM25Okapi
+
+    query = "배수시설 설치기준"
+    tok = bm25.tokenizer
+    oracle = BM25Okapi([tok.tokenize(n.text) for n in NODES]).get_scores(tok.tokenize(query))
+    top2 = sorted(oracle, reverse=True)[:2]
+    gap = (top2[0] - top2[1]) / top2[0]
+    assert 0.05 < gap < 0.95
+    winner = f"n{int(oracle.argmax())}"
+    dense_order = [i for i in ("n6", "n5", "n4", "n3", "n2", "n1", "n0") if i != winner]
+    plain = CriterionAwareRetriever(FixedDense(dense_order), bm25, bm25_lead=0, similarity_top_k=3)
+    base = [h.node.node_id for h in plain.retrieve(query)]
+    assert base[0] != winner  # the fusion alone does not put it first here
+    led = CriterionAwareRetriever(
+        FixedDense(dense_order), bm25, bm25_lead=gap - 1e-6, similarity_top_k=3
+    )
+    out = led.retrieve(query)
+    full = [h.node.node_id for h in CriterionAwareRetriever(
+        FixedDense(dense_order), bm25, bm25_lead=0, similarity_top_k=20).retrieve(query)]
+    assert [h.node.node_id for h in out] == ([winner] + [i for i in full if i != winner])[:3]
+    info = out[0].node.metadata[EXPLAIN_KEY]["bm25_lead"]
+    assert info["gap"] == pytest.approx(gap) and info["moved_from"] == full.index(winner) + 1
+    scores = [h.score for h in out]
+    assert scores == sorted(scores, reverse=True)  # still non-increasing
+    above = CriterionAwareRetriever(
+        FixedDense(dense_order), bm25, bm25_lead=gap + 1e-6, similarity_top_k=3
+    )
+    assert [h.node.node_id for h in above.retrieve(query)] == base
+    assert CriterionAwareRetriever(FixedDense(dense_order), bm25, hypothesizer=None).bm25_lead > 0
+
+
+def test_bm25_lead_is_a_share() -> None:
+    for bad in (-0.1, 1.5, True, float("nan")):
+        with pytest.raises(ConfigurationError, match="bm25_lead"):
+            CriterionAwareRetriever(FixedDense(["n0"]), FixedDense(["n0"]), feedback_scale=0,
+                                    bm25_lead=bad)  # type: ignore[arg-type]

@@ -90,6 +90,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="re-index only changed or new files, remove vanished ones (DIR must exist)",
     )
     p.add_argument(
+        "--no-spans", dest="spans", action="store_false",
+        help="skip the span index (spans/: sentences and table rows, embedded; about as many "
+        "characters again as the nodes) that the offline car re-ranks with (--update: the "
+        "folder's choice)",
+    )
+    p.add_argument(
         "--ray", metavar="ADDRESS", nargs="?", const="local", default=None,
         help="read, parse, tokenize and embed on Ray (extra [ray]): no ADDRESS = a local "
         "cluster on this machine; 'auto' or 'ray://HOST:10001' = join that cluster",
@@ -144,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
                 on_error=report,
                 store=args.store,
                 update=args.update,
+                **({} if args.spans else {"spans": False}),
             )
     except NothingToIndexError as exc:
         print(f"llama-car index: {exc}", file=sys.stderr)

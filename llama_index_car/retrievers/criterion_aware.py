@@ -93,7 +93,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError, HypothesisError, IndexPersistError
-from llama_index_car.fusion import DEFAULT_RRF_K
+from llama_index_car.fusion import DEFAULT_RRF_K, score_gap
 from llama_index_car.hypothesizers.base import (
     BaseCriterionHypothesizer,
     CriterionHypothesis,
@@ -143,6 +143,28 @@ DEFAULT_FEEDBACK_SCALE = 0.7
 #: offline dense weight when the query's words are all in its best BM25 hits (router signal
 #: s = 1); α moves linearly from ``alpha`` at s = 0 (chosen by CV, benchmarks/span_cv.py)
 DEFAULT_ALPHA_OVERLAP = 0.2
+#: offline: BM25's top hit goes first when its score leads the second's by this share of
+#: itself (:func:`~llama_index_car.fusion.score_gap`; chosen by CV, benchmarks/span_cv.py)
+DEFAULT_BM25_LEAD = 0.4
+
+
+def _lead_first(
+    hits: list[NodeWithScore], node_id: str, gap: float, threshold: float
+) -> list[NodeWithScore]:
+    """``hits`` with ``node_id`` moved to the front (score raised to the first's, so scores
+    stay non-increasing); its ``car_explain`` records the lead (``bm25_lead``)."""
+    at = next((i for i, h in enumerate(hits) if h.node.node_id == node_id), None)
+    if at is None or at == 0:
+        if at == 0:
+            hits[0].node.metadata.setdefault("car_explain", {})["bm25_lead"] = {
+                "gap": gap, "threshold": threshold, "moved_from": 1}
+        return hits
+    hit = hits[at]
+    explain = hit.node.metadata.setdefault("car_explain", {})
+    explain["bm25_lead"] = {"gap": gap, "threshold": threshold, "moved_from": at + 1,
+                            "fused_score": hit.score}
+    hit.score = hits[0].score
+    return [hit] + hits[:at] + hits[at + 1 :]
 
 
 def _check_unit(name: str, value: Any, hint: str = "") -> float:
@@ -267,6 +289,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         span_weight: float | None = None,
         span_pool: int = DEFAULT_SPAN_POOL,
         alpha_overlap: float | None = None,
+        bm25_lead: float | None = None,
         embed_model: Any | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
@@ -332,6 +355,9 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         if alpha_overlap is None:
             alpha_overlap = DEFAULT_ALPHA_OVERLAP if offline else self.alpha
         self.alpha_overlap = _check_unit("alpha_overlap", alpha_overlap)
+        if bm25_lead is None:
+            bm25_lead = DEFAULT_BM25_LEAD if offline else 0.0
+        self.bm25_lead = _check_unit("bm25_lead", bm25_lead, " (0 = off)")
         self.embed_model: Any = embed_model or getattr(dense_retriever, "_embed_model", None)
         if self.span_weight > 0 and span_index is None:
             raise ConfigurationError("span_weight > 0 needs a span_index (or pass span_weight=0)")
@@ -524,20 +550,25 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                 "agreement": feedback.agreement,
                 "terms": list(feedback.terms),
             }
-        if query_vector is None or self.span_index is None or self.span_weight <= 0:
-            return fuse_channel_results(
-                results, names, weights, self.rrf_k, self.similarity_top_k, explain
+        lexical = results[1] if len(results) > 1 else []
+        gap = score_gap([h.score for h in lexical[:2]])
+        lead = feedback is not None and self.bm25_lead > 0 and gap >= self.bm25_lead
+        spans = query_vector is not None and self.span_index is not None and self.span_weight > 0
+        depth = self.similarity_top_k
+        if lead:  # the lead hit may rank anywhere in the fusion
+            depth = sum(len(r) for r in results)
+        elif spans:
+            depth = max(self.similarity_top_k, self.span_pool)
+        fused = fuse_channel_results(results, names, weights, self.rrf_k, depth, explain)
+        if spans:
+            explain["span_weight"] = self.span_weight
+            fused = rerank_by_spans(
+                fused, self.span_index, query_vector, weight=self.span_weight,
+                pool=self.span_pool, rrf_k=self.rrf_k,
             )
-        explain["span_weight"] = self.span_weight
-        fused = fuse_channel_results(
-            results, names, weights, self.rrf_k, max(self.similarity_top_k, self.span_pool),
-            explain,
-        )
-        reranked = rerank_by_spans(
-            fused, self.span_index, query_vector, weight=self.span_weight,
-            pool=self.span_pool, rrf_k=self.rrf_k,
-        )
-        return reranked[: self.similarity_top_k]
+        if lead:
+            fused = _lead_first(fused, lexical[0].node.node_id, gap, self.bm25_lead)
+        return fused[: self.similarity_top_k]
 
     def _plan_feedback(
         self, query: str, dense_hits: Sequence[NodeWithScore], lexical_hits: Sequence[NodeWithScore]
