@@ -130,6 +130,8 @@ class QueryData:
     gold: np.ndarray  # bool per candidate
     gap: float = 0.0  # BM25 score shape: (top1 − top2) / top1
     bm25_top: int = -1  # candidate index of BM25's top hit
+    dense_gap: float = 0.0  # the dense channel's score shape, like ``gap``
+    dense_top: float = 0.0  # the dense channel's top cosine
 
 
 def _ranks(ids: Sequence[str], index: dict[str, int], n: int) -> np.ndarray:
@@ -204,6 +206,8 @@ def collect(folder: str) -> tuple[dict[str, QueryData], dict[str, list[str]], di
             plan.signal, plan.agreement, np.asarray([rel.get(d, 0) > 0 for d in cand]),
             score_gap([h.score for h in bm25_hits[:2]]),
             index[bm25[0]] if bm25 else -1,
+            score_gap([h.score for h in dense_hits[:2]]),
+            float(dense_hits[0].score or 0.0) if dense_hits else 0.0,
         )
     strata = stratify(compute_overlaps(data.queries, data.passages, data.qrels))
     strata["all"] = sorted(q for q in data.qrels if any(r > 0 for r in data.qrels[q].values()))

@@ -179,8 +179,15 @@ def oracle_data(demo: dict[str, Any]) -> dict[str, Any]:
     ids = sorted(stored)
     bm25_nodes = KiwiBM25Retriever.from_persist_dir(live_dir(keep) / "bm25").nodes
     nodes = {n.node_id: n for n in bm25_nodes}
+    records = json.loads((live_dir(keep) / "spans" / "spans.json").read_text(encoding="utf-8"))
+    offsets = records["offsets"]
+    spans = {
+        "rows": {d: (offsets[i], offsets[i + 1]) for i, d in enumerate(records["node_ids"])},
+        "vectors": np.load(live_dir(keep) / "spans" / "vectors.npy", allow_pickle=False),
+    }
     return {
         "ids": ids,
+        "spans": spans,
         "section": {
             i: (nodes[i].metadata["file_name"], nodes[i].metadata["section_title"]) for i in ids
         },
@@ -263,18 +270,51 @@ def test_demo_dense_bm25_hybrid_ranks_match_oracles(
         assert q["ranks"]["hybrid"] == _section_rank(oracle_data, hybrid, q), q["qid"]
 
 
+def _span_order(
+    data: dict[str, Any], question: str, fused: list[str], weight: float, pool: int
+) -> list[str]:
+    """The span re-ranking written out: each node's best span cosine (numpy over the folder's
+    ``spans/vectors.npy`` rows of that node), span ranks within the first ``pool`` (ties by
+    fused rank), score ``(1 − w)/(60 + r_fused) + w/(60 + r_span)``, the rest after."""
+    from llama_index_car.embeddings.e5 import MultilingualE5Embedding
+
+    q = np.asarray(MultilingualE5Embedding().get_query_embedding(question), dtype=np.float32)
+    q /= np.linalg.norm(q)
+    spans = data["spans"]
+    head, tail = fused[:pool], fused[pool:]
+    best: dict[str, float] = {}
+    for node_id in head:
+        lo, hi = spans["rows"][node_id]
+        if hi > lo:
+            best[node_id] = float((spans["vectors"][lo:hi].astype(np.float32) @ q).max())
+    by_span = sorted(best, key=lambda d: (-best[d], head.index(d)))
+    score = {
+        d: (1 - weight) / (RRF_K + r) + (weight / (RRF_K + by_span.index(d) + 1) if d in best else 0)
+        for r, d in enumerate(head, start=1)
+    }
+    return sorted(head, key=lambda d: (-score[d], head.index(d))) + tail
+
+
 def test_demo_car_ranks_match_the_feedback_oracle(
     demo: dict[str, Any], oracle_data: dict[str, Any]
 ) -> None:
-    """Offline CAR = weighted RRF of dense(q), BM25(q), BM25(q + feedback terms).
+    """Offline CAR = weighted RRF of dense(q), BM25(q), BM25(q + feedback terms), re-ranked by
+    spans, BM25's top hit first when it leads clearly.
 
-    Weights ``[0.5(1 − p), 0.5(1 − p), p]`` with ``p = 0.7 (1 − s)(1 − a)``: ``s`` = best share of
-    the query's content morphemes in a top-3 BM25 hit, ``a`` = |top-5 dense ∩ top-5 BM25| / 5;
-    terms = the 10 best ``idf × tf`` (rank_bm25 idf, tf summed over the top-5 dense hits)
-    outside the query's tokens.
+    Weights ``[α(1 − p), (1 − α)(1 − p), p]`` with ``α = 0.5 − (0.5 − α_overlap)·s`` and
+    ``p = 0.7 (1 − s)(1 − a)``: ``s`` = best share of the query's content morphemes in a top-3
+    BM25 hit, ``a`` = |top-5 dense ∩ top-5 BM25| / 5; terms = the 10 best ``idf × tf``
+    (rank_bm25 idf, tf summed over the top-5 dense hits) outside the query's tokens. Then
+    :func:`_span_order`, then the lead rule on rank_bm25's top-two score gap.
     """
     from collections import Counter
 
+    from llama_index_car.retrievers.criterion_aware import (
+        DEFAULT_ALPHA_OVERLAP,
+        DEFAULT_BM25_LEAD,
+        DEFAULT_SPAN_POOL,
+        DEFAULT_SPAN_WEIGHT,
+    )
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
     tok = KiwiTokenizer()
@@ -306,15 +346,22 @@ def test_demo_car_ranks_match_the_feedback_oracle(
         terms = [t for t, _ in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0]))[:10]]
         fb = q["car_feedback"]
         assert fb["agreement"] == pytest.approx(agreement), q["qid"]
+        alpha = 0.5 - (0.5 - DEFAULT_ALPHA_OVERLAP) * signal
         if share > 0 and terms:
             some_feedback = True
             assert fb["share"] == pytest.approx(share) and fb["terms"] == terms, q["qid"]
             fed = _bm25_order(oracle_data, q["question"] + " " + " ".join(terms))
-            weights = [0.5 * (1 - share), 0.5 * (1 - share), share]
+            weights = [alpha * (1 - share), (1 - alpha) * (1 - share), share]
             car = _weighted_rrf_order([dense, lexical, fed], weights)
         else:
             assert fb["share"] == 0.0, q["qid"]
-            car = _rrf_order(dense, lexical)
+            car = _weighted_rrf_order([dense, lexical], [alpha, 1 - alpha])
+        car = _span_order(oracle_data, q["question"], car, DEFAULT_SPAN_WEIGHT, DEFAULT_SPAN_POOL)
+        scores = sorted((x for x in oracle_data["bm25"].get_scores(tok.tokenize(q["question"]))
+                         if x > 0), reverse=True)
+        gap = 0.0 if not scores else 1.0 if len(scores) == 1 else (scores[0] - scores[1]) / scores[0]
+        if DEFAULT_BM25_LEAD > 0 and gap >= DEFAULT_BM25_LEAD:
+            car = [lexical[0]] + [i for i in car if i != lexical[0]]
         assert q["ranks"]["car"] == _section_rank(oracle_data, car, q), q["qid"]
     assert some_feedback  # the bundled questions do exercise the feedback channel
 
