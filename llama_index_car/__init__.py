@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     # span vectors and span re-ranking
     "SpanIndex": "llama_index_car.span_index",
     "SpanReranker": "llama_index_car.postprocessors.span_rerank",
+    "CriterionSpanPostprocessor": "llama_index_car.postprocessors.criterion_spans",
     # hypothesizers
     "CriterionHypothesis": "llama_index_car.hypothesizers.base",
     "BaseCriterionHypothesizer": "llama_index_car.hypothesizers.base",

@@ -220,11 +220,7 @@ class SpanIndex:
         i = self._row[node_id]
         return self._spans[self._offsets[i] : self._offsets[i + 1]]
 
-    def best_spans(
-        self, query_vector: Sequence[float] | np.ndarray, node_ids: Sequence[str]
-    ) -> list[SpanHit | None]:
-        """For each of ``node_ids`` its best span by cosine with ``query_vector`` (None for a
-        node the index does not hold or that has no span)."""
+    def _query(self, query_vector: Sequence[float] | np.ndarray) -> np.ndarray:
         q = np.asarray(query_vector, dtype=np.float32).ravel()
         if self.n_spans and q.shape[0] != self.dim:
             raise ConfigurationError(
@@ -232,7 +228,30 @@ class SpanIndex:
                 "was built with another embedding"
             )
         norm = float(np.linalg.norm(q))
-        q = q / norm if norm > 0 else q
+        return q / norm if norm > 0 else q
+
+    def span_cosines(
+        self, query_vector: Sequence[float] | np.ndarray, node_ids: Sequence[str]
+    ) -> list[np.ndarray | None]:
+        """For each of ``node_ids`` the cosine of every one of its spans (:meth:`spans_of`
+        order) with ``query_vector`` (None for a node the index does not hold)."""
+        q = self._query(query_vector)
+        out: list[np.ndarray | None] = []
+        for d in node_ids:
+            i = self._row.get(d)
+            if i is None:
+                out.append(None)
+                continue
+            rows = self._vectors[self._offsets[i] : self._offsets[i + 1]]
+            out.append(rows.astype(np.float32) @ q if len(rows) else np.zeros(0, np.float32))
+        return out
+
+    def best_spans(
+        self, query_vector: Sequence[float] | np.ndarray, node_ids: Sequence[str]
+    ) -> list[SpanHit | None]:
+        """For each of ``node_ids`` its best span by cosine with ``query_vector`` (None for a
+        node the index does not hold or that has no span)."""
+        q = self._query(query_vector)
         out: list[SpanHit | None] = [None] * len(node_ids)
         present = [
             (j, self._row[d]) for j, d in enumerate(node_ids)

@@ -83,6 +83,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.retrievers.kiwi_bm25",
     "llama_index_car.retrievers.routing",
     "llama_index_car.postprocessors",
+    "llama_index_car.postprocessors.criterion_spans",
     "llama_index_car.postprocessors.span_rerank",
     "llama_index_car.span_index",
     "llama_index_car.spans",

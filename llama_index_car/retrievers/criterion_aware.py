@@ -54,6 +54,14 @@ predicted (share of the query's content morphemes found in its top BM25 hits <= 
 default 0.5); only then is the hypothesizer called, otherwise the hybrid result is returned
 (``car_explain["routed"] = "hybrid"``).
 
+Criterion spans. With a span index, every returned hit also carries
+``metadata["criterion_spans"]``: its ``criterion_spans`` best sentences, table rows or cells
+for the query (default 3 with a span index, 0 without; scored by
+:class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor` with the
+query vector CAR computes once for its dense channel and span ranking — with a hypothesizer
+that is the plain query's vector, and the hypothesis's criterion terms join the query's
+tokens in the lexical part).
+
 Every result carries ``car_explain`` (hypothesis, criteria, per-channel ranks and scores,
 fallback, routed, router signal; offline also ``feedback``: share, agreement, terms — the
 terms are reported as the hypothesis, source ``"feedback"``), excluded from embedding and LLM
@@ -103,6 +111,10 @@ from llama_index_car.hypothesizers.base import (
 from llama_index_car.hypothesizers.events import emit_hypothesis_event
 from llama_index_car.hypothesizers.feedback import DEFAULT_FEEDBACK_DOCS, feedback_terms
 from llama_index_car.llms.deadline import DEFAULT_LLM_DEADLINE, llm_deadline
+from llama_index_car.postprocessors.criterion_spans import (
+    DEFAULT_CRITERION_SPANS,
+    CriterionSpanPostprocessor,
+)
 from llama_index_car.postprocessors.span_rerank import (
     DEFAULT_SPAN_POOL,
     DEFAULT_SPAN_WEIGHT,
@@ -262,6 +274,9 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             :data:`DEFAULT_FEEDBACK_SCALE` without a hypothesizer, ``0`` with one (not
             measured with an LLM hypothesis). Needs a lexical retriever with ``tokenizer``,
             ``bm25`` and ``token_counts`` (``KiwiBM25Retriever``).
+        criterion_spans: spans attached to each hit as ``metadata["criterion_spans"]``
+            (module docstring); ``None`` (default): :data:`DEFAULT_CRITERION_SPANS` (3) with a
+            ``span_index``, 0 (off) without; > 0 needs a ``span_index``.
     """
 
     dense_retriever = channel_property(0, "The dense channel (of the pinned snapshot).")
@@ -290,6 +305,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         span_pool: int = DEFAULT_SPAN_POOL,
         alpha_overlap: float | None = None,
         bm25_lead: float | None = None,
+        criterion_spans: int | None = None,
         embed_model: Any | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
@@ -364,6 +380,24 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         if self.span_weight > 0 and self.embed_model is None:
             raise ConfigurationError(
                 "span ranking needs the query vector: pass embed_model (the index's embedding)"
+            )
+        if criterion_spans is None:
+            criterion_spans = DEFAULT_CRITERION_SPANS if span_index is not None else 0
+        self.criterion_spans = check_int("criterion_spans", criterion_spans, minimum=0)
+        self._span_post: CriterionSpanPostprocessor | None = None
+        if self.criterion_spans > 0:
+            if span_index is None:
+                raise ConfigurationError(
+                    "criterion_spans > 0 needs a span_index (or pass criterion_spans=0)"
+                )
+            if self.embed_model is None:
+                raise ConfigurationError(
+                    "criterion spans need the query vector: pass embed_model (the index's "
+                    "embedding)"
+                )
+            tokenizer = getattr(self.lexical_retriever, "tokenizer", None)
+            self._span_post = CriterionSpanPostprocessor(
+                span_index, self.embed_model, tokenizer=tokenizer, top_n=self.criterion_spans
             )
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
@@ -617,13 +651,40 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             error=None, feedback=plan, query_vector=query_vector,
         )
 
+    def _needs_query_vector(self, query_bundle: QueryBundle) -> bool:
+        spans = self.span_weight > 0 or self.criterion_spans > 0
+        return spans and query_bundle.embedding is None
+
     def _with_query_vector(self, query_bundle: QueryBundle) -> QueryBundle:
-        """``query_bundle`` with its embedding computed once (dense channel and spans share it);
-        unchanged when span ranking is off."""
-        if self.span_weight <= 0 or query_bundle.embedding is not None:
+        """``query_bundle`` with its embedding computed once (the dense channel, span ranking
+        and criterion spans share it); unchanged when both span steps are off."""
+        if not self._needs_query_vector(query_bundle):
             return query_bundle
         vector = self.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
         return dataclasses.replace(query_bundle, embedding=vector)
+
+    async def _awith_query_vector(self, query_bundle: QueryBundle) -> QueryBundle:
+        if not self._needs_query_vector(query_bundle):
+            return query_bundle
+        vector = await self.embed_model.aget_agg_embedding_from_queries(
+            query_bundle.embedding_strs
+        )
+        return dataclasses.replace(query_bundle, embedding=vector)
+
+    def _with_criterion_spans(
+        self, hits: list[NodeWithScore], query_bundle: QueryBundle
+    ) -> list[NodeWithScore]:
+        """``hits`` with ``criterion_spans`` attached (copies), or as they are when off. An LLM
+        hypothesis's criterion terms join the query in the lexical part (the offline feedback
+        terms do not: they are mined from other hits, not a guess at the criterion)."""
+        post, spans = self._span_post, self.span_index
+        if post is None or spans is None or not hits:
+            return hits
+        text = query_bundle.query_str
+        explain = hits[0].node.metadata.get("car_explain") or {}
+        if explain.get("hypothesis_source") not in (None, "feedback") and explain.get("criteria"):
+            text = text + " " + " ".join(str(c) for c in explain["criteria"])
+        return post.attach(hits, query_bundle.embedding, text, span_index=spans)
 
     def _offline_sync(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query_bundle = self._with_query_vector(query_bundle)
@@ -640,11 +701,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         return self._offline_explained(query, results, plan, started, query_bundle.embedding)
 
     async def _offline_async(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if self.span_weight > 0 and query_bundle.embedding is None:
-            vector = await self.embed_model.aget_agg_embedding_from_queries(
-                query_bundle.embedding_strs
-            )
-            query_bundle = dataclasses.replace(query_bundle, embedding=vector)
+        query_bundle = await self._awith_query_vector(query_bundle)
         query = query_bundle.query_str
         dense, lexical = await aretrieve_channels(
             [(self.dense_retriever, query_bundle), (self.lexical_retriever, QueryBundle(query))],
@@ -696,6 +753,10 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     # ------------------------------------------------------------------ sync
     @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query_bundle = self._with_query_vector(query_bundle)
+        return self._with_criterion_spans(self._retrieve_fused(query_bundle), query_bundle)
+
+    def _retrieve_fused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         if self.hypothesizer is None:
             return self._offline_sync(query_bundle)
         hypothesizer = self.hypothesizer
@@ -801,6 +862,11 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
 
     @guarded_retrieve
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query_bundle = await self._awith_query_vector(query_bundle)
+        hits = await self._aretrieve_fused(query_bundle)
+        return self._with_criterion_spans(hits, query_bundle)
+
+    async def _aretrieve_fused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         if self.hypothesizer is None:
             return await self._offline_async(query_bundle)
         hypothesizer = self.hypothesizer

@@ -1,0 +1,474 @@
+"""``CriterionSpanPostprocessor``: attach the spans that state the criterion to every hit.
+
+A hit is a whole section (median ~1 kchar); the criterion sits in one sentence, table row or
+cell of it. For each node it is given the postprocessor scores the node's spans
+(:func:`llama_index_car.spans.node_spans`: sentences and table rows, plus the cells of each
+table row decoded from the node's ``cells`` metadata) and attaches the ``top_n`` best to a copy
+of the node as ``metadata["criterion_spans"]`` (excluded from embed and LLM metadata), best
+first::
+
+    {"kind": "sentence" | "row" | "cell", "text", "score", "start", "end",
+     "parts": {"vector", "lexical", "cue"},
+     # table spans also:
+     "table_index", "row", "col", "row_span", "col_span", "header"}
+
+``start``/``end`` are offsets into ``node.get_content()``: the sentence, the row's ``<tr>`` /
+``| … |`` line, or the cell inside it when its text can be found there (else its row). A cell's
+``header`` is its column header (row 0 of its table), so it reads ``header: text``; a cell
+past the first column also has ``row_header`` (its row's first cell).
+
+Score of a span ``s`` for a query ``q`` (:func:`combine`)::
+
+    score = vector_weight · cos(s, q) + lexical_weight · bm25(s) / max bm25 + cue_weight · cue(s)
+
+* ``cos`` — the span vector of the :class:`~llama_index_car.span_index.SpanIndex` · the query
+  vector (cosine; a cell has no vector of its own and takes its row's). No embedding happens
+  here beyond the one query vector (``query_bundle.embedding`` when set);
+* ``bm25`` — Okapi BM25 of the query's Kiwi tokens against the span's
+  (:func:`span_bm25`), idf and average length over the node's own spans, divided by the best
+  BM25 in the node (so it is in [0, 1]);
+* ``cue`` — :func:`cue_score`: criterion cues (numbers with units, ratios, 기준 이상 이하 이내
+  미만 초과), ``min(count, 2) / 2``.
+
+Defaults ``1.0 / 0.3 / 0.1`` are round numbers, not tuned on evaluation data (a later
+cross-validation step may change them). A table row and its cells are one *place*: only the
+best-scoring of them is kept, so the ``top_n`` spans point at ``top_n`` different places.
+A node the span index does not hold is cut on the fly and scored without the vector term.
+
+>>> post = CriterionSpanPostprocessor(span_index=spans, embed_model=embed)  # doctest: +SKIP
+>>> hits = post.postprocess_nodes(hits, query_bundle=QueryBundle("비상주차대 설치 간격"))  # doctest: +SKIP
+>>> hits[0].node.metadata["criterion_spans"][0]  # doctest: +SKIP
+{'kind': 'cell', 'text': '750m 이내', 'header': '기준', 'table_index': 0, 'row': 1, ...}
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from llama_index_car._errors import ConfigurationError
+from llama_index_car.span_index import SpanIndex
+from llama_index_car.spans import Span, node_spans
+from llama_index_car.tokenizers.kiwi import DOMAIN_PATTERNS
+
+__all__ = [
+    "CRITERION_SPANS_KEY",
+    "CriterionSpanPostprocessor",
+    "DEFAULT_CRITERION_SPANS",
+    "attach_criterion_spans",
+    "combine",
+    "cue_score",
+    "span_bm25",
+]
+
+CRITERION_SPANS_KEY = "criterion_spans"
+#: spans attached per hit by default
+DEFAULT_CRITERION_SPANS = 3
+DEFAULT_VECTOR_WEIGHT = 1.0
+DEFAULT_LEXICAL_WEIGHT = 0.3
+DEFAULT_CUE_WEIGHT = 0.1
+#: cue count at which :func:`cue_score` saturates
+CUE_CAP = 2
+#: BM25 parameters (Okapi defaults, as :mod:`llama_index_car.bm25`)
+BM25_K1 = 1.5
+BM25_B = 0.75
+#: span texts whose Kiwi tokens are kept per postprocessor (LRU)
+TOKEN_CACHE_SIZE = 65_536
+
+_CUE_WORDS = ("기준", "이상", "이하", "이내", "미만", "초과")
+_CUE_RE = re.compile(
+    "|".join(f"(?:{rx})" for name, rx, _ in DOMAIN_PATTERNS if name in ("number_unit", "ratio"))
+    + "|" + "|".join(_CUE_WORDS)
+)
+_TAG = re.compile(r"<[^>]+>")
+_TD = re.compile(r"(<t[dh]\b[^>]*>)(.*?)</t[dh]>", re.S | re.I)
+
+
+# ----------------------------------------------------------------------------- pure maths
+def cue_score(text: str, cap: int = CUE_CAP) -> float:
+    """Criterion cues in ``text``: ``min(count, cap) / cap`` where ``count`` is the number of
+    non-overlapping matches of numbers with units (``1.5m``, ``80km/h``, ``3%``), ratios
+    (``1:1.5``) and the words 기준 이상 이하 이내 미만 초과 (the tokenizer's
+    ``number_unit``/``ratio`` patterns).
+
+    >>> cue_score("폭은 1.5m 이상으로 한다"), cue_score("기준"), cue_score("배수시설")
+    (1.0, 0.5, 0.0)
+    """
+    return min(len(_CUE_RE.findall(text)), cap) / cap
+
+
+def span_bm25(
+    query: Sequence[str],
+    docs: Sequence[Sequence[str]],
+    collection: Sequence[Sequence[str]] | None = None,
+    k1: float = BM25_K1,
+    b: float = BM25_B,
+) -> list[float]:
+    """Okapi BM25 of each of ``docs`` for the distinct ``query`` tokens, with the document
+    frequencies and average length of ``collection`` (default ``docs``)::
+
+        bm25(d) = Σ_{t ∈ set(query)} idf(t) · tf(t,d)·(k1+1) / (tf(t,d) + k1·(1 − b + b·|d|/avgdl))
+        idf(t)  = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))
+
+    (Robertson–Spärck Jones idf in Lucene's non-negative form; ``N = len(collection)``).
+
+    With one term in one of two equally long spans, the score is the idf alone (the tf part
+    is ``(k1 + 1) / (1 + k1) = 1``): ``ln(1 + 1.5 / 1.5) = ln 2``.
+
+    >>> [round(x, 4) for x in span_bm25(["a", "a"], [["a", "b"], ["b", "c"]])]
+    [0.6931, 0.0]
+    """
+    coll = docs if collection is None else collection
+    n = len(coll)
+    if n == 0 or not docs:
+        return [0.0] * len(docs)
+    terms = list(dict.fromkeys(query))
+    avgdl = sum(len(d) for d in coll) / n or 1.0
+    df = {t: sum(1 for d in coll if t in d) for t in terms}
+    idf = {t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in terms}
+    out = []
+    for d in docs:
+        tf = Counter(d)
+        norm = k1 * (1.0 - b + b * len(d) / avgdl)
+        out.append(
+            sum((idf[t] * tf[t] * (k1 + 1.0) / (tf[t] + norm) for t in terms if tf[t]), 0.0)
+        )
+    return out
+
+
+def combine(
+    cosine: float,
+    lexical: float,
+    cue: float,
+    vector_weight: float = DEFAULT_VECTOR_WEIGHT,
+    lexical_weight: float = DEFAULT_LEXICAL_WEIGHT,
+    cue_weight: float = DEFAULT_CUE_WEIGHT,
+) -> float:
+    """``vector_weight·cosine + lexical_weight·lexical + cue_weight·cue`` (module docstring).
+
+    >>> round(combine(0.5, 1.0, 0.5), 6)
+    0.85
+    """
+    return vector_weight * cosine + lexical_weight * lexical + cue_weight * cue
+
+
+# ----------------------------------------------------------------------------- candidates
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A span, a cell of a row span, with its vector cosine and its place (row family)."""
+
+    kind: str
+    text: str
+    start: int
+    end: int
+    cosine: float
+    place: int
+    table: dict[str, Any] | None = None
+
+
+def _norm(value: str) -> str:
+    return " ".join(_TAG.sub(" ", value).split())
+
+
+def _cell_offsets(text: str, a: int, b: int, value: str) -> tuple[int, int]:
+    """Offsets of the cell whose rendered text is ``value`` inside the row ``text[a:b]``
+    (an HTML ``<td>`` or a markdown ``| … |`` segment); ``(a, b)`` when not found exactly."""
+    row = text[a:b]
+    regions: list[tuple[int, int]] = []
+    if row.lstrip().startswith("|"):
+        bars = [i for i, ch in enumerate(row) if ch == "|"]
+        regions = list(zip(bars, bars[1:], strict=False))
+        regions = [(s + 1, e) for s, e in regions]
+    else:
+        regions = [(m.start(2), m.end(2)) for m in _TD.finditer(row)]
+    for s, e in regions:
+        while s < e and row[s].isspace():
+            s += 1
+        while e > s and row[e - 1].isspace():
+            e -= 1
+        if " ".join(row[s:e].split()) == value:
+            return a + s, a + e
+    return a, b
+
+
+def _table_cells(metadata: Mapping[str, Any]) -> dict[int, list[Any]]:
+    if not metadata.get("cells"):
+        return {}
+    try:
+        from llama_index.readers.hwpx import node_cells
+
+        cells = node_cells(metadata)
+    except (ImportError, ValueError, TypeError, KeyError):
+        return {}
+    tables: dict[int, list[Any]] = {}
+    for c in cells:
+        tables.setdefault(c.table, []).append(c)
+    return tables
+
+
+def _header_of(cells: Sequence[Any], row: int, col: int, col_span: int) -> str | None:
+    """Distinct non-empty texts of row 0 over columns ``[col, col + col_span)``."""
+    if row == 0:
+        return None
+    names = [
+        _norm(c.text) for c in sorted(cells, key=lambda c: c.col)
+        if c.row == 0 and c.col < col + col_span and col < c.col + c.col_span
+    ]
+    names = [n for n in dict.fromkeys(names) if n]
+    return " | ".join(names) or None
+
+
+def _row_header(cells: Sequence[Any], row: int, col: int) -> str | None:
+    if col == 0:
+        return None
+    first = [c for c in cells if c.col == 0 and c.row <= row < c.row + c.row_span]
+    name = _norm(first[0].text) if first else ""
+    return name or None
+
+
+def _candidates(
+    node: Any, spans: Sequence[Span], cosines: Sequence[float]
+) -> list[_Candidate]:
+    """The node's spans and, for each table row known by its cells, the row's own cells
+    (those starting in it), each with the row's cosine and the row's place."""
+    text = node.get_content()
+    tables = _table_cells(getattr(node, "metadata", None) or {})
+    out: list[_Candidate] = []
+    for place, (s, cos) in enumerate(zip(spans, cosines, strict=True)):
+        if s.kind != "row":
+            out.append(_Candidate(s.kind, s.text, s.start, s.end, float(cos), place))
+            continue
+        table = {
+            "table_index": s.table_index, "row": s.row, "col": s.col,
+            "row_span": s.row_span, "col_span": s.col_span, "header": s.header,
+        }
+        out.append(_Candidate("row", s.text, s.start, s.end, float(cos), place, table))
+        cells = tables.get(s.table_index, []) if s.table_index is not None else []
+        for c in sorted((c for c in cells if c.row == s.row), key=lambda c: c.col):
+            value = _norm(c.text)
+            if not value:
+                continue
+            a, b = _cell_offsets(text, s.start, s.end, value)
+            info: dict[str, Any] = {
+                "table_index": c.table, "row": c.row, "col": c.col,
+                "row_span": c.row_span, "col_span": c.col_span,
+                "header": _header_of(cells, c.row, c.col, c.col_span),
+            }
+            row_header = _row_header(cells, c.row, c.col)
+            if row_header is not None and row_header != value:
+                info["row_header"] = row_header
+            out.append(_Candidate("cell", value, a, b, float(cos), place, info))
+    return out
+
+
+def _scored(
+    candidates: Sequence[_Candidate],
+    lexical: Sequence[float],
+    top_n: int,
+    weights: tuple[float, float, float],
+) -> list[dict[str, Any]]:
+    """The best candidate of each place, the ``top_n`` best places, as dicts (score desc,
+    then text order, then row before its cells)."""
+    best = max(lexical, default=0.0)
+    ranked = []
+    for i, (c, lex) in enumerate(zip(candidates, lexical, strict=True)):
+        lex_n = lex / best if best > 0 else 0.0
+        cue = cue_score(c.text)
+        score = combine(c.cosine, lex_n, cue, *weights)
+        ranked.append((-score, c.start, i, c, {"vector": c.cosine, "lexical": lex_n, "cue": cue}))
+    ranked.sort(key=lambda r: r[:3])
+    seen: set[int] = set()
+    out: list[dict[str, Any]] = []
+    for neg, _, _, c, parts in ranked:
+        if c.place in seen:
+            continue
+        seen.add(c.place)
+        item: dict[str, Any] = {
+            "kind": c.kind, "text": c.text, "score": -neg, "start": c.start, "end": c.end,
+            "parts": parts,
+        }
+        if c.table is not None:
+            item.update(c.table)
+        out.append(item)
+        if len(out) >= top_n:
+            break
+    return out
+
+
+def _with_spans(nws: NodeWithScore, spans: list[dict[str, Any]]) -> NodeWithScore:
+    node = nws.node
+    metadata = dict(node.metadata)
+    metadata[CRITERION_SPANS_KEY] = spans
+    update: dict[str, Any] = {"metadata": metadata}
+    for attr in ("excluded_embed_metadata_keys", "excluded_llm_metadata_keys"):
+        keys = list(getattr(node, attr))
+        if CRITERION_SPANS_KEY not in keys:
+            keys.append(CRITERION_SPANS_KEY)
+        update[attr] = keys
+    return NodeWithScore(node=node.model_copy(update=update), score=nws.score)
+
+
+class _TokenCache:
+    """Kiwi tokens of span texts, LRU-bounded; uncached texts are tokenized in one batch."""
+
+    def __init__(self, tokenizer: Any, size: int = TOKEN_CACHE_SIZE) -> None:
+        self.tokenizer = tokenizer
+        self.size = size
+        self._data: OrderedDict[str, list[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def tokens(self, texts: Sequence[str]) -> list[list[str]]:
+        with self._lock:
+            missing = list(dict.fromkeys(t for t in texts if t not in self._data))
+        fresh = dict(zip(missing, self.tokenizer.tokenize_batch(missing), strict=True))
+        out = []
+        with self._lock:
+            self._data.update(fresh)
+            for t in texts:
+                toks = self._data.get(t)
+                if toks is None:  # evicted by a concurrent call meanwhile
+                    toks = fresh.get(t) or self.tokenizer.tokenize(t)
+                    self._data[t] = toks
+                self._data.move_to_end(t)
+                out.append(toks)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+        return out
+
+
+def attach_criterion_spans(
+    nodes: Sequence[NodeWithScore],
+    span_index: SpanIndex,
+    query_vector: Sequence[float] | np.ndarray | None,
+    query_tokens: Sequence[str],
+    tokens: Any,
+    *,
+    top_n: int = DEFAULT_CRITERION_SPANS,
+    weights: tuple[float, float, float] = (
+        DEFAULT_VECTOR_WEIGHT, DEFAULT_LEXICAL_WEIGHT, DEFAULT_CUE_WEIGHT
+    ),
+) -> list[NodeWithScore]:
+    """New ``NodeWithScore`` objects over node copies carrying ``criterion_spans`` (module
+    docstring); order and scores unchanged, the inputs are not modified. ``tokens`` maps a
+    list of texts to their token lists (``_TokenCache.tokens``; unused when the lexical weight
+    is 0); ``query_vector`` ``None`` drops the vector term."""
+    ids = [n.node.node_id for n in nodes]
+    cosines: list[np.ndarray | None] = (
+        span_index.span_cosines(query_vector, ids) if query_vector is not None
+        else [None] * len(ids)
+    )
+    per_node = []
+    for nws, node_id, cos in zip(nodes, ids, cosines, strict=True):
+        if node_id in span_index:
+            spans = span_index.spans_of(node_id)
+        else:
+            spans = node_spans(nws.node)
+        if cos is None or len(cos) != len(spans):
+            cos = np.zeros(len(spans), dtype=np.float32)
+        per_node.append(_candidates(nws.node, spans, [float(x) for x in cos]))
+    lexical_on = weights[1] != 0 and bool(query_tokens)
+    texts = [c.text for cands in per_node for c in cands] if lexical_on else []
+    all_tokens = tokens(texts) if texts else []
+    out, at = [], 0
+    for nws, cands in zip(nodes, per_node, strict=True):
+        if lexical_on:
+            toks = all_tokens[at : at + len(cands)]
+            at += len(cands)
+            spans_only = [t for t, c in zip(toks, cands, strict=True) if c.kind != "cell"]
+            lexical = span_bm25(query_tokens, toks, spans_only or toks)
+        else:
+            lexical = [0.0] * len(cands)
+        out.append(_with_spans(nws, _scored(cands, lexical, top_n, weights)))
+    return out
+
+
+# ----------------------------------------------------------------------------- component
+class CriterionSpanPostprocessor(BaseNodePostprocessor):
+    """Attach each node's best criterion spans for the query (module docstring).
+
+    Needs the query: ``postprocess_nodes(nodes, query_bundle=...)`` (query engines pass it).
+    The query vector is ``query_bundle.embedding`` when set, else ``embed_model``'s query
+    embedding of ``query_bundle.embedding_strs`` (computed once per call); the lexical part
+    uses ``query_bundle.query_str``. Node order and scores are unchanged.
+    """
+
+    top_n: int = Field(default=DEFAULT_CRITERION_SPANS, gt=0, description="spans per hit")
+    vector_weight: float = Field(default=DEFAULT_VECTOR_WEIGHT, ge=0.0,
+                                 description="weight of span vector · query vector")
+    lexical_weight: float = Field(default=DEFAULT_LEXICAL_WEIGHT, ge=0.0,
+                                  description="weight of BM25 within the node (max-normalised)")
+    cue_weight: float = Field(default=DEFAULT_CUE_WEIGHT, ge=0.0,
+                              description="weight of criterion cues (numbers, 기준/이상/…)")
+    _span_index: SpanIndex = PrivateAttr()
+    _embed_model: Any = PrivateAttr()
+    _tokenizer: Any = PrivateAttr()
+    _tokens: _TokenCache = PrivateAttr()
+
+    def __init__(
+        self,
+        span_index: SpanIndex,
+        embed_model: Any,
+        tokenizer: Any | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(span_index, SpanIndex):
+            raise ConfigurationError(
+                f"span_index is a {type(span_index).__name__}; pass a SpanIndex"
+            )
+        if embed_model is None or not hasattr(embed_model, "get_agg_embedding_from_queries"):
+            raise ConfigurationError("embed_model must be the index's BaseEmbedding")
+        if tokenizer is None:
+            from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+            tokenizer = KiwiTokenizer()
+        self._span_index = span_index
+        self._embed_model = embed_model
+        self._tokenizer = tokenizer
+        self._tokens = _TokenCache(tokenizer)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "CriterionSpanPostprocessor"
+
+    @property
+    def weights(self) -> tuple[float, float, float]:
+        """``(vector_weight, lexical_weight, cue_weight)``."""
+        return (self.vector_weight, self.lexical_weight, self.cue_weight)
+
+    def attach(
+        self,
+        nodes: Sequence[NodeWithScore],
+        query_vector: Sequence[float] | None,
+        query_text: str,
+        span_index: SpanIndex | None = None,
+    ) -> list[NodeWithScore]:
+        """:func:`attach_criterion_spans` with this postprocessor's settings, for a query
+        vector computed elsewhere (CAR passes its own; ``span_index``: a pinned snapshot's)."""
+        query_tokens = self._tokenizer.tokenize(query_text) if self.lexical_weight else []
+        return attach_criterion_spans(
+            nodes, span_index if span_index is not None else self._span_index, query_vector,
+            query_tokens, self._tokens.tokens, top_n=self.top_n, weights=self.weights,
+        )
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        if query_bundle is None:
+            raise ConfigurationError("CriterionSpanPostprocessor needs the query (query_bundle)")
+        if not nodes:
+            return []
+        vector = query_bundle.embedding
+        if vector is None and self.vector_weight > 0:
+            vector = self._embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+        return self.attach(nodes, vector, query_bundle.query_str)
