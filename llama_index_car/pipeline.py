@@ -83,6 +83,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.readers.hwpx import HWPXReader
 
     from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer
+    from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
     from llama_index_car.span_index import SpanIndex
 
@@ -1183,8 +1184,14 @@ class LocalIndex:
         alpha: float = 0.5,
         rrf_k: int = 60,
         hypothesizer: BaseCriterionHypothesizer | None = None,
+        criterion_spans: int | None = None,
     ) -> BaseRetriever:
         """A retriever of ``kind`` (``car``, ``hybrid``, ``bm25``, ``dense``).
+
+        ``criterion_spans`` goes to ``car`` (spans attached per hit; default 3 when the folder
+        has a span index). The other kinds return plain hits: attach spans to them with
+        :meth:`span_postprocessor` (a node postprocessor, e.g. in a query engine's
+        ``node_postprocessors``; ``llama-car query`` does so for ``hybrid``).
 
         ``pool_top_k`` is the per-channel candidate pool for the fused kinds; for ``dense``
         and ``bm25`` only ``similarity_top_k`` matters. ``hypothesizer`` (e.g. an
@@ -1230,7 +1237,20 @@ class LocalIndex:
             pool_top_k=pool,
             similarity_top_k=similarity_top_k,
             span_index=self.spans,
+            criterion_spans=criterion_spans,
             embed_model=self.index._embed_model,
+        )
+
+    def span_postprocessor(self, top_n: int = 3) -> CriterionSpanPostprocessor | None:
+        """A :class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor`
+        over this folder's span index, embedding and BM25 tokenizer (``None`` for a folder
+        built without spans)."""
+        if self.spans is None:
+            return None
+        from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
+
+        return CriterionSpanPostprocessor(
+            self.spans, self.index._embed_model, tokenizer=self.bm25.tokenizer, top_n=top_n
         )
 
     def bm25_retriever(self, similarity_top_k: int) -> KiwiBM25Retriever:

@@ -8,6 +8,9 @@ CAR (offline: dense + BM25 + the pseudo-relevance-feedback channel). The
 table shows the rank of the question's gold section under each retriever (1 = top; the rank
 of the section's best node among all nodes; ``—`` = not returned, e.g. BM25 with no shared
 term), like the paper's Table 12, then MRR and Hit@k per retriever and the elapsed time.
+Under each question, one line shows the best criterion span of CAR's top hit (sentence,
+table row or cell with its coordinates; ``CriterionSpanPostprocessor``), cut to
+:data:`SPAN_CHARS` characters.
 
 The corpus was written to look like real guidelines, not to make any retriever win; the
 numbers are whatever this run measures.
@@ -36,6 +39,8 @@ EPILOG = """examples:
 """
 
 SYSTEMS: tuple[str, ...] = ("dense", "bm25", "hybrid", "car")
+#: longest printed span line
+SPAN_CHARS = 100
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -165,8 +170,12 @@ def print_table(
     summary: dict[str, dict[str, float]],
     hit_k: int,
     hypotheses: dict[str, str],
+    spans: dict[str, dict[str, Any]] | None = None,
 ) -> None:
-    """The Table-12-style listing plus the summary rows."""
+    """The Table-12-style listing plus the summary rows; ``spans``: the top criterion span of
+    CAR's first hit per question, one line each."""
+    from llama_index_car.cli.query import span_line
+
     head = f"{'qid':<4} {'style':<8} " + "".join(f"{s:>7}" for s in SYSTEMS)
     print(head + "   question → gold section")
     for q in questions:
@@ -175,6 +184,8 @@ def print_table(
         print(f"{q.qid:<4} {q.style:<8} {cells}   {q.question} → {q.gold_section}")
         if q.qid in hypotheses:
             print(f"{'':<13}{'':>28}   CAR hypothesis: {hypotheses[q.qid]}")
+        if spans and q.qid in spans:
+            print(f"{'':<13}{'':>28}   CAR span: {span_line(spans[q.qid], SPAN_CHARS)}")
     print("-" * 60)
     for label, key in (("MRR", "mrr"), (f"Hit@{hit_k}", f"hit@{hit_k}")):
         cells = "".join(f"{summary[s][key]:>7.3f}" for s in SYSTEMS)
@@ -228,10 +239,13 @@ def run(args: argparse.Namespace) -> int:
         local = load_index(persist)
         n = len(local.nodes)
         check_golds(questions, local.nodes)
-        retrievers = {
-            s: local.as_retriever(s, similarity_top_k=n, pool_top_k=n, hypothesizer=hypothesizer)
+        retrievers = {  # every node ranked: the spans of CAR's top hit only, below
+            s: local.as_retriever(s, similarity_top_k=n, pool_top_k=n, hypothesizer=hypothesizer,
+                                  criterion_spans=0)
             for s in SYSTEMS
         }
+        span_post = local.span_postprocessor(top_n=1)
+        top_spans: dict[str, dict[str, Any]] = {}
         query_start = time.perf_counter()
         ranks: dict[str, dict[str, int | None]] = {}
         hypotheses: dict[str, str] = {}
@@ -248,6 +262,11 @@ def run(args: argparse.Namespace) -> int:
                     criteria[q.qid] = [str(c) for c in explain.get("criteria") or []]
                     if isinstance(explain.get("feedback"), dict):
                         feedback[q.qid] = dict(explain["feedback"])
+                    if span_post is not None:
+                        spanned = span_post.postprocess_nodes(hits[:1], query_str=q.question)
+                        found = spanned[0].node.metadata.get("criterion_spans") or []
+                        if found:
+                            top_spans[q.qid] = dict(found[0])
         query_seconds = time.perf_counter() - query_start
 
     summary = summarise(ranks, args.hit_k)
@@ -269,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
                     "car_hypothesis": hypotheses.get(q.qid),
                     "car_criteria": criteria.get(q.qid, []),
                     "car_feedback": feedback.get(q.qid),
+                    "car_top_span": top_spans.get(q.qid),
                 }
                 for q in questions
             ],
@@ -279,7 +299,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print()
     print(f"rank of the gold section among {n} nodes (1 = top, — = not retrieved):")
-    print_table(questions, ranks, summary, args.hit_k, hypotheses if args.explain else {})
+    print_table(
+        questions, ranks, summary, args.hit_k, hypotheses if args.explain else {}, top_spans
+    )
     mrr = ", ".join(f"{s} {summary[s]['mrr']:.3f}" for s in SYSTEMS)
     print(f"summary: MRR {mrr} over {len(questions)} questions")
     print(

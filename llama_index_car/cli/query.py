@@ -3,7 +3,11 @@
 Prints the top hits with section title, file, score and each channel's rank (dense, BM25);
 for ``--retriever car`` the criterion hypothesis the query was expanded with; for table hits
 the cells with their (row, col) coordinates. ``--explain`` adds the heading path, a text
-snippet, every cell and the fusion details. Every printed field is cut (a title or a cell at
+snippet, every cell and the fusion details. ``--spans [N]`` prints under each hit its ``N``
+(default 3) best criterion spans — sentences, table rows and cells, with (table, row, col)
+— one line each (:class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor`;
+``car`` attaches them itself, the other retrievers get them from the folder's span index,
+``hybrid`` always, so ``--json`` carries them). Every printed field is cut (a title or a cell at
 120 characters, a cell line at 400: a whole standard can sit in one cell); ``--full`` prints
 them whole, and ``--json`` prints the same as JSON, never cut.
 
@@ -41,6 +45,7 @@ from llama_index_car.providers import CLI_LLMS, EMBED_MODELS, RERANKERS
 EPILOG = """examples:
   llama-car query ./car-index "비 올 때 고속도로 옆 도랑은 얼마나 깊어야 해?"
   llama-car query ./car-index "교량 점검통로 구조기준" --retriever hybrid --top-k 3 --explain
+  llama-car query ./car-index "비상주차대 설치 간격" --spans 2
 """
 
 SNIPPET_CHARS = 160
@@ -50,6 +55,10 @@ COMPACT_CELLS = 8
 FIELD_CHARS = 120
 #: longest printed cell line unless ``--full`` (a whole standard can sit in one cell)
 LINE_CHARS = 400
+#: longest printed span line unless ``--full``
+SPAN_CHARS = 160
+#: spans per hit for a bare ``--spans``
+DEFAULT_SPAN_LINES = 3
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -80,6 +89,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help=f"print fields whole (default: cut at {FIELD_CHARS} characters, a "
                    f"cell line at {LINE_CHARS}; --json is never cut)")
     p.add_argument("--json", action="store_true", help="print the hits as JSON")
+    p.add_argument(
+        "--spans", nargs="?", const=DEFAULT_SPAN_LINES, default=None, type=positive_int,
+        metavar="N",
+        help=f"print each hit's N best criterion spans (sentences, table rows, cells with "
+        f"coordinates; default {DEFAULT_SPAN_LINES}), one line each",
+    )
     p.add_argument(
         "--store", metavar="URI", type=store_uri, default=None,
         help="the vector store of a folder built with --store URI (default "
@@ -151,6 +166,7 @@ def hit_record(
         "hypothesis": explain.get("hypothesis"),
         "criteria": list(explain.get("criteria") or []),
         "fallback": bool(explain.get("fallback", False)),
+        "criterion_spans": [dict(s) for s in meta.get("criterion_spans") or []],
         "text": node.get_content(),
     }
 
@@ -227,11 +243,54 @@ def format_cells(
     return clip(body, line) + (f" | … +{more} cells" if more else "")
 
 
+def span_where(span: dict[str, Any]) -> str:
+    """Where a criterion span sits: ``sentence @19-94``, ``row t0 r1``, ``cell t0 (1,2)``
+    (``2×1`` added for a merged cell).
+
+    >>> span_where({"kind": "cell", "table_index": 0, "row": 1, "col": 2, "row_span": 2,
+    ...             "col_span": 1})
+    'cell t0 (1,2) 2×1'
+    >>> span_where({"kind": "sentence", "start": 19, "end": 94})
+    'sentence @19-94'
+    """
+    kind = shown(span.get("kind", "?"))
+    if kind == "sentence":
+        return f"sentence @{shown(span.get('start'))}-{shown(span.get('end'))}"
+    table = span.get("table_index")
+    t = f"t{shown(table)} " if table is not None else ""
+    if kind == "row":
+        return f"row {t}r{shown(span.get('row'))}"
+    where = f"cell {t}({shown(span.get('row'))},{shown(span.get('col'))})"
+    rs, cs = span.get("row_span") or 1, span.get("col_span") or 1
+    return where + (f" {shown(rs)}×{shown(cs)}" if (rs, cs) != (1, 1) else "")
+
+
+def span_line(span: dict[str, Any], width: int | None) -> str:
+    """One printed span: ``[where] header: text  (score)``, cut to ``width`` characters.
+
+    >>> span_line({"kind": "cell", "table_index": 0, "row": 1, "col": 1, "header": "기준",
+    ...            "text": "750m 이내", "score": 0.8123}, None)
+    '[cell t0 (1,1)] 기준: 750m 이내  (0.812)'
+    """
+    text = shown(span.get("text", ""))
+    header = span.get("header")
+    if span.get("kind") == "cell" and header:
+        row_header = span.get("row_header")
+        label = f"{shown(row_header)} / {shown(header)}" if row_header else shown(header)
+        text = f"{label}: {text}"
+    score = span.get("score")
+    tail = f"  ({score:.3f})" if isinstance(score, int | float) else ""
+    body = clip(f"[{span_where(span)}] {text}", None if width is None else width - len(tail))
+    return body + tail
+
+
 def print_hits(
-    records: Sequence[dict[str, Any]], *, explain: bool, full: bool = False
+    records: Sequence[dict[str, Any]], *, explain: bool, full: bool = False,
+    spans: int | None = None,
 ) -> None:
     """Human-readable listing of :func:`hit_record` dicts; every field is cut to
-    :data:`FIELD_CHARS` and a cell line to :data:`LINE_CHARS` unless ``full``."""
+    :data:`FIELD_CHARS`, a cell line to :data:`LINE_CHARS` and a span line to
+    :data:`SPAN_CHARS` unless ``full``; ``spans``: at most that many span lines per hit."""
     field, line = (None, None) if full else (FIELD_CHARS, LINE_CHARS)
     for r in records:
         score = "-" if r["score"] is None else f"{r['score']:.4f}"
@@ -246,6 +305,8 @@ def print_hits(
             cells = format_cells(r["cells"], None if explain or full else COMPACT_CELLS,
                                  field, line)
             print(f"      {label} cells: {cells}")
+        for span in (r.get("criterion_spans") or [])[: spans or 0]:
+            print(f"      ▸ {span_line(span, None if full else SPAN_CHARS)}")
         if explain:
             if r["heading_path"]:
                 print(f"      path: {clip(shown(r['heading_path']), line)}")
@@ -256,6 +317,20 @@ def print_hits(
 
 
 # ----------------------------------------------------------------------------- run
+def _query_bundle(question: str, local: Any, *, embed: bool) -> Any:
+    """The question as a ``QueryBundle``, with its query vector when ``embed`` (computed once,
+    shared by the dense channel and the criterion spans)."""
+    from llama_index.core.schema import QueryBundle
+
+    from llama_index_car.query_guard import clean_query
+
+    text = clean_query(question)
+    if not embed:
+        return QueryBundle(text)
+    vector = local.index._embed_model.get_agg_embedding_from_queries([text])
+    return QueryBundle(text, embedding=vector)
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the folder, retrieve, optionally rerank, print."""
     from llama_index_car.pipeline import load_index
@@ -286,17 +361,24 @@ def run(args: argparse.Namespace) -> int:
         pool_top_k=pool,
         alpha=args.alpha,
         hypothesizer=hypothesizer,
+        **({"criterion_spans": args.spans} if args.retriever == "car" and args.spans else {}),
     )
     if hypothesizer is not None:
         from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 
         if isinstance(retriever, CriterionAwareRetriever):  # wait exactly the deadline
             retriever.hypothesis_timeout = deadline
-    hits = retriever.retrieve(args.question)
+    post = None  # car attaches criterion spans itself; hybrid always gets them, others on --spans
+    if args.retriever != "car" and (args.retriever == "hybrid" or args.spans):
+        post = local.span_postprocessor(top_n=args.spans or DEFAULT_SPAN_LINES)
+    query = _query_bundle(args.question, local, embed=post is not None and args.retriever != "bm25")
+    hits = retriever.retrieve(query)
     own_rank = {h.node.node_id: i for i, h in enumerate(hits, start=1)}
     if reranker is not None:
         hits = reranker.postprocess_nodes(hits, query_str=args.question)
     hits = hits[: args.top_k]
+    if post is not None:
+        hits = post.postprocess_nodes(hits, query_bundle=query)
     records = [
         hit_record(
             i, h, args.retriever, local.cells_for(h.node.metadata), own_rank.get(h.node.node_id)
@@ -330,5 +412,5 @@ def run(args: argparse.Namespace) -> int:
     if not records:
         print("no hits")
         return 0
-    print_hits(records, explain=args.explain, full=args.full)
+    print_hits(records, explain=args.explain, full=args.full, spans=args.spans)
     return 0

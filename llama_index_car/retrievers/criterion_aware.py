@@ -594,7 +594,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         elif spans:
             depth = max(self.similarity_top_k, self.span_pool)
         fused = fuse_channel_results(results, names, weights, self.rrf_k, depth, explain)
-        if spans:
+        if spans and query_vector is not None:
             explain["span_weight"] = self.span_weight
             fused = rerank_by_spans(
                 fused, self.span_index, query_vector, weight=self.span_weight,
