@@ -65,10 +65,12 @@ __all__ = [
     "CRITERION_SPANS_KEY",
     "CriterionSpanPostprocessor",
     "DEFAULT_CRITERION_SPANS",
+    "SpanCandidate",
     "attach_criterion_spans",
     "combine",
     "cue_score",
     "span_bm25",
+    "span_candidates",
 ]
 
 CRITERION_SPANS_KEY = "criterion_spans"
@@ -90,7 +92,6 @@ _CUE_RE = re.compile(
     "|".join(f"(?:{rx})" for name, rx, _ in DOMAIN_PATTERNS if name in ("number_unit", "ratio"))
     + "|" + "|".join(_CUE_WORDS)
 )
-_TAG = re.compile(r"<[^>]+>")
 _TD = re.compile(r"(<t[dh]\b[^>]*>)(.*?)</t[dh]>", re.S | re.I)
 
 
@@ -164,8 +165,10 @@ def combine(
 
 # ----------------------------------------------------------------------------- candidates
 @dataclass(frozen=True, slots=True)
-class _Candidate:
-    """A span, a cell of a row span, with its vector cosine and its place (row family)."""
+class SpanCandidate:
+    """A span or a cell that may be attached: its text, offsets, vector cosine, its *place*
+    (the index of its span: a row and its cells share one) and, for table spans, the
+    coordinate fields."""
 
     kind: str
     text: str
@@ -177,15 +180,23 @@ class _Candidate:
 
 
 def _norm(value: str) -> str:
-    return " ".join(_TAG.sub(" ", value).split())
+    return " ".join(str(value).split())
 
 
 def _cell_offsets(text: str, a: int, b: int, value: str) -> tuple[int, int]:
-    """Offsets of the cell whose rendered text is ``value`` inside the row ``text[a:b]``
-    (an HTML ``<td>`` or a markdown ``| … |`` segment); ``(a, b)`` when not found exactly."""
+    """Offsets of the first cell whose rendered text is ``value`` inside the row
+    ``text[a:b]`` (an HTML ``<td>`` or a markdown ``| … |`` segment); ``(a, b)`` when not
+    found exactly or when ``text[a:b]`` is not one rendered row (a table block).
+
+    >>> row = "<tr><td>설치 간격</td><td colspan='2'>750m 이내</td></tr>"
+    >>> a, b = _cell_offsets(row, 0, len(row), "750m 이내"); row[a:b]
+    '750m 이내'
+    """
     row = text[a:b]
     regions: list[tuple[int, int]] = []
-    if row.lstrip().startswith("|"):
+    if not row.lower().startswith(("<tr", "|")):  # the row is a whole table block: no search
+        return a, b
+    if row.startswith("|"):
         bars = [i for i, ch in enumerate(row) if ch == "|"]
         regions = list(zip(bars, bars[1:], strict=False))
         regions = [(s + 1, e) for s, e in regions]
@@ -236,23 +247,35 @@ def _row_header(cells: Sequence[Any], row: int, col: int) -> str | None:
     return name or None
 
 
-def _candidates(
-    node: Any, spans: Sequence[Span], cosines: Sequence[float]
-) -> list[_Candidate]:
-    """The node's spans and, for each table row known by its cells, the row's own cells
-    (those starting in it), each with the row's cosine and the row's place."""
+def span_candidates(
+    node: Any, spans: Sequence[Span] | None = None, cosines: Sequence[float] | None = None
+) -> list[SpanCandidate]:
+    """The node's spans (default :func:`~llama_index_car.spans.node_spans`) in order and,
+    after each table row known by its cells (``cells`` metadata), the row's own cells (those
+    starting in it, non-empty, by column), each with the row's cosine (default 0) and place.
+    A cell's text is the reader's cell text (whitespace collapsed), its offsets those of its
+    ``<td>`` / ``| … |`` segment when that renders the text exactly, else its row's.
+
+    >>> from llama_index.core.schema import TextNode
+    >>> [(c.kind, c.text) for c in span_candidates(TextNode(text="폭은 1.5m 이상으로 하고 높이는 2.0m 이상으로 한다."))]
+    [('sentence', '폭은 1.5m 이상으로 하고 높이는 2.0m 이상으로 한다.')]
+    """
+    if spans is None:
+        spans = node_spans(node)
+    if cosines is None:
+        cosines = [0.0] * len(spans)
     text = node.get_content()
     tables = _table_cells(getattr(node, "metadata", None) or {})
-    out: list[_Candidate] = []
+    out: list[SpanCandidate] = []
     for place, (s, cos) in enumerate(zip(spans, cosines, strict=True)):
         if s.kind != "row":
-            out.append(_Candidate(s.kind, s.text, s.start, s.end, float(cos), place))
+            out.append(SpanCandidate(s.kind, s.text, s.start, s.end, float(cos), place))
             continue
         table = {
             "table_index": s.table_index, "row": s.row, "col": s.col,
             "row_span": s.row_span, "col_span": s.col_span, "header": s.header,
         }
-        out.append(_Candidate("row", s.text, s.start, s.end, float(cos), place, table))
+        out.append(SpanCandidate("row", s.text, s.start, s.end, float(cos), place, table))
         cells = tables.get(s.table_index, []) if s.table_index is not None else []
         for c in sorted((c for c in cells if c.row == s.row), key=lambda c: c.col):
             value = _norm(c.text)
@@ -267,12 +290,12 @@ def _candidates(
             row_header = _row_header(cells, c.row, c.col)
             if row_header is not None and row_header != value:
                 info["row_header"] = row_header
-            out.append(_Candidate("cell", value, a, b, float(cos), place, info))
+            out.append(SpanCandidate("cell", value, a, b, float(cos), place, info))
     return out
 
 
 def _scored(
-    candidates: Sequence[_Candidate],
+    candidates: Sequence[SpanCandidate],
     lexical: Sequence[float],
     top_n: int,
     weights: tuple[float, float, float],
@@ -375,7 +398,7 @@ def attach_criterion_spans(
             spans = node_spans(nws.node)
         if cos is None or len(cos) != len(spans):
             cos = np.zeros(len(spans), dtype=np.float32)
-        per_node.append(_candidates(nws.node, spans, [float(x) for x in cos]))
+        per_node.append(span_candidates(nws.node, spans, [float(x) for x in cos]))
     lexical_on = weights[1] != 0 and bool(query_tokens)
     texts = [c.text for cands in per_node for c in cands] if lexical_on else []
     all_tokens = tokens(texts) if texts else []
