@@ -67,6 +67,12 @@ class SpanIndex:
 
     Build with :meth:`from_nodes`; read with :meth:`best_spans`; update with
     :meth:`with_nodes` / :meth:`without`; :meth:`persist` / :meth:`load` a folder.
+
+    >>> from llama_index.core.schema import TextNode
+    >>> node = TextNode(id_="n1", text="폭은 1.5m 이상으로 하고 높이는 2.0m 이상으로 한다.")
+    >>> index = SpanIndex.from_span_vectors([node], [[[3.0, 4.0]]])
+    >>> [round(float(x), 2) for x in index.span_cosines([1.0, 0.0], ["n1"])[0]]
+    [0.6]
     """
 
     def __init__(

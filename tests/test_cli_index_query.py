@@ -547,3 +547,119 @@ def test_simple_directory_reader_with_the_file_extractor(
         key = Path(doc.metadata["file_path"]).relative_to(src).as_posix()
         texts = sorted(n.get_content() for n in parser.get_nodes_from_documents([doc]))
         assert texts == oracle[key], key
+
+
+# ----------------------------------------------------------------------------- criterion spans
+@pytest.fixture(scope="module")
+def use_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The good demo files indexed with ``--embed use`` (fast), span index included."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("use") / "index"
+    src = tmp_path_factory.mktemp("use-src")
+    for name in GOOD:
+        shutil.copy(DEMO_CORPUS_DIR / name, src / name)
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["index", str(src), "--persist", str(out), "--embed", "use", "--no-progress"])
+    assert rc == 0
+    return out
+
+
+def _tunnel_rows() -> list[list[str]]:
+    return next(
+        s.tables[0].rows for d in DOCUMENTS for s in d.sections
+        if s.title == "터널 비상주차대 설치 계획"
+    )
+
+
+def test_query_spans_carry_table_coordinates(use_index: Path, capsys: Any) -> None:
+    """Row and cell spans of the table hit: oracle = the demo spec's table rows."""
+    rows = _tunnel_rows()
+    hit = _query_json(capsys, use_index, "비상주차대 750m 이내", "--retriever", "bm25",
+                      "--top-k", "1", "--spans", "5")["hits"][0]
+    spans = hit["criterion_spans"]
+    assert 1 <= len(spans) <= 5
+    assert [s["score"] for s in spans] == sorted((s["score"] for s in spans), reverse=True)
+    table_spans = [s for s in spans if s["kind"] in ("row", "cell")]
+    assert {s["kind"] for s in table_spans} == {"row", "cell"}
+    for s in table_spans:
+        assert s["table_index"] == 0
+        if s["kind"] == "cell":
+            assert s["text"] == rows[s["row"]][s["col"]]
+            assert s["header"] == rows[0][s["col"]]
+            labels = dict.fromkeys(rows[s["row"]][: min(s["col"], 2)])
+            assert s["row_header"] == " · ".join(v for v in labels if v)
+        else:
+            for value in rows[s["row"]]:
+                assert value in s["text"]
+        assert hit["text"][s["start"]:s["end"]].startswith(("<tr", "|")) or s["kind"] == "cell"
+
+
+@pytest.mark.parametrize("retriever", ["car", "hybrid", "bm25", "dense"])
+def test_query_spans_prints_at_most_n_bounded_lines(
+    use_index: Path, retriever: str, capsys: Any
+) -> None:
+    from llama_index_car.cli.query import SPAN_CHARS
+
+    rc, stdout, stderr = _query(capsys, str(use_index), "비상주차대 설치 간격 기준",
+                                "--retriever", retriever, "--top-k", "3", "--spans", "2")
+    assert rc == 0, stderr
+    hits = [i for i, line in enumerate(stdout.splitlines()) if line[:4].strip().endswith(".")]
+    lines = stdout.splitlines()
+    assert len(hits) == 3
+    for a, b in zip(hits, [*hits[1:], len(lines)], strict=True):
+        span_lines = [line for line in lines[a:b] if line.lstrip().startswith("▸")]
+        assert 1 <= len(span_lines) <= 2
+        assert all(len(line) <= len("      ▸ ") + SPAN_CHARS for line in span_lines)
+        assert all(line.lstrip("▸ ").startswith("[") for line in span_lines)
+    if retriever in ("car", "bm25"):  # the tunnel table hit is first: a row or cell line
+        assert "[row t0 r" in stdout or "[cell t0 (" in stdout
+
+
+def test_json_hits_of_car_and_hybrid_carry_spans(use_index: Path, capsys: Any) -> None:
+    for retriever in ("car", "hybrid"):
+        payload = _query_json(capsys, use_index, "하이패스 차로 폭", "--retriever", retriever)
+        assert payload["hits"]
+        for hit in payload["hits"]:
+            assert 1 <= len(hit["criterion_spans"]) <= 3, (retriever, hit["node_id"])
+            for s in hit["criterion_spans"]:
+                assert s["kind"] in ("sentence", "row", "cell") and s["end"] >= s["start"]
+    plain = _query_json(capsys, use_index, "하이패스 차로 폭", "--retriever", "bm25")
+    assert all(h["criterion_spans"] == [] for h in plain["hits"])  # only with --spans
+
+
+def test_span_lines_are_cut_unless_full(capsys: pytest.CaptureFixture[str]) -> None:
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from llama_index_car.cli.query import SPAN_CHARS, hit_record, print_hits
+
+    huge = "나" * 5_000
+    spans = [{"kind": "cell", "text": huge, "score": 0.5, "start": 0, "end": 1,
+              "table_index": 0, "row": r, "col": 1, "row_span": 1, "col_span": 1,
+              "header": "기준"} for r in range(1, 6)]
+    node = TextNode(text="x", metadata={"criterion_spans": spans})
+    record = hit_record(1, NodeWithScore(node=node, score=1.0), "bm25")
+    print_hits([record], explain=False, spans=3)
+    lines = [x for x in capsys.readouterr().out.splitlines() if "▸" in x]
+    assert len(lines) == 3 and all(len(x) <= len("      ▸ ") + SPAN_CHARS for x in lines)
+    assert lines[0].strip().startswith("▸ [cell t0 (1,1)] 기준: 나")
+    print_hits([record], explain=False, full=True, spans=3)
+    assert capsys.readouterr().out.count(huge) == 3
+
+
+def test_demo_shows_the_top_span_of_each_question(capsys: pytest.CaptureFixture[str]) -> None:
+    from llama_index_car.cli.demo import SPAN_CHARS
+    from llama_index_car.demo.loader import load_demo_questions
+
+    rc = main(["demo", "--embed", "use", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = out.splitlines()
+    questions = load_demo_questions(None)
+    for q in questions:
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"{q.qid} "))
+        follow = lines[at + 1].strip()
+        assert follow.startswith("CAR span: ["), (q.qid, follow)
+        assert len(follow) <= len("CAR span: ") + SPAN_CHARS
+    assert sum(line.strip().startswith("CAR span:") for line in lines) == len(questions)

@@ -15,7 +15,8 @@ first::
 ``start``/``end`` are offsets into ``node.get_content()``: the sentence, the row's ``<tr>`` /
 ``| … |`` line, or the cell inside it when its text can be found there (else its row). A cell's
 ``header`` is its column header (row 0 of its table), so it reads ``header: text``; a cell
-past the first column also has ``row_header`` (its row's first cell).
+past the first column also has ``row_header`` (its row's cells in the first two columns, left
+of it: ``규격 · 길이``).
 
 Score of a span ``s`` for a query ``q`` (:func:`combine`)::
 
@@ -28,7 +29,8 @@ Score of a span ``s`` for a query ``q`` (:func:`combine`)::
   (:func:`span_bm25`), idf and average length over the node's own spans, divided by the best
   BM25 in the node (so it is in [0, 1]);
 * ``cue`` — :func:`cue_score`: criterion cues (numbers with units, ratios, 기준 이상 이하 이내
-  미만 초과), ``min(count, 2) / 2``.
+  미만 초과), ``min(count, 2) / 2``; for a table row counted in its cell values, not in the
+  header labels its text repeats (a header "기준" would cue every row).
 
 Defaults ``1.0 / 0.3 / 0.1`` are round numbers, not tuned on evaluation data (a later
 cross-validation step may change them). A table row and its cells are one *place*: only the
@@ -84,6 +86,8 @@ CUE_CAP = 2
 #: BM25 parameters (Okapi defaults, as :mod:`llama_index_car.bm25`)
 BM25_K1 = 1.5
 BM25_B = 0.75
+#: columns a cell's ``row_header`` is read from (row labels sit in the first columns)
+ROW_HEADER_COLS = 2
 #: span texts whose Kiwi tokens are kept per postprocessor (LRU)
 TOKEN_CACHE_SIZE = 65_536
 
@@ -177,6 +181,9 @@ class SpanCandidate:
     cosine: float
     place: int
     table: dict[str, Any] | None = None
+    #: the text criterion cues are counted in (a row's cell values, without the header
+    #: labels its text repeats; ``None``: ``text``)
+    cue_text: str | None = None
 
 
 def _norm(value: str) -> str:
@@ -240,11 +247,15 @@ def _header_of(cells: Sequence[Any], row: int, col: int, col_span: int) -> str |
 
 
 def _row_header(cells: Sequence[Any], row: int, col: int) -> str | None:
-    if col == 0:
-        return None
-    first = [c for c in cells if c.col == 0 and c.row <= row < c.row + c.row_span]
-    name = _norm(first[0].text) if first else ""
-    return name or None
+    """Distinct non-empty texts of the row's cells in the first :data:`ROW_HEADER_COLS`
+    columns left of ``col`` (the labels of a row), joined by ``" · "``."""
+    left = sorted(
+        (c for c in cells
+         if c.col < min(col, ROW_HEADER_COLS) and c.row <= row < c.row + c.row_span),
+        key=lambda c: c.col,
+    )
+    names = [n for n in dict.fromkeys(_norm(c.text) for c in left) if n]
+    return " · ".join(names) or None
 
 
 def span_candidates(
@@ -275,8 +286,11 @@ def span_candidates(
             "table_index": s.table_index, "row": s.row, "col": s.col,
             "row_span": s.row_span, "col_span": s.col_span, "header": s.header,
         }
-        out.append(SpanCandidate("row", s.text, s.start, s.end, float(cos), place, table))
         cells = tables.get(s.table_index, []) if s.table_index is not None else []
+        values = [_norm(c.text) for c in sorted(cells, key=lambda c: c.col)
+                  if c.row <= (s.row or 0) < c.row + c.row_span]
+        out.append(SpanCandidate("row", s.text, s.start, s.end, float(cos), place, table,
+                                 " ".join(values) if values else None))
         for c in sorted((c for c in cells if c.row == s.row), key=lambda c: c.col):
             value = _norm(c.text)
             if not value:
@@ -306,7 +320,7 @@ def _scored(
     ranked = []
     for i, (c, lex) in enumerate(zip(candidates, lexical, strict=True)):
         lex_n = lex / best if best > 0 else 0.0
-        cue = cue_score(c.text)
+        cue = cue_score(c.text if c.cue_text is None else c.cue_text)
         score = combine(c.cosine, lex_n, cue, *weights)
         ranked.append((-score, c.start, i, c, {"vector": c.cosine, "lexical": lex_n, "cue": cue}))
     ranked.sort(key=lambda r: r[:3])
