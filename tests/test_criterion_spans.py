@@ -332,3 +332,25 @@ def test_span_cosines_equal_numpy(demo_nodes: list, embed: object) -> None:
             for s in node_spans(node)
         ]
         assert cos is not None and np.allclose(cos, want, atol=2e-3)
+
+
+def test_cached_nodes_give_the_fresh_result_and_never_a_stale_one(
+    demo_nodes: list, embed: object
+) -> None:
+    index = SpanIndex.from_nodes(demo_nodes, embed)
+    hits = [NodeWithScore(node=n, score=1.0) for n in demo_nodes[:6]]
+    warm = CriterionSpanPostprocessor(span_index=index, embed_model=embed)
+    first = warm.postprocess_nodes(hits, query_str="설치 기준 간격")
+    again = warm.postprocess_nodes(hits, query_str="설치 기준 간격")
+    fresh = CriterionSpanPostprocessor(span_index=index, embed_model=embed).postprocess_nodes(
+        hits, query_str="설치 기준 간격")
+    for a, b, c in zip(first, again, fresh, strict=True):
+        assert a.node.metadata[CRITERION_SPANS_KEY] == b.node.metadata[CRITERION_SPANS_KEY]
+        assert a.node.metadata[CRITERION_SPANS_KEY] == c.node.metadata[CRITERION_SPANS_KEY]
+    # the same id with another text (an update): cut again, offsets into the new text
+    node = demo_nodes[0]
+    changed = node.model_copy(update={"text": "## 새 절\n\n" + "교체된 문장은 폭 2.5m 이상으로 한다. " * 3})
+    other = warm.postprocess_nodes([NodeWithScore(node=changed)], query_str="폭 2.5m")
+    for s in other[0].node.metadata[CRITERION_SPANS_KEY]:
+        assert _ws(changed.get_content()[s["start"]:s["end"]]).startswith(s["text"])
+        assert "교체된" in s["text"] and s["parts"]["vector"] == 0.0  # not the old vectors

@@ -331,6 +331,16 @@ def _query_bundle(question: str, local: Any, *, embed: bool) -> Any:
     return QueryBundle(text, embedding=vector)
 
 
+def _car_span_option(args: argparse.Namespace, reranker: Any) -> dict[str, Any]:
+    """``criterion_spans`` for CAR: 0 when a reranker follows (the spans are attached to the
+    hits it keeps), ``--spans N`` when given, else CAR's default."""
+    if args.retriever != "car":
+        return {}
+    if reranker is not None:
+        return {"criterion_spans": 0}
+    return {"criterion_spans": args.spans} if args.spans else {}
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the folder, retrieve, optionally rerank, print."""
     from llama_index_car.pipeline import load_index
@@ -361,15 +371,19 @@ def run(args: argparse.Namespace) -> int:
         pool_top_k=pool,
         alpha=args.alpha,
         hypothesizer=hypothesizer,
-        **({"criterion_spans": args.spans} if args.retriever == "car" and args.spans else {}),
+        **_car_span_option(args, reranker),
     )
     if hypothesizer is not None:
         from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 
         if isinstance(retriever, CriterionAwareRetriever):  # wait exactly the deadline
             retriever.hypothesis_timeout = deadline
-    post = None  # car attaches criterion spans itself; hybrid always gets them, others on --spans
-    if args.retriever != "car" and (args.retriever == "hybrid" or args.spans):
+    # car attaches criterion spans itself (after a reranker: to the hits kept, here); hybrid
+    # always gets them here, bm25 and dense on --spans
+    post = None
+    if (args.retriever != "car" or reranker is not None) and (
+        args.retriever in ("car", "hybrid") or args.spans
+    ):
         post = local.span_postprocessor(top_n=args.spans or DEFAULT_SPAN_LINES)
     query = _query_bundle(args.question, local, embed=post is not None and args.retriever != "bm25")
     hits = retriever.retrieve(query)

@@ -35,7 +35,8 @@ Score of a span ``s`` for a query ``q`` (:func:`combine`)::
 Defaults ``1.0 / 0.3 / 0.1`` are round numbers, not tuned on evaluation data (a later
 cross-validation step may change them). A table row and its cells are one *place*: only the
 best-scoring of them is kept, so the ``top_n`` spans point at ``top_n`` different places.
-A node the span index does not hold is cut on the fly and scored without the vector term.
+A node the span index does not hold, or holds in another version (same id, its spans no longer
+at their offsets), is cut on the fly and scored without the vector term.
 
 >>> post = CriterionSpanPostprocessor(span_index=spans, embed_model=embed)  # doctest: +SKIP
 >>> hits = post.postprocess_nodes(hits, query_bundle=QueryBundle("비상주차대 설치 간격"))  # doctest: +SKIP
@@ -88,8 +89,8 @@ BM25_K1 = 1.5
 BM25_B = 0.75
 #: columns a cell's ``row_header`` is read from (row labels sit in the first columns)
 ROW_HEADER_COLS = 2
-#: span texts whose Kiwi tokens are kept per postprocessor (LRU)
-TOKEN_CACHE_SIZE = 65_536
+#: nodes whose candidates and Kiwi tokens are kept per postprocessor (LRU)
+NODE_CACHE_SIZE = 4_096
 
 _CUE_WORDS = ("기준", "이상", "이하", "이내", "미만", "초과")
 _CUE_RE = re.compile(
@@ -126,28 +127,46 @@ def span_bm25(
         idf(t)  = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))
 
     (Robertson–Spärck Jones idf in Lucene's non-negative form; ``N = len(collection)``).
-
     With one term in one of two equally long spans, the score is the idf alone (the tf part
     is ``(k1 + 1) / (1 + k1) = 1``): ``ln(1 + 1.5 / 1.5) = ln 2``.
 
     >>> [round(x, 4) for x in span_bm25(["a", "a"], [["a", "b"], ["b", "c"]])]
     [0.6931, 0.0]
     """
-    coll = docs if collection is None else collection
+    counts = [Counter(d) for d in docs]
+    coll = counts if collection is None else [Counter(d) for d in collection]
+    coll_len = [len(d) for d in (docs if collection is None else collection)]
+    return _bm25_counts(query, counts, [len(d) for d in docs], coll, coll_len, k1, b)
+
+
+def _bm25_counts(
+    query: Sequence[str],
+    counts: Sequence[Mapping[str, int]],
+    lengths: Sequence[int],
+    coll: Sequence[Mapping[str, int]],
+    coll_lengths: Sequence[int],
+    k1: float = BM25_K1,
+    b: float = BM25_B,
+) -> list[float]:
+    """:func:`span_bm25` over term counts (``counts[i]``, ``lengths[i]`` of doc ``i``)."""
     n = len(coll)
-    if n == 0 or not docs:
-        return [0.0] * len(docs)
+    if n == 0 or not counts:
+        return [0.0] * len(counts)
     terms = list(dict.fromkeys(query))
-    avgdl = sum(len(d) for d in coll) / n or 1.0
-    df = {t: sum(1 for d in coll if t in d) for t in terms}
-    idf = {t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in terms}
+    avgdl = sum(coll_lengths) / n or 1.0
+    idf = {}
+    for t in terms:
+        df = sum(1 for d in coll if t in d)
+        idf[t] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
     out = []
-    for d in docs:
-        tf = Counter(d)
-        norm = k1 * (1.0 - b + b * len(d) / avgdl)
-        out.append(
-            sum((idf[t] * tf[t] * (k1 + 1.0) / (tf[t] + norm) for t in terms if tf[t]), 0.0)
-        )
+    for tf, dl in zip(counts, lengths, strict=True):
+        norm = k1 * (1.0 - b + b * dl / avgdl)
+        score = 0.0
+        for t in terms:
+            f = tf.get(t, 0)
+            if f:
+                score += idf[t] * f * (k1 + 1.0) / (f + norm)
+        out.append(score)
     return out
 
 
@@ -170,15 +189,14 @@ def combine(
 # ----------------------------------------------------------------------------- candidates
 @dataclass(frozen=True, slots=True)
 class SpanCandidate:
-    """A span or a cell that may be attached: its text, offsets, vector cosine, its *place*
-    (the index of its span: a row and its cells share one) and, for table spans, the
-    coordinate fields."""
+    """A span or a cell that may be attached: its text, offsets, its *place* (the index of its
+    span among the node's spans: a row and its cells share one, and take its vector) and, for
+    table spans, the coordinate fields."""
 
     kind: str
     text: str
     start: int
     end: int
-    cosine: float
     place: int
     table: dict[str, Any] | None = None
     #: the text criterion cues are counted in (a row's cell values, without the header
@@ -205,8 +223,7 @@ def _cell_offsets(text: str, a: int, b: int, value: str) -> tuple[int, int]:
         return a, b
     if row.startswith("|"):
         bars = [i for i, ch in enumerate(row) if ch == "|"]
-        regions = list(zip(bars, bars[1:], strict=False))
-        regions = [(s + 1, e) for s, e in regions]
+        regions = [(s + 1, e) for s, e in zip(bars, bars[1:], strict=False)]
     else:
         regions = [(m.start(2), m.end(2)) for m in _TD.finditer(row)]
     for s, e in regions:
@@ -219,7 +236,37 @@ def _cell_offsets(text: str, a: int, b: int, value: str) -> tuple[int, int]:
     return a, b
 
 
-def _table_cells(metadata: Mapping[str, Any]) -> dict[int, list[Any]]:
+class _Grid:
+    """One table's cells indexed once: row 0, the cells covering each row, the cells
+    starting in each row (each by column)."""
+
+    def __init__(self, cells: Sequence[Any]) -> None:
+        by_col = sorted(cells, key=lambda c: (c.col, c.row))
+        self.head = [c for c in by_col if c.row == 0]
+        self.covering: dict[int, list[Any]] = {}
+        self.starting: dict[int, list[Any]] = {}
+        height = max((c.row + c.row_span for c in cells), default=0)
+        for c in by_col:
+            self.starting.setdefault(c.row, []).append(c)
+            for r in range(c.row, min(c.row + max(c.row_span, 1), height)):
+                self.covering.setdefault(r, []).append(c)
+
+    def header(self, row: int, col: int, col_span: int) -> str | None:
+        """Distinct non-empty texts of row 0 over columns ``[col, col + col_span)``."""
+        if row == 0:
+            return None
+        names = [_norm(c.text) for c in self.head
+                 if c.col < col + col_span and col < c.col + c.col_span]
+        return " | ".join(n for n in dict.fromkeys(names) if n) or None
+
+    def row_header(self, row: int, col: int) -> str | None:
+        """Distinct non-empty texts of the row's cells in the first :data:`ROW_HEADER_COLS`
+        columns left of ``col`` (the labels of a row), joined by ``" · "``."""
+        left = [c for c in self.covering.get(row, []) if c.col < min(col, ROW_HEADER_COLS)]
+        return " · ".join(n for n in dict.fromkeys(_norm(c.text) for c in left) if n) or None
+
+
+def _grids(metadata: Mapping[str, Any]) -> dict[int, _Grid]:
     if not metadata.get("cells"):
         return {}
     try:
@@ -231,39 +278,13 @@ def _table_cells(metadata: Mapping[str, Any]) -> dict[int, list[Any]]:
     tables: dict[int, list[Any]] = {}
     for c in cells:
         tables.setdefault(c.table, []).append(c)
-    return tables
+    return {t: _Grid(group) for t, group in tables.items()}
 
 
-def _header_of(cells: Sequence[Any], row: int, col: int, col_span: int) -> str | None:
-    """Distinct non-empty texts of row 0 over columns ``[col, col + col_span)``."""
-    if row == 0:
-        return None
-    names = [
-        _norm(c.text) for c in sorted(cells, key=lambda c: c.col)
-        if c.row == 0 and c.col < col + col_span and col < c.col + c.col_span
-    ]
-    names = [n for n in dict.fromkeys(names) if n]
-    return " | ".join(names) or None
-
-
-def _row_header(cells: Sequence[Any], row: int, col: int) -> str | None:
-    """Distinct non-empty texts of the row's cells in the first :data:`ROW_HEADER_COLS`
-    columns left of ``col`` (the labels of a row), joined by ``" · "``."""
-    left = sorted(
-        (c for c in cells
-         if c.col < min(col, ROW_HEADER_COLS) and c.row <= row < c.row + c.row_span),
-        key=lambda c: c.col,
-    )
-    names = [n for n in dict.fromkeys(_norm(c.text) for c in left) if n]
-    return " · ".join(names) or None
-
-
-def span_candidates(
-    node: Any, spans: Sequence[Span] | None = None, cosines: Sequence[float] | None = None
-) -> list[SpanCandidate]:
+def span_candidates(node: Any, spans: Sequence[Span] | None = None) -> list[SpanCandidate]:
     """The node's spans (default :func:`~llama_index_car.spans.node_spans`) in order and,
     after each table row known by its cells (``cells`` metadata), the row's own cells (those
-    starting in it, non-empty, by column), each with the row's cosine (default 0) and place.
+    starting in it, non-empty, by column), each with its place.
     A cell's text is the reader's cell text (whitespace collapsed), its offsets those of its
     ``<td>`` / ``| … |`` segment when that renders the text exactly, else its row's.
 
@@ -273,25 +294,23 @@ def span_candidates(
     """
     if spans is None:
         spans = node_spans(node)
-    if cosines is None:
-        cosines = [0.0] * len(spans)
     text = node.get_content()
-    tables = _table_cells(getattr(node, "metadata", None) or {})
+    grids = _grids(getattr(node, "metadata", None) or {})
     out: list[SpanCandidate] = []
-    for place, (s, cos) in enumerate(zip(spans, cosines, strict=True)):
+    for place, s in enumerate(spans):
         if s.kind != "row":
-            out.append(SpanCandidate(s.kind, s.text, s.start, s.end, float(cos), place))
+            out.append(SpanCandidate(s.kind, s.text, s.start, s.end, place))
             continue
         table = {
             "table_index": s.table_index, "row": s.row, "col": s.col,
             "row_span": s.row_span, "col_span": s.col_span, "header": s.header,
         }
-        cells = tables.get(s.table_index, []) if s.table_index is not None else []
-        values = [_norm(c.text) for c in sorted(cells, key=lambda c: c.col)
-                  if c.row <= (s.row or 0) < c.row + c.row_span]
-        out.append(SpanCandidate("row", s.text, s.start, s.end, float(cos), place, table,
+        grid = grids.get(s.table_index) if s.table_index is not None else None
+        row = s.row or 0
+        values = [_norm(c.text) for c in grid.covering.get(row, [])] if grid else []
+        out.append(SpanCandidate("row", s.text, s.start, s.end, place, table,
                                  " ".join(values) if values else None))
-        for c in sorted((c for c in cells if c.row == s.row), key=lambda c: c.col):
+        for c in grid.starting.get(row, []) if grid else []:
             value = _norm(c.text)
             if not value:
                 continue
@@ -299,30 +318,32 @@ def span_candidates(
             info: dict[str, Any] = {
                 "table_index": c.table, "row": c.row, "col": c.col,
                 "row_span": c.row_span, "col_span": c.col_span,
-                "header": _header_of(cells, c.row, c.col, c.col_span),
+                "header": grid.header(c.row, c.col, c.col_span),  # type: ignore[union-attr]
             }
-            row_header = _row_header(cells, c.row, c.col)
+            row_header = grid.row_header(c.row, c.col)  # type: ignore[union-attr]
             if row_header is not None and row_header != value:
                 info["row_header"] = row_header
-            out.append(SpanCandidate("cell", value, a, b, float(cos), place, info))
+            out.append(SpanCandidate("cell", value, a, b, place, info))
     return out
 
 
 def _scored(
     candidates: Sequence[SpanCandidate],
+    cosines: Sequence[float],
     lexical: Sequence[float],
     top_n: int,
     weights: tuple[float, float, float],
 ) -> list[dict[str, Any]]:
     """The best candidate of each place, the ``top_n`` best places, as dicts (score desc,
-    then text order, then row before its cells)."""
+    then text order, then row before its cells). ``cosines[place]``: the span's cosine."""
     best = max(lexical, default=0.0)
     ranked = []
     for i, (c, lex) in enumerate(zip(candidates, lexical, strict=True)):
         lex_n = lex / best if best > 0 else 0.0
         cue = cue_score(c.text if c.cue_text is None else c.cue_text)
-        score = combine(c.cosine, lex_n, cue, *weights)
-        ranked.append((-score, c.start, i, c, {"vector": c.cosine, "lexical": lex_n, "cue": cue}))
+        cos = float(cosines[c.place])
+        score = combine(cos, lex_n, cue, *weights)
+        ranked.append((-score, c.start, i, c, {"vector": cos, "lexical": lex_n, "cue": cue}))
     ranked.sort(key=lambda r: r[:3])
     seen: set[int] = set()
     out: list[dict[str, Any]] = []
@@ -355,29 +376,81 @@ def _with_spans(nws: NodeWithScore, spans: list[dict[str, Any]]) -> NodeWithScor
     return NodeWithScore(node=node.model_copy(update=update), score=nws.score)
 
 
-class _TokenCache:
-    """Kiwi tokens of span texts, LRU-bounded; uncached texts are tokenized in one batch."""
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What scoring needs of one node, query-independent: its candidates, the number of its
+    spans, and (once tokenized) each candidate's term counts and length."""
 
-    def __init__(self, tokenizer: Any, size: int = TOKEN_CACHE_SIZE) -> None:
+    candidates: tuple[SpanCandidate, ...]
+    n_spans: int
+    #: whether the spans are the span index's (so its vectors apply)
+    indexed: bool
+    counts: tuple[Counter[str], ...] | None = None
+    lengths: tuple[int, ...] | None = None
+
+
+def _spans_fit(text: str, spans: Sequence[Span]) -> bool:
+    """Whether indexed ``spans`` still describe ``text`` (not an updated node under the same
+    id): every offset inside it, every sentence at its offsets."""
+    return all(
+        s.end <= len(text)
+        and (s.kind != "sentence" or _norm(text[s.start : s.end]).startswith(s.text[:32]))
+        for s in spans
+    )
+
+
+def _node_key(node: Any) -> tuple[str, int, int]:
+    """``(node_id, hash of the text, hash of the cells)``: what the candidates depend on (not
+    ``node.hash``, which covers every metadata key, ``car_explain`` included)."""
+    cells = (getattr(node, "metadata", None) or {}).get("cells")
+    return node.node_id, hash(node.get_content()), hash(str(cells) if cells else "")
+
+
+class _NodeCache:
+    """:class:`_Prepared` nodes by :func:`_node_key`, LRU-bounded, thread-safe; the
+    candidate texts of the nodes missing are tokenized in one batch."""
+
+    def __init__(self, tokenizer: Any, size: int = NODE_CACHE_SIZE) -> None:
         self.tokenizer = tokenizer
         self.size = size
-        self._data: OrderedDict[str, list[str]] = OrderedDict()
+        self._data: OrderedDict[tuple[str, int, int], _Prepared] = OrderedDict()
         self._lock = threading.Lock()
 
-    def tokens(self, texts: Sequence[str]) -> list[list[str]]:
+    def prepared(
+        self, nodes: Sequence[Any], span_index: SpanIndex, lexical: bool
+    ) -> list[_Prepared]:
+        keys = [_node_key(n) for n in nodes]
         with self._lock:
-            missing = list(dict.fromkeys(t for t in texts if t not in self._data))
-        fresh = dict(zip(missing, self.tokenizer.tokenize_batch(missing), strict=True))
-        out = []
+            found = [self._data.get(k) for k in keys]
+        todo = [i for i, p in enumerate(found) if p is None or (lexical and p.counts is None)]
+        if todo:
+            fresh = []
+            for i in todo:
+                node = nodes[i]
+                spans = (span_index.spans_of(node.node_id) if node.node_id in span_index
+                         else None)
+                indexed = spans is not None and _spans_fit(node.get_content(), spans)
+                if spans is None or not indexed:
+                    spans = node_spans(node)
+                fresh.append(_Prepared(tuple(span_candidates(node, spans)), len(spans), indexed))
+            if lexical:
+                texts = [c.text for p in fresh for c in p.candidates]
+                tokens = self.tokenizer.tokenize_batch(texts) if texts else []
+                at, done = 0, []
+                for p in fresh:
+                    toks = tokens[at : at + len(p.candidates)]
+                    at += len(p.candidates)
+                    done.append(_Prepared(p.candidates, p.n_spans, p.indexed,
+                                          tuple(Counter(t) for t in toks),
+                                          tuple(len(t) for t in toks)))
+                fresh = done
+            for i, p in zip(todo, fresh, strict=True):
+                found[i] = p
+        out = [p for p in found if p is not None]
         with self._lock:
-            self._data.update(fresh)
-            for t in texts:
-                toks = self._data.get(t)
-                if toks is None:  # evicted by a concurrent call meanwhile
-                    toks = fresh.get(t) or self.tokenizer.tokenize(t)
-                    self._data[t] = toks
-                self._data.move_to_end(t)
-                out.append(toks)
+            for k, p in zip(keys, out, strict=True):
+                self._data[k] = p
+                self._data.move_to_end(k)
             while len(self._data) > self.size:
                 self._data.popitem(last=False)
         return out
@@ -388,7 +461,7 @@ def attach_criterion_spans(
     span_index: SpanIndex,
     query_vector: Sequence[float] | np.ndarray | None,
     query_tokens: Sequence[str],
-    tokens: Any,
+    cache: _NodeCache,
     *,
     top_n: int = DEFAULT_CRITERION_SPANS,
     weights: tuple[float, float, float] = (
@@ -396,36 +469,31 @@ def attach_criterion_spans(
     ),
 ) -> list[NodeWithScore]:
     """New ``NodeWithScore`` objects over node copies carrying ``criterion_spans`` (module
-    docstring); order and scores unchanged, the inputs are not modified. ``tokens`` maps a
-    list of texts to their token lists (``_TokenCache.tokens``; unused when the lexical weight
-    is 0); ``query_vector`` ``None`` drops the vector term."""
+    docstring); order and scores unchanged, the inputs are not modified. ``cache`` holds the
+    nodes' candidates and tokens (a postprocessor's); ``query_vector`` ``None`` drops the
+    vector term."""
+    lexical_on = weights[1] != 0 and bool(query_tokens)
+    prepared = cache.prepared([n.node for n in nodes], span_index, lexical_on)
     ids = [n.node.node_id for n in nodes]
     cosines: list[np.ndarray | None] = (
         span_index.span_cosines(query_vector, ids) if query_vector is not None
         else [None] * len(ids)
     )
-    per_node = []
-    for nws, node_id, cos in zip(nodes, ids, cosines, strict=True):
-        if node_id in span_index:
-            spans = span_index.spans_of(node_id)
+    out = []
+    for nws, p, cos in zip(nodes, prepared, cosines, strict=True):
+        if cos is None or not p.indexed or len(cos) != p.n_spans:
+            cos = np.zeros(p.n_spans, dtype=np.float32)
+        if lexical_on and p.counts is not None and p.lengths is not None:
+            spans_only = [i for i, c in enumerate(p.candidates) if c.kind != "cell"] or list(
+                range(len(p.candidates)))
+            lexical = _bm25_counts(
+                query_tokens, p.counts, p.lengths,
+                [p.counts[i] for i in spans_only], [p.lengths[i] for i in spans_only],
+            )
         else:
-            spans = node_spans(nws.node)
-        if cos is None or len(cos) != len(spans):
-            cos = np.zeros(len(spans), dtype=np.float32)
-        per_node.append(span_candidates(nws.node, spans, [float(x) for x in cos]))
-    lexical_on = weights[1] != 0 and bool(query_tokens)
-    texts = [c.text for cands in per_node for c in cands] if lexical_on else []
-    all_tokens = tokens(texts) if texts else []
-    out, at = [], 0
-    for nws, cands in zip(nodes, per_node, strict=True):
-        if lexical_on:
-            toks = all_tokens[at : at + len(cands)]
-            at += len(cands)
-            spans_only = [t for t, c in zip(toks, cands, strict=True) if c.kind != "cell"]
-            lexical = span_bm25(query_tokens, toks, spans_only or toks)
-        else:
-            lexical = [0.0] * len(cands)
-        out.append(_with_spans(nws, _scored(cands, lexical, top_n, weights)))
+            lexical = [0.0] * len(p.candidates)
+        out.append(_with_spans(nws, _scored(p.candidates, cos.tolist(), lexical, top_n,
+                                            weights)))
     return out
 
 
@@ -449,7 +517,7 @@ class CriterionSpanPostprocessor(BaseNodePostprocessor):
     _span_index: SpanIndex = PrivateAttr()
     _embed_model: Any = PrivateAttr()
     _tokenizer: Any = PrivateAttr()
-    _tokens: _TokenCache = PrivateAttr()
+    _cache: _NodeCache = PrivateAttr()
 
     def __init__(
         self,
@@ -472,7 +540,7 @@ class CriterionSpanPostprocessor(BaseNodePostprocessor):
         self._span_index = span_index
         self._embed_model = embed_model
         self._tokenizer = tokenizer
-        self._tokens = _TokenCache(tokenizer)
+        self._cache = _NodeCache(tokenizer)
 
     @classmethod
     def class_name(cls) -> str:
@@ -495,7 +563,7 @@ class CriterionSpanPostprocessor(BaseNodePostprocessor):
         query_tokens = self._tokenizer.tokenize(query_text) if self.lexical_weight else []
         return attach_criterion_spans(
             nodes, span_index if span_index is not None else self._span_index, query_vector,
-            query_tokens, self._tokens.tokens, top_n=self.top_n, weights=self.weights,
+            query_tokens, self._cache, top_n=self.top_n, weights=self.weights,
         )
 
     def _postprocess_nodes(

@@ -1,0 +1,115 @@
+"""What attaching criterion spans costs per query (5 hits), next to the retrieval itself.
+
+One run over an index folder built here with ``--embed`` (default ``use``, fast) from a HWPX
+folder (default: the bundled demo corpus), with the bundled demo questions (any text works:
+the cost does not depend on relevance). Per query, median and p95 over ``--repeat`` passes of
+the questions:
+
+1. **retrieval** — offline CAR (``criterion_spans=0``, top 5: dense + BM25 + feedback, span
+   re-ranking; its query embedding included) and the hybrid (top 5);
+2. **attach, cold** — :meth:`CriterionSpanPostprocessor.attach` on CAR's 5 hits with CAR's
+   query vector, from a fresh postprocessor (every span text tokenized by Kiwi: the first
+   query that meets these nodes);
+3. **attach, warm** — the same with the postprocessor's token cache filled (every later
+   query meeting the same nodes);
+4. **attach, no lexical** — ``lexical_weight=0``: vectors and cues only, no Kiwi;
+5. **CAR end to end** — ``criterion_spans=3`` minus ``criterion_spans=0`` (same queries).
+
+Run (not a test; prints a table)::
+
+    python benchmarks/span_attach_cost.py [--corpus DIR] [--embed use] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from llama_index.core.schema import QueryBundle
+
+from llama_index_car.demo.loader import demo_corpus_dir, load_demo_questions
+from llama_index_car.pipeline import build_index, load_index
+from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
+
+TOP_K = 5
+
+
+def _stats(xs: list[float]) -> tuple[float, float]:
+    xs = sorted(xs)
+    return 1e3 * statistics.median(xs), 1e3 * xs[min(len(xs) - 1, int(0.95 * len(xs)))]
+
+
+def _timed(fn: Callable[[], object]) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", type=Path, default=None, help="HWPX folder (default: demo)")
+    ap.add_argument("--embed", default="use", help="embedding provider (default use)")
+    ap.add_argument("--repeat", type=int, default=3, help="passes over the questions")
+    args = ap.parse_args()
+    corpus = args.corpus or demo_corpus_dir()
+    questions = [q.question for q in load_demo_questions(None)]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "index"
+        with contextlib.redirect_stdout(io.StringIO()):
+            built = build_index(corpus, out, embed=args.embed, show_progress=False)
+        local = load_index(out)
+        assert local.spans is not None
+        car0 = local.as_retriever("car", similarity_top_k=TOP_K, criterion_spans=0)
+        car3 = local.as_retriever("car", similarity_top_k=TOP_K, criterion_spans=3)
+        hybrid = local.as_retriever("hybrid", similarity_top_k=TOP_K)
+        embed = local.index._embed_model
+        tokenizer = local.bm25.tokenizer
+        for q in questions[:2]:  # warm-up: model load, Kiwi load
+            car0.retrieve(q)
+            car3.retrieve(q)
+            hybrid.retrieve(q)
+        rows: dict[str, list[float]] = {k: [] for k in (
+            "retrieval: CAR top 5", "retrieval: hybrid top 5", "attach 5 hits, cold",
+            "attach 5 hits, warm", "attach 5 hits, no lexical", "CAR end to end: spans 3 − 0",
+        )}
+        spans_per_hit: list[int] = []
+        for _ in range(args.repeat):
+            for q in questions:
+                vector = embed.get_agg_embedding_from_queries([q])
+                bundle = QueryBundle(q, embedding=vector)
+                t_car, hits = _timed(lambda b=bundle: car0.retrieve(b))
+                t_hyb, _ = _timed(lambda b=bundle: hybrid.retrieve(b))
+                cold = CriterionSpanPostprocessor(local.spans, embed, tokenizer=tokenizer)
+                t_cold, attached = _timed(lambda p=cold, h=hits: p.attach(h, vector, q))
+                t_warm, _ = _timed(lambda p=cold, h=hits: p.attach(h, vector, q))
+                nolex = CriterionSpanPostprocessor(local.spans, embed, tokenizer=tokenizer,
+                                                   lexical_weight=0.0)
+                t_nolex, _ = _timed(lambda p=nolex, h=hits: p.attach(h, vector, q))
+                t3, _ = _timed(lambda b=bundle: car3.retrieve(b))
+                t0, _ = _timed(lambda b=bundle: car0.retrieve(b))
+                for key, value in zip(rows, (t_car, t_hyb, t_cold, t_warm, t_nolex, t3 - t0),
+                                      strict=True):
+                    rows[key].append(value)
+                spans_per_hit.extend(
+                    len(h.node.metadata["criterion_spans"]) for h in attached  # type: ignore[attr-defined]
+                )
+    n_spans = local.spans.n_spans
+    print(f"corpus {corpus}: {built.nodes} nodes, {n_spans} spans "
+          f"({n_spans / max(built.nodes, 1):.1f}/node), embedding {args.embed}, "
+          f"{len(questions)} questions × {args.repeat}, {TOP_K} hits, "
+          f"{statistics.mean(spans_per_hit):.1f} spans attached per hit")
+    print(f"{'step (per query)':<34}{'median ms':>11}{'p95 ms':>9}")
+    for key, values in rows.items():
+        med, p95 = _stats(values)
+        print(f"{key:<34}{med:>11.2f}{p95:>9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
