@@ -27,7 +27,9 @@ Score of a span ``s`` for a query ``q`` (:func:`combine`)::
   here beyond the one query vector (``query_bundle.embedding`` when set);
 * ``bm25`` — Okapi BM25 of the query's Kiwi tokens against the span's
   (:func:`span_bm25`), idf and average length over the node's own spans, divided by the best
-  BM25 in the node (so it is in [0, 1]);
+  BM25 in the node (so it is in [0, 1]). A row known by its cells is the sum of the tokens of
+  its column headers and cell values (each distinct text tokenized once and cached per node:
+  the row texts, ~60% of a table's characters, are never tokenized themselves);
 * ``cue`` — :func:`cue_score`: criterion cues (numbers with units, ratios, 기준 이상 이하 이내
   미만 초과), ``min(count, 2) / 2``; for a table row counted in its cell values, not in the
   header labels its text repeats (a header "기준" would cue every row).
@@ -39,9 +41,10 @@ A node the span index does not hold, or holds in another version (same id, its s
 at their offsets), is cut on the fly and scored without the vector term.
 
 >>> post = CriterionSpanPostprocessor(span_index=spans, embed_model=embed)  # doctest: +SKIP
->>> hits = post.postprocess_nodes(hits, query_bundle=QueryBundle("비상주차대 설치 간격"))  # doctest: +SKIP
+>>> hits = post.postprocess_nodes(hits, query_bundle=QueryBundle("비상주차대 750m 이내"))  # doctest: +SKIP
 >>> hits[0].node.metadata["criterion_spans"][0]  # doctest: +SKIP
-{'kind': 'cell', 'text': '750m 이내', 'header': '기준', 'table_index': 0, 'row': 1, ...}
+{'kind': 'cell', 'text': '750m 이내', 'score': 0.89, ..., 'table_index': 0, 'row': 1, 'col': 1,
+ 'row_span': 1, 'col_span': 2, 'header': '기준', 'row_header': '설치 간격'}
 """
 
 from __future__ import annotations
@@ -62,14 +65,13 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.span_index import SpanIndex
 from llama_index_car.spans import Span, node_spans
-from llama_index_car.tokenizers.kiwi import DOMAIN_PATTERNS
+from llama_index_car.tokenizers.kiwi import DOMAIN_PATTERNS, KiwiTokenizer
 
 __all__ = [
     "CRITERION_SPANS_KEY",
     "CriterionSpanPostprocessor",
     "DEFAULT_CRITERION_SPANS",
     "SpanCandidate",
-    "attach_criterion_spans",
     "combine",
     "cue_score",
     "span_bm25",
@@ -202,6 +204,10 @@ class SpanCandidate:
     #: the text criterion cues are counted in (a row's cell values, without the header
     #: labels its text repeats; ``None``: ``text``)
     cue_text: str | None = None
+    #: the texts whose Kiwi tokens, summed, are its lexical document (a row known by its
+    #: cells: its column headers and cell values, so only cell texts are tokenized;
+    #: ``None``: ``text``)
+    token_parts: tuple[str, ...] | None = None
 
 
 def _norm(value: str) -> str:
@@ -307,9 +313,15 @@ def span_candidates(node: Any, spans: Sequence[Span] | None = None) -> list[Span
         }
         grid = grids.get(s.table_index) if s.table_index is not None else None
         row = s.row or 0
-        values = [_norm(c.text) for c in grid.covering.get(row, [])] if grid else []
+        covering = grid.covering.get(row, []) if grid else []
+        values = [_norm(c.text) for c in covering]
+        parts: list[str] = []
+        for c, v in zip(covering, values, strict=True):
+            h = grid.header(row, c.col, c.col_span) if grid else None
+            parts.extend(x for x in (h if h != v else None, v) if x)
         out.append(SpanCandidate("row", s.text, s.start, s.end, place, table,
-                                 " ".join(values) if values else None))
+                                 " ".join(values) if values else None,
+                                 tuple(parts) if parts else None))
         for c in grid.starting.get(row, []) if grid else []:
             value = _norm(c.text)
             if not value:
@@ -434,16 +446,7 @@ class _NodeCache:
                     spans = node_spans(node)
                 fresh.append(_Prepared(tuple(span_candidates(node, spans)), len(spans), indexed))
             if lexical:
-                texts = [c.text for p in fresh for c in p.candidates]
-                tokens = self.tokenizer.tokenize_batch(texts) if texts else []
-                at, done = 0, []
-                for p in fresh:
-                    toks = tokens[at : at + len(p.candidates)]
-                    at += len(p.candidates)
-                    done.append(_Prepared(p.candidates, p.n_spans, p.indexed,
-                                          tuple(Counter(t) for t in toks),
-                                          tuple(len(t) for t in toks)))
-                fresh = done
+                fresh = self._tokenized(fresh)
             for i, p in zip(todo, fresh, strict=True):
                 found[i] = p
         out = [p for p in found if p is not None]
@@ -455,8 +458,29 @@ class _NodeCache:
                 self._data.popitem(last=False)
         return out
 
+    def _tokenized(self, fresh: Sequence[_Prepared]) -> list[_Prepared]:
+        """``fresh`` with term counts: each distinct part text tokenized once, in one batch."""
+        texts = list(dict.fromkeys(t for p in fresh for c in p.candidates for t in _parts(c)))
+        tokens = dict(zip(texts, self.tokenizer.tokenize_batch(texts), strict=True)) if texts \
+            else {}
+        done = []
+        for p in fresh:
+            counts = []
+            for c in p.candidates:
+                total: Counter[str] = Counter()
+                for t in _parts(c):
+                    total.update(tokens[t])
+                counts.append(total)
+            done.append(_Prepared(p.candidates, p.n_spans, p.indexed, tuple(counts),
+                                  tuple(sum(x.values()) for x in counts)))
+        return done
 
-def attach_criterion_spans(
+
+def _parts(c: SpanCandidate) -> tuple[str, ...]:
+    return c.token_parts if c.token_parts is not None else (c.text,)
+
+
+def _attach_spans(
     nodes: Sequence[NodeWithScore],
     span_index: SpanIndex,
     query_vector: Sequence[float] | np.ndarray | None,
@@ -534,8 +558,6 @@ class CriterionSpanPostprocessor(BaseNodePostprocessor):
         if embed_model is None or not hasattr(embed_model, "get_agg_embedding_from_queries"):
             raise ConfigurationError("embed_model must be the index's BaseEmbedding")
         if tokenizer is None:
-            from llama_index_car.tokenizers.kiwi import KiwiTokenizer
-
             tokenizer = KiwiTokenizer()
         self._span_index = span_index
         self._embed_model = embed_model
@@ -558,10 +580,10 @@ class CriterionSpanPostprocessor(BaseNodePostprocessor):
         query_text: str,
         span_index: SpanIndex | None = None,
     ) -> list[NodeWithScore]:
-        """:func:`attach_criterion_spans` with this postprocessor's settings, for a query
+        """:func:`_attach_spans` with this postprocessor's settings, for a query
         vector computed elsewhere (CAR passes its own; ``span_index``: a pinned snapshot's)."""
         query_tokens = self._tokenizer.tokenize(query_text) if self.lexical_weight else []
-        return attach_criterion_spans(
+        return _attach_spans(
             nodes, span_index if span_index is not None else self._span_index, query_vector,
             query_tokens, self._cache, top_n=self.top_n, weights=self.weights,
         )
