@@ -354,3 +354,17 @@ def test_cached_nodes_give_the_fresh_result_and_never_a_stale_one(
     for s in other[0].node.metadata[CRITERION_SPANS_KEY]:
         assert _ws(changed.get_content()[s["start"]:s["end"]]).startswith(s["text"])
         assert "교체된" in s["text"] and s["parts"]["vector"] == 0.0  # not the old vectors
+
+
+def test_car_persist_keeps_criterion_spans(
+    demo_nodes: list, embed: object, tmp_path: Path
+) -> None:
+    car = _car(demo_nodes, embed, criterion_spans=2)
+    car.persist(tmp_path / "car")
+    again = CriterionAwareRetriever.from_persist_dir(tmp_path / "car", index=car.index)
+    assert again.criterion_spans == 2
+    want = car.retrieve("하이패스 차로 폭")
+    got = again.retrieve("하이패스 차로 폭")
+    assert [h.node.metadata[CRITERION_SPANS_KEY] for h in got] == [
+        h.node.metadata[CRITERION_SPANS_KEY] for h in want
+    ]

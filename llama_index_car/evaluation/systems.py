@@ -498,6 +498,7 @@ class SystemFactory:
                 route="auto" if base == "car-auto" else "always",
                 speculative_hybrid=False,
                 span_index=v.spans if offline else None,
+                criterion_spans=0,  # ranking metrics do not read them (100 hits per query)
                 embed_model=self.embed_model,
             )
         if spec.rerank:

@@ -506,7 +506,8 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
 
         The span index persisted in ``spans/`` is loaded with it. A ``retriever.json`` whose
         ``span_weight`` is > 0 without a ``spans/`` folder is refused (span ranking would be
-        silently off): persist the retriever again, or pass ``span_weight=0``.
+        silently off): persist the retriever again, or pass ``span_weight=0``. Without
+        ``spans/`` the persisted ``criterion_spans`` is dropped (no spans to attach).
 
         Raises:
             IndexPersistError: missing, damaged or foreign files (named), or span ranking
@@ -528,6 +529,8 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                 f"{persist_dir}: retriever.json has span_weight={weight} but no spans/ folder "
                 "is persisted; persist the retriever again, or pass span_weight=0"
             )
+        if spans is None and "criterion_spans" not in overrides:
+            config.pop("criterion_spans", None)  # off without a span index, as when built
         pool = int(config.get("pool_top_k", 50))
         ids = frozenset(n.node_id for n in lexical.nodes)
         config.setdefault("span_index", spans)
