@@ -368,3 +368,24 @@ def test_car_persist_keeps_criterion_spans(
     assert [h.node.metadata[CRITERION_SPANS_KEY] for h in got] == [
         h.node.metadata[CRITERION_SPANS_KEY] for h in want
     ]
+
+
+def test_an_llm_hypothesis_joins_the_lexical_part(demo_nodes: list, embed: object) -> None:
+    """With a hypothesizer the hypothesis's criterion terms join the query's tokens: a query
+    sharing no word with the node still gets a lexical part from them."""
+    from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+
+    class Fixed(BaseCriterionHypothesizer):
+        def hypothesize(self, query: str) -> CriterionHypothesis:
+            return CriterionHypothesis(text="비상주차대 설치 간격 750m", criteria=("비상주차대", "750m"),
+                                       source="test")
+
+    index = SpanIndex.from_nodes(demo_nodes, embed)
+    car = _car(demo_nodes, embed, hypothesizer=Fixed(), span_index=index)
+    assert car.criterion_spans == 3 and car.span_weight == 0  # spans attached, not re-ranked
+    hits = car.retrieve("qqq zzz")  # no Korean word: only the hypothesis can match
+    assert hits[0].node.metadata["car_explain"]["hypothesis_source"] == "test"
+    tunnel = next(h for h in hits if "750m" in h.node.get_content())
+    spans = tunnel.node.metadata[CRITERION_SPANS_KEY]
+    assert max(s["parts"]["lexical"] for s in spans) == 1.0
+    assert any("750m" in s["text"] for s in spans)
