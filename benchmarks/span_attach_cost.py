@@ -19,7 +19,7 @@ the questions:
 
 Run (not a test; prints a table)::
 
-    python benchmarks/span_attach_cost.py [--corpus DIR] [--embed use] [--repeat 3]
+    python benchmarks/span_attach_cost.py [--corpus DIR ...] [--embed use] [--repeat 3] [--out MD]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import io
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -54,20 +55,16 @@ def _timed(fn: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - t, out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", type=Path, default=None, help="HWPX folder (default: demo)")
-    ap.add_argument("--embed", default="use", help="embedding provider (default use)")
-    ap.add_argument("--repeat", type=int, default=3, help="passes over the questions")
-    args = ap.parse_args()
-    corpus = args.corpus or demo_corpus_dir()
+def measure(corpus: Path, embed_name: str, repeat: int) -> tuple[str, dict[str, list[float]]]:
+    """One corpus: its summary line and the per-query seconds of every step."""
     questions = [q.question for q in load_demo_questions(None)]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "index"
         with contextlib.redirect_stdout(io.StringIO()):
-            built = build_index(corpus, out, embed=args.embed, show_progress=False)
+            built = build_index(corpus, out, embed=embed_name, show_progress=False)
         local = load_index(out)
-        assert local.spans is not None
+        if local.spans is None:
+            raise SystemExit("the index has no span index")
         car0 = local.as_retriever("car", similarity_top_k=TOP_K, criterion_spans=0)
         car3 = local.as_retriever("car", similarity_top_k=TOP_K, criterion_spans=3)
         hybrid = local.as_retriever("hybrid", similarity_top_k=TOP_K)
@@ -82,7 +79,7 @@ def main() -> int:
             "attach 5 hits, warm", "attach 5 hits, cold, no Kiwi", "CAR end to end: spans 3 − 0",
         )}
         spans_per_hit: list[int] = []
-        for _ in range(args.repeat):
+        for _ in range(repeat):
             for q in questions:
                 vector = embed.get_agg_embedding_from_queries([q])
                 bundle = QueryBundle(q, embedding=vector)
@@ -106,15 +103,41 @@ def main() -> int:
                 spans_per_hit.extend(
                     len(h.node.metadata["criterion_spans"]) for h in attached  # type: ignore[attr-defined]
                 )
-    n_spans = local.spans.n_spans
-    print(f"corpus {corpus}: {built.nodes} nodes, {n_spans} spans "
-          f"({n_spans / max(built.nodes, 1):.1f}/node), embedding {args.embed}, "
-          f"{len(questions)} questions × {args.repeat}, {TOP_K} hits, "
-          f"{statistics.mean(spans_per_hit):.1f} spans attached per hit")
-    print(f"{'step (per query)':<34}{'median ms':>11}{'p95 ms':>9}")
-    for key, values in rows.items():
-        med, p95 = _stats(values)
-        print(f"{key:<34}{med:>11.2f}{p95:>9.2f}")
+        n_spans = local.spans.n_spans
+    summary = (
+        f"`{corpus.name}`: {built.nodes} nodes, {n_spans} spans "
+        f"({n_spans / max(built.nodes, 1):.1f}/node), embedding {embed_name}, "
+        f"{len(questions)} questions × {repeat}, {TOP_K} hits, "
+        f"{statistics.mean(spans_per_hit):.1f} spans attached per hit"
+    )
+    return summary, rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", type=Path, action="append", default=None,
+                    help="HWPX folder (repeatable; default: the demo corpus)")
+    ap.add_argument("--embed", default="use", help="embedding provider (default use)")
+    ap.add_argument("--repeat", type=int, default=3, help="passes over the questions")
+    ap.add_argument("--out", type=Path, default=None, help="also write the tables as markdown")
+    args = ap.parse_args()
+    lines = [
+        "# Cost of attaching criterion spans (5 hits per query)", "",
+        f"Measured by `python benchmarks/span_attach_cost.py {' '.join(sys.argv[1:])}` "
+        "(written by the script) on a 2-core machine shared with other work; per query, "
+        "median and p95 ms.", "",
+    ]
+    for corpus in args.corpus or [demo_corpus_dir()]:
+        summary, rows = measure(corpus, args.embed, args.repeat)
+        lines += [summary, "", "| step (per query) | median ms | p95 ms |", "|---|---:|---:|"]
+        for key, values in rows.items():
+            med, p95 = _stats(values)
+            lines.append(f"| {key} | {med:.2f} | {p95:.2f} |")
+        lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text, encoding="utf-8")
     return 0
 
 
