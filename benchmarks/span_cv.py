@@ -81,6 +81,7 @@ class Point:
     a_lo: float = 0.5
     feedback: bool = False
     lead: float = 0.0
+    dconf: float = 0.0
 
     @property
     def name(self) -> str:
@@ -93,6 +94,8 @@ class Point:
             parts.append("feedback")
         if self.lead > 0:
             parts.append(f"bm25 lead at gap≥{self.lead:g}")
+        if self.dconf > 0:
+            parts.append(f"α·min(1, dense gap/{self.dconf:g})")
         return " + ".join(parts) or "hybrid"
 
 
@@ -104,16 +107,20 @@ ALPHAS = [
 #: BM25 lead: when BM25's top score leads its second by this share of itself, its top hit
 #: goes first (0 = never)
 LEADS = (0.0, 0.2, 0.3, 0.4, 0.5)
+#: dense confidence: α scaled by min(1, dense score gap / τ) (0 = off)
+DCONFS = (0.0,)
 
 
 def grid() -> list[Point]:
     points = []
-    for lead, feedback, (a_hi, a_lo) in itertools.product(LEADS, (False, True), ALPHAS):
-        points.append(Point(a_hi=a_hi, a_lo=a_lo, feedback=feedback, lead=lead))
+    for dconf, lead, feedback, (a_hi, a_lo) in itertools.product(
+        DCONFS, LEADS, (False, True), ALPHAS
+    ):
+        points.append(Point(a_hi=a_hi, a_lo=a_lo, feedback=feedback, lead=lead, dconf=dconf))
         for feature, pool, w, gate in itertools.product(
             GRID_FEATURES, (20, 50, 100), (0.3, 0.4, 0.5, 0.6, 0.7, 0.8), (0, 1, 2)
         ):
-            points.append(Point(feature, pool, w, gate, a_hi, a_lo, feedback, lead))
+            points.append(Point(feature, pool, w, gate, a_hi, a_lo, feedback, lead, dconf))
     return points
 
 
@@ -235,6 +242,8 @@ def fused_order(q: QueryData, p: Point) -> np.ndarray:
 
 def _base_order(q: QueryData, p: Point) -> np.ndarray:
     alpha = p.a_hi - (p.a_hi - p.a_lo) * q.s
+    if p.dconf > 0:
+        alpha *= min(1.0, q.dense_gap / p.dconf)
     share = feedback_share(q.s, q.a, 0.7) if p.feedback else 0.0
     base = (
         alpha * (1 - share) * _rrf(q.dense)
@@ -271,7 +280,7 @@ def query_rrs(q: QueryData, points: Sequence[Point]) -> np.ndarray:
     positions: dict[tuple[Any, ...], tuple[float, float]] = {}
     out = np.empty(len(points))
     for i, p in enumerate(points):
-        kb = (p.feedback, p.a_hi, p.a_lo)
+        kb = (p.feedback, p.a_hi, p.a_lo, p.dconf)
         if kb not in bases:
             bases[kb] = _base_order(q, p)
         ko = kb + ((p.feature, p.pool, p.w, p.gate) if p.w > 0 else ())

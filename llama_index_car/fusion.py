@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from llama_index_car._errors import ConfigurationError
 
 __all__ = [
-    "DEFAULT_RRF_K", "score_gap", "span_fusion", "span_ranks", "validate_weights", "weighted_rrf",
+    "DEFAULT_RRF_K", "score_gap", "span_fusion", "span_ranks", "strictly_decreasing",
+    "validate_weights", "weighted_rrf",
 ]
 
 DEFAULT_RRF_K = 60
@@ -176,3 +177,26 @@ def score_gap(scores: Sequence[float | None]) -> float:
         return 0.0
     second = float(scores[1] or 0.0) if len(scores) > 1 else 0.0
     return max(0.0, (float(scores[0]) - second) / float(scores[0]))
+
+
+def strictly_decreasing(scores: Sequence[float]) -> list[float]:
+    """``scores`` in list order made strictly decreasing by the smallest change: each score
+    that is not below its predecessor becomes the next float below it.
+
+    Re-orderings (span fusion ties broken by pool rank, the BM25 lead, a re-ranked head above
+    an unchanged tail) keep their order this way in anything that sorts hits by score — an
+    evaluation run, a downstream postprocessor.
+
+    >>> s = strictly_decreasing([0.5, 0.5, 0.7, 0.1])
+    >>> s[0] == 0.5 and s[3] == 0.1 and s[3] < s[2] < s[1] < s[0]
+    True
+    """
+    import math
+
+    out: list[float] = []
+    for s in scores:
+        s = float(s)
+        if out and s >= out[-1]:
+            s = math.nextafter(out[-1], -math.inf)
+        out.append(s)
+    return out

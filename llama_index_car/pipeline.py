@@ -1181,7 +1181,7 @@ class LocalIndex:
         *,
         similarity_top_k: int = 10,
         pool_top_k: int = 50,
-        alpha: float = 0.5,
+        alpha: float | None = None,
         rrf_k: int = 60,
         hypothesizer: BaseCriterionHypothesizer | None = None,
         criterion_spans: int | None = None,
@@ -1197,7 +1197,8 @@ class LocalIndex:
         and ``bm25`` only ``similarity_top_k`` matters. ``hypothesizer`` (e.g. an
         :class:`LLMCriterionHypothesizer`) turns ``car`` into the LLM-hypothesis CAR; without
         it ``car`` is the offline configuration, which re-ranks its fused pool by the folder's
-        span index when it has one.
+        span index when it has one. ``alpha`` ``None``: each kind's default (hybrid 0.5; the
+        offline ``car`` its cross-validated α(s), see ``CriterionAwareRetriever``).
 
         Raises:
             ConfigurationError: unknown ``kind``.
@@ -1223,7 +1224,7 @@ class LocalIndex:
             return WeightedRRFRetriever.from_alpha(
                 dense,
                 lexical,
-                alpha=alpha,
+                alpha=0.5 if alpha is None else alpha,
                 rrf_k=rrf_k,
                 pool_top_k=pool,
                 similarity_top_k=similarity_top_k,
@@ -1386,7 +1387,7 @@ def load_retriever(
     llm: LLM | None = None,
     similarity_top_k: int = 10,
     pool_top_k: int = 50,
-    alpha: float = 0.5,
+    alpha: float | None = None,
     rrf_k: int = 60,
 ) -> BaseRetriever:
     """Open ``persist_dir`` and return a ``kind`` retriever (``car|hybrid|bm25|dense``).

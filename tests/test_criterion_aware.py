@@ -312,8 +312,8 @@ def test_rejects_bad_components() -> None:
         CriterionAwareRetriever("dense", r, hypothesizer=StubHypothesizer())  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="BaseCriterionHypothesizer"):
         CriterionAwareRetriever(r, r, hypothesizer=object())  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="token_counts"):  # offline needs a BM25 index
-        CriterionAwareRetriever(r, r, hypothesizer=None)
+    with pytest.raises(ConfigurationError, match="token_counts"):  # feedback needs a BM25 index
+        CriterionAwareRetriever(r, r, hypothesizer=None, feedback_scale=0.7)
     with pytest.raises(ConfigurationError, match="nodes"):
         CriterionAwareRetriever.from_defaults()
 
@@ -359,13 +359,13 @@ def test_from_defaults_offline_builds_everything() -> None:
     )
     assert isinstance(car.dense_retriever, VectorIndexRetriever)
     assert isinstance(car.lexical_retriever, KiwiBM25Retriever)
-    assert car.hypothesizer is None and car.feedback_scale == DEFAULT_FEEDBACK_SCALE
+    assert car.hypothesizer is None and car.feedback_scale == 0.0  # off: cross-validated
     assert car.speculative_hybrid is False
     out = car.retrieve("포장 균열 보수")
     assert 0 < len(out) <= 3
     info = out[0].node.metadata[EXPLAIN_KEY]
     assert info["routed"] == "car" and info["fallback"] is False
-    assert 0.0 <= info["feedback"]["share"] <= DEFAULT_FEEDBACK_SCALE
+    assert info["feedback"]["share"] == 0.0 < DEFAULT_FEEDBACK_SCALE
     assert sum(info["weights"].values()) == pytest.approx(1.0)
     assert [n.model_dump() for n in nodes] == before
 

@@ -16,6 +16,7 @@ from llama_index_car._errors import ConfigurationError
 from llama_index_car.hypothesizers.feedback import feedback_terms
 from llama_index_car.retrievers.criterion_aware import (
     DEFAULT_FEEDBACK_SCALE,
+    DEFAULT_OFFLINE_ALPHA,
     CriterionAwareRetriever,
 )
 from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
@@ -109,7 +110,8 @@ def test_offline_car_fuses_three_channels_as_specified(bm25: KiwiBM25Retriever) 
 
     query = "비탈 옆 물 빠지는 배수 길 만드는 법"
     dense_order = ["n1", "n0", "n4", "n6", "n2", "n3", "n5"]
-    car = CriterionAwareRetriever(FixedDense(dense_order), bm25, similarity_top_k=7)
+    car = CriterionAwareRetriever(FixedDense(dense_order), bm25, similarity_top_k=7, bm25_lead=0,
+                                  feedback_scale=DEFAULT_FEEDBACK_SCALE)
     assert car.hypothesizer is None and car.feedback_scale == DEFAULT_FEEDBACK_SCALE == 0.7
     out = car.retrieve(query)
     info = out[0].node.metadata[EXPLAIN_KEY]
@@ -145,8 +147,9 @@ def test_offline_car_fuses_three_channels_as_specified(bm25: KiwiBM25Retriever) 
     assert info["hypothesis_source"] == "feedback"
 
     fed = [h.node.node_id for h in bm25.retrieve(query + " " + " ".join(expected_terms))]
-    # the dense weight follows the router signal: α = 0.5 − (0.5 − alpha_overlap)·s
-    alpha = 0.5 - (0.5 - car.alpha_overlap) * signal
+    # the dense weight follows the router signal: α = alpha − (alpha − alpha_overlap)·s
+    assert car.alpha == DEFAULT_OFFLINE_ALPHA
+    alpha = car.alpha - (car.alpha - car.alpha_overlap) * signal
     w = [alpha * (1 - share), (1 - alpha) * (1 - share), share]
     assert info["weights"] == pytest.approx({"dense": w[0], "lexical": w[1], "feedback": w[2]})
     assert [h.node.node_id for h in out] == _rrf([dense_order, lexical, fed], w)[:7]
@@ -164,7 +167,9 @@ def test_offline_car_fuses_three_channels_as_specified(bm25: KiwiBM25Retriever) 
 def test_offline_car_without_feedback_is_the_hybrid(bm25: KiwiBM25Retriever) -> None:
     query = "배수시설 설치기준"  # every content morpheme is in its best BM25 hit: signal 1
     dense_order = ["n1", "n0", "n4", "n6", "n2"]
-    car = CriterionAwareRetriever(FixedDense(dense_order), bm25, alpha=0.3)
+    car = CriterionAwareRetriever(
+        FixedDense(dense_order), bm25, alpha=0.3, alpha_overlap=0.3, bm25_lead=0
+    )
     out = car.retrieve(query)
     info = out[0].node.metadata[EXPLAIN_KEY]
     assert info["router_signal"] == 1.0 and info["feedback"]["share"] == 0.0
@@ -183,8 +188,8 @@ def test_offline_configuration_errors(bm25: KiwiBM25Retriever) -> None:
         with pytest.raises(ConfigurationError, match="feedback_scale"):
             CriterionAwareRetriever(dense, bm25, feedback_scale=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="token_counts"):
-        CriterionAwareRetriever(dense, FixedDense(["n0"]))
-    CriterionAwareRetriever(dense, FixedDense(["n0"]), feedback_scale=0)  # no feedback: fine
+        CriterionAwareRetriever(dense, FixedDense(["n0"]), feedback_scale=DEFAULT_FEEDBACK_SCALE)
+    CriterionAwareRetriever(dense, FixedDense(["n0"]))  # no feedback (the default): fine
 
 
 def test_feedback_knob_on_the_hypothesis_path(bm25: KiwiBM25Retriever) -> None:
@@ -220,8 +225,11 @@ def test_feedback_knob_on_the_hypothesis_path(bm25: KiwiBM25Retriever) -> None:
     )
 
 
+FIXED = {"alpha": 0.5, "alpha_overlap": 0.5}
+
+
 def test_bm25_lead_puts_a_clear_lexical_winner_first(bm25: KiwiBM25Retriever) -> None:
-    """Oracle: the lead rule written out over the fused order (with lead off), and the BM25
+    """A fixed α = 0.5 (the fusion mixes both channels). Oracle: the lead rule written out over the fused order (with lead off), and the BM25
     score gap from rank_bm25's scores of the same tokens."""
     from rank_bm25 import BM25Okapi
 
@@ -233,22 +241,23 @@ def test_bm25_lead_puts_a_clear_lexical_winner_first(bm25: KiwiBM25Retriever) ->
     assert 0.05 < gap < 0.95
     winner = f"n{int(oracle.argmax())}"
     dense_order = [i for i in ("n6", "n5", "n4", "n3", "n2", "n1", "n0") if i != winner]
-    plain = CriterionAwareRetriever(FixedDense(dense_order), bm25, bm25_lead=0, similarity_top_k=3)
+    plain = CriterionAwareRetriever(FixedDense(dense_order), bm25, bm25_lead=0, similarity_top_k=3,
+                                    **FIXED)
     base = [h.node.node_id for h in plain.retrieve(query)]
     assert base[0] != winner  # the fusion alone does not put it first here
     led = CriterionAwareRetriever(
-        FixedDense(dense_order), bm25, bm25_lead=gap - 1e-6, similarity_top_k=3
+        FixedDense(dense_order), bm25, bm25_lead=gap - 1e-6, similarity_top_k=3, **FIXED
     )
     out = led.retrieve(query)
     full = [h.node.node_id for h in CriterionAwareRetriever(
-        FixedDense(dense_order), bm25, bm25_lead=0, similarity_top_k=20).retrieve(query)]
+        FixedDense(dense_order), bm25, bm25_lead=0, similarity_top_k=20, **FIXED).retrieve(query)]
     assert [h.node.node_id for h in out] == ([winner] + [i for i in full if i != winner])[:3]
     info = out[0].node.metadata[EXPLAIN_KEY]["bm25_lead"]
     assert info["gap"] == pytest.approx(gap) and info["moved_from"] == full.index(winner) + 1
     scores = [h.score for h in out]
     assert scores == sorted(scores, reverse=True)  # still non-increasing
     above = CriterionAwareRetriever(
-        FixedDense(dense_order), bm25, bm25_lead=gap + 1e-6, similarity_top_k=3
+        FixedDense(dense_order), bm25, bm25_lead=gap + 1e-6, similarity_top_k=3, **FIXED
     )
     assert [h.node.node_id for h in above.retrieve(query)] == base
     assert CriterionAwareRetriever(FixedDense(dense_order), bm25, hypothesizer=None).bm25_lead > 0

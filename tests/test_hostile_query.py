@@ -242,7 +242,14 @@ def collected() -> Any:
 def test_hypothesis_event_reaches_a_registered_handler(
     retrievers: dict[str, BaseRetriever], collected: list[CriterionHypothesisEvent]
 ) -> None:
-    car = retrievers["car"]
+    from llama_index_car.retrievers.criterion_aware import (
+        DEFAULT_FEEDBACK_SCALE,
+        CriterionAwareRetriever,
+    )
+
+    base = retrievers["car"]  # the feedback channel (off by default) turned on
+    car = CriterionAwareRetriever(base.dense_retriever, base.lexical_retriever,
+                                  feedback_scale=DEFAULT_FEEDBACK_SCALE)
     query = "비탈 옆 물 빠지는 배수 길 만드는 법"  # low overlap: the feedback step runs
     hits = car.retrieve(query)
     (event,) = collected

@@ -281,10 +281,10 @@ def test_car_reranks_its_pool_by_spans(embed: HashedBigramEmbedding) -> None:
 
     nodes = _nodes(30)
     plain = CriterionAwareRetriever.from_defaults(
-        nodes=nodes, embed_model=embed, spans=False, similarity_top_k=30, feedback_scale=0
+        nodes=nodes, embed_model=embed, spans=False, similarity_top_k=30, bm25_lead=0
     )
     spans = CriterionAwareRetriever.from_defaults(
-        nodes=nodes, embed_model=embed, similarity_top_k=30, feedback_scale=0
+        nodes=nodes, embed_model=embed, similarity_top_k=30, bm25_lead=0
     )
     assert plain.span_index is None and spans.span_index is not None
     query = "간격은 43m 이내로 한다"
@@ -292,9 +292,10 @@ def test_car_reranks_its_pool_by_spans(embed: HashedBigramEmbedding) -> None:
     ranked = spans.retrieve(query)
     q = embed.get_query_embedding(query)
     ids = [h.node.node_id for h in base]
-    hits = spans.span_index.best_spans(q, ids)
-    want = span_fusion(ids, [h.score for h in hits], spans.span_weight)
-    assert [h.node.node_id for h in ranked] == [d for d, _ in want]
-    assert all(h.node.metadata["car_explain"]["span"] is not None for h in ranked)
+    head = ids[: spans.span_pool]  # the first span_pool are re-ranked, the rest follow
+    hits = spans.span_index.best_spans(q, head)
+    want = span_fusion(head, [h.score for h in hits], spans.span_weight)
+    assert [h.node.node_id for h in ranked] == [d for d, _ in want] + ids[spans.span_pool :]
+    assert all(h.node.metadata["car_explain"].get("span") is not None for h in ranked[:20])
     with pytest.raises(ConfigurationError):
         CriterionAwareRetriever(plain.dense_retriever, plain.lexical_retriever, span_weight=0.5)

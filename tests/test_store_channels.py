@@ -84,8 +84,8 @@ def test_insert_and_delete_reach_both_channels() -> None:
 
 def test_offline_car_persists_no_hypothesizer(tmp_path: Path) -> None:
     """Offline CAR learns nothing at index time: persist writes BM25 and the config only, and
-    the reloaded retriever is the offline configuration again (feedback channel on)."""
-    car = _car()
+    the reloaded retriever is the offline configuration again (feedback channel included)."""
+    car = _car(feedback_scale=0.7)
     assert car.hypothesizer is None and car.feedback_scale > 0
     car.persist(tmp_path / "car")
     assert not list(tmp_path.rglob("hypothesizer"))

@@ -82,7 +82,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--top-k", type=positive_int, default=5, help="hits to show (default 5)")
     p.add_argument(
-        "--alpha", type=unit_float, default=0.5, help="dense weight in the fusion, 0..1 (0.5)"
+        "--alpha", type=unit_float, default=None,
+        help="dense weight in the fusion, 0..1 (hybrid: 0.5; car: its own α(s))"
     )
     p.add_argument("--explain", action="store_true", help="snippets, all cells, fusion details")
     p.add_argument("--full", action="store_true",

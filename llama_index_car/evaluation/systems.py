@@ -21,7 +21,8 @@ Grammar of a system name::
                   when the router predicts low lexical overlap, the plain hybrid otherwise
   ==============  ============================================================================
 
-* ``@<alpha>`` — the dense weight of a fusion system (default: the run's ``--alpha``).
+* ``@<alpha>`` — the dense weight of a fusion system (default: the run's ``--alpha``; the
+  offline ``car`` keeps its own cross-validated α(s) unless ``car@<alpha>`` names one).
 * ``reframe:<mode>:`` — index variant: the nodes go through
   ``CriterialReframer(mode=<mode>)`` (``first``, ``all``, ``most_frequent``) before indexing.
 * ``+rerank`` — the reranker (``resolve_reranker("cohere")``) reorders the top
@@ -491,7 +492,8 @@ class SystemFactory:
                 v.dense,
                 v.bm25,
                 hypothesizer=None if offline else self.hypothesizer(spec.reframe, kind),
-                alpha=alpha,
+                # the offline car keeps its own α(s) unless the system names one (car@0.4)
+                alpha=spec.alpha if offline else alpha,
                 rrf_k=self.rrf_k,
                 pool_top_k=self.depth,
                 similarity_top_k=self.depth,

@@ -21,10 +21,15 @@ without an LLM; nothing is learnt at index time). Three channels:
   (``alpha_overlap`` default :data:`DEFAULT_ALPHA_OVERLAP`); ``alpha_overlap=alpha`` keeps it
   fixed. With a :class:`~llama_index_car.span_index.SpanIndex` the fused pool (``span_pool``)
   is then re-ranked by its best spans (:func:`~llama_index_car.fusion.span_fusion`, weight
-  ``span_weight``; chosen by CV in ``benchmarks/span_cv.py``). ``feedback_scale`` defaults to :data:`DEFAULT_FEEDBACK_SCALE`
-  (0.7), measured in ``benchmarks/car_ablation.py`` (README Results): the corpus-mined hypothesis
-  of earlier versions, a query-adaptive α, criterion sentences, a Rocchio dense channel and a
-  title-debiased body-vector channel were measured there too and not kept.
+  ``span_weight``), and BM25's top hit goes first when its score leads the second's by
+  ``bm25_lead`` of itself (:func:`~llama_index_car.fusion.score_gap`).
+
+  Every default (``alpha`` 0.3 → ``alpha_overlap`` 0, span weight 0.5 over a 20-node pool,
+  ``bm25_lead`` 0.2, and the feedback channel **off**) was chosen by 5-fold cross-validation
+  over the queries of three developer sets and checked leave-one-set-out
+  (``benchmarks/span_cv.py``, ``docs/results/span_cv.md``): the feedback channel added nothing
+  on top of span ranking there, so ``feedback_scale`` defaults to 0; pass
+  ``feedback_scale=DEFAULT_FEEDBACK_SCALE`` (0.7, its measured scale) to turn it on.
 
 **With a hypothesizer** (the paper's CAR; e.g. ``LLMCriterionHypothesizer``). A hypothesizer
 guesses the criterion the query seeks, in the vocabulary of the standards
@@ -150,21 +155,25 @@ logger = logging.getLogger(__name__)
 
 CHANNEL_NAMES = ("dense", "lexical")
 FEEDBACK_CHANNEL_NAMES = ("dense", "lexical", "feedback")
-#: ``scale`` of the offline feedback share (measured on lhcs_construction and autorag_ko)
+#: ``scale`` of the offline feedback share when it is turned on (``feedback_scale=``; off by
+#: default: it adds nothing on top of span ranking under cross-validation, span_cv.py)
 DEFAULT_FEEDBACK_SCALE = 0.7
+#: offline dense weight when no query word is in its best BM25 hits (router signal s = 0)
+#: (chosen by CV, benchmarks/span_cv.py); with a hypothesizer ``alpha`` defaults to 0.5
+DEFAULT_OFFLINE_ALPHA = 0.3
 #: offline dense weight when the query's words are all in its best BM25 hits (router signal
 #: s = 1); α moves linearly from ``alpha`` at s = 0 (chosen by CV, benchmarks/span_cv.py)
-DEFAULT_ALPHA_OVERLAP = 0.2
+DEFAULT_ALPHA_OVERLAP = 0.0
 #: offline: BM25's top hit goes first when its score leads the second's by this share of
 #: itself (:func:`~llama_index_car.fusion.score_gap`; chosen by CV, benchmarks/span_cv.py)
-DEFAULT_BM25_LEAD = 0.4
+DEFAULT_BM25_LEAD = 0.2
 
 
 def _lead_first(
     hits: list[NodeWithScore], node_id: str, gap: float, threshold: float
 ) -> list[NodeWithScore]:
-    """``hits`` with ``node_id`` moved to the front (score raised to the first's, so scores
-    stay non-increasing); its ``car_explain`` records the lead (``bm25_lead``)."""
+    """``hits`` with ``node_id`` moved to the front (score raised just above the first's, so
+    any sort by score keeps the order); its ``car_explain`` records the lead (``bm25_lead``)."""
     at = next((i for i, h in enumerate(hits) if h.node.node_id == node_id), None)
     if at is None or at == 0:
         if at == 0:
@@ -175,7 +184,7 @@ def _lead_first(
     explain = hit.node.metadata.setdefault("car_explain", {})
     explain["bm25_lead"] = {"gap": gap, "threshold": threshold, "moved_from": at + 1,
                             "fused_score": hit.score}
-    hit.score = hits[0].score
+    hit.score = math.nextafter(float(hits[0].score or 0.0), math.inf)  # strictly first
     return [hit] + hits[:at] + hits[at + 1 :]
 
 
@@ -253,7 +262,9 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         hypothesizer: a :class:`BaseCriterionHypothesizer` (e.g. ``LLMCriterionHypothesizer``).
             ``None`` (the offline default): no hypothesis; the plain dense and lexical channels
             plus the feedback channel (see the module docstring).
-        alpha: weight of the dense channel in [0, 1]; lexical gets ``1 - alpha`` (default 0.5).
+        alpha: weight of the dense channel in [0, 1]; lexical gets ``1 - alpha``. ``None``
+            (default): :data:`DEFAULT_OFFLINE_ALPHA` offline (at router signal 0, see
+            ``alpha_overlap``), 0.5 with a hypothesizer.
         rrf_k: RRF constant (default 60, ranks 1-based).
         pool_top_k: candidates per channel (default 50).
         similarity_top_k: fused results returned (default 10).
@@ -270,10 +281,10 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             hybrid (default 0.005): a cached hypothesis arrives within it, so no hybrid is run
             in vain; an uncached LLM call pays at most this delay.
         feedback_scale: ``scale`` of :func:`~llama_index_car.retrievers.routing.feedback_share`
-            for the pseudo-relevance-feedback channel; ``0`` disables it. ``None`` (default):
-            :data:`DEFAULT_FEEDBACK_SCALE` without a hypothesizer, ``0`` with one (not
-            measured with an LLM hypothesis). Needs a lexical retriever with ``tokenizer``,
-            ``bm25`` and ``token_counts`` (``KiwiBM25Retriever``).
+            for the pseudo-relevance-feedback channel; ``0`` or ``None`` (default) disables it
+            (module docstring: cross-validated); :data:`DEFAULT_FEEDBACK_SCALE` is its measured
+            scale. Needs a lexical retriever with ``tokenizer``, ``bm25`` and ``token_counts``
+            (``KiwiBM25Retriever``).
         criterion_spans: spans attached to each hit as ``metadata["criterion_spans"]``
             (module docstring); ``None`` (default): :data:`DEFAULT_CRITERION_SPANS` (3) with a
             ``span_index``, 0 (off) without; > 0 needs a ``span_index``.
@@ -289,7 +300,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         dense_retriever: BaseRetriever,
         lexical_retriever: BaseRetriever,
         hypothesizer: BaseCriterionHypothesizer | None = None,
-        alpha: float = 0.5,
+        alpha: float | None = None,
         rrf_k: int = DEFAULT_RRF_K,
         pool_top_k: int = 50,
         similarity_top_k: int = 10,
@@ -312,6 +323,8 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     ) -> None:
         self.dense_retriever = check_retriever("dense_retriever", dense_retriever)
         self.lexical_retriever = check_retriever("lexical_retriever", lexical_retriever)
+        if alpha is None:
+            alpha = DEFAULT_OFFLINE_ALPHA if hypothesizer is None else 0.5
         self.alpha = check_alpha(alpha)
         self.rrf_k = check_rrf_k(rrf_k)
         self.pool_top_k = check_int("pool_top_k", pool_top_k)
@@ -341,10 +354,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                 "feedback channel is weighted by the router signal already: use route='always'"
             )
         self.hypothesizer = hypothesizer
-        self.feedback_scale = _check_scale(
-            DEFAULT_FEEDBACK_SCALE if feedback_scale is None and hypothesizer is None
-            else feedback_scale or 0.0
-        )
+        self.feedback_scale = _check_scale(feedback_scale or 0.0)
         if self.feedback_scale > 0:
             _check_feedback_source(self.lexical_retriever)
         if speculative_hybrid not in (True, False, "auto"):
