@@ -186,7 +186,7 @@ def test_query_hybrid_scores_follow_weighted_rrf(index_run: dict[str, Any], caps
     assert [h["score"] for h in hybrid] == sorted((h["score"] for h in hybrid), reverse=True)
 
 
-def test_query_car_prints_hypothesis_and_channel_ranks(
+def test_query_car_prints_channel_ranks_and_spans(
     index_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc, stdout, stderr = _query(
@@ -194,12 +194,13 @@ def test_query_car_prints_hypothesis_and_channel_ranks(
     )
     assert rc == 0, stderr
     hyp_line = next(line for line in stdout.splitlines() if line.startswith("criterion hypothesis"))
-    assert "(none)" not in hyp_line
+    assert "(none)" in hyp_line  # offline: no hypothesis (the feedback channel is off)
     assert "ranks: dense #" in stdout
     payload = _query_json(capsys, index_run["out"], "교량 점검통로 폭", "--retriever", "car")
     first = payload["hits"][0]
-    assert first["hypothesis"] and first["criteria"]  # the offline CAR's feedback terms
-    assert set(first["channels"]) == {"dense", "lexical", "feedback"}
+    assert not first["hypothesis"] and not first["criteria"]
+    assert set(first["channels"]) == {"dense", "lexical"}
+    assert first["criterion_spans"]  # the folder's span index: the governing clause per hit
 
 
 def test_query_table_hit_shows_cells_with_coordinates(
