@@ -63,6 +63,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
+from llama_index_car.postprocessors.span_rerank import check_span_inputs, query_vector
 from llama_index_car.span_index import SpanIndex
 from llama_index_car.spans import Span, node_spans
 from llama_index_car.tokenizers.kiwi import DOMAIN_PATTERNS, KiwiTokenizer
@@ -551,12 +552,7 @@ class CriterionSpanPostprocessor(BaseNodePostprocessor):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not isinstance(span_index, SpanIndex):
-            raise ConfigurationError(
-                f"span_index is a {type(span_index).__name__}; pass a SpanIndex"
-            )
-        if embed_model is None or not hasattr(embed_model, "get_agg_embedding_from_queries"):
-            raise ConfigurationError("embed_model must be the index's BaseEmbedding")
+        check_span_inputs(span_index, embed_model)
         if tokenizer is None:
             tokenizer = KiwiTokenizer()
         self._span_index = span_index
@@ -595,7 +591,8 @@ class CriterionSpanPostprocessor(BaseNodePostprocessor):
             raise ConfigurationError("CriterionSpanPostprocessor needs the query (query_bundle)")
         if not nodes:
             return []
-        vector = query_bundle.embedding
-        if vector is None and self.vector_weight > 0:
-            vector = self._embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
+        vector = (
+            query_vector(query_bundle, self._embed_model)
+            if query_bundle.embedding is not None or self.vector_weight > 0 else None
+        )
         return self.attach(nodes, vector, query_bundle.query_str)

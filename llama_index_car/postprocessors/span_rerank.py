@@ -56,6 +56,21 @@ def _with_explain(nws: NodeWithScore, score: float, span: dict[str, Any] | None)
     return NodeWithScore(node=node.model_copy(update=update), score=score)
 
 
+def check_span_inputs(span_index: Any, embed_model: Any) -> None:
+    """A span postprocessor's inputs: a :class:`SpanIndex` and the index's embedding."""
+    if not isinstance(span_index, SpanIndex):
+        raise ConfigurationError(f"span_index is a {type(span_index).__name__}; pass a SpanIndex")
+    if embed_model is None or not hasattr(embed_model, "get_agg_embedding_from_queries"):
+        raise ConfigurationError("embed_model must be the index's BaseEmbedding")
+
+
+def query_vector(query_bundle: QueryBundle, embed_model: Any) -> list[float]:
+    """The bundle's embedding, or the query embedding of its ``embedding_strs``."""
+    if query_bundle.embedding is not None:
+        return list(query_bundle.embedding)
+    return list(embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs))
+
+
 def rerank_by_spans(
     nodes: Sequence[NodeWithScore],
     span_index: SpanIndex,
@@ -106,12 +121,7 @@ class SpanReranker(BaseNodePostprocessor):
 
     def __init__(self, span_index: SpanIndex, embed_model: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not isinstance(span_index, SpanIndex):
-            raise ConfigurationError(
-                f"span_index is a {type(span_index).__name__}; pass a SpanIndex"
-            )
-        if embed_model is None or not hasattr(embed_model, "get_agg_embedding_from_queries"):
-            raise ConfigurationError("embed_model must be the index's BaseEmbedding")
+        check_span_inputs(span_index, embed_model)
         self._span_index = span_index
         self._embed_model = embed_model
 
@@ -126,10 +136,7 @@ class SpanReranker(BaseNodePostprocessor):
             raise ConfigurationError("SpanReranker needs the query (query_bundle)")
         if not nodes:
             return []
-        vector = query_bundle.embedding
-        if vector is None:
-            vector = self._embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
         out = rerank_by_spans(
-            nodes, self._span_index, vector, weight=self.weight, pool=self.pool, rrf_k=self.rrf_k
+            nodes, self._span_index, query_vector(query_bundle, self._embed_model), weight=self.weight, pool=self.pool, rrf_k=self.rrf_k
         )
         return out[: self.top_n] if self.top_n is not None else out
