@@ -26,7 +26,7 @@ examples:
       --max-queries 300 --out out/legal
   llama-car eval docs/ --qa questions.jsonl --systems bm25,dense,reframe:first:dense --out out/x
 
-systems: bm25 dense hybrid car (offline: dense + BM25 + feedback channel), and with --llm:
+systems: bm25 dense hybrid car (offline: dense + BM25, span re-ranking, BM25 lead), and with --llm:
   dense+hyp bm25+exp car car-hyde car-auto; each optionally prefixed 'reframe:<first|all|most_frequent>:', suffixed '@<alpha>' (fusion) or '+rerank'.
 outputs: DIR/results.json DIR/runs/<system>.trec DIR/report.md DIR/*.png DIR/per_query.json
 """
@@ -54,11 +54,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="LLM for the criterion hypothesis and car-hyde (default: %(default)s)")
     p.add_argument("--hypothesizer", default="auto", choices=("auto", "offline", "llm"),
                    help="CAR hypothesizer; auto = llm when --llm is set, else offline "
-                        "(car = the offline CAR: dense + BM25 + feedback channel)")
+                        "(car = the offline CAR: dense + BM25, span re-ranking, BM25 lead)")
     p.add_argument("--rerank", default="none", choices=RERANKERS,
                    help="reranker for '+rerank' systems (default: %(default)s)")
     p.add_argument("--alpha", type=unit_float, default=0.5,
-                   help="dense weight of fusion systems (default: %(default)s)")
+                   help="dense weight of fusion systems (default: %(default)s; the offline car keeps "
+                        "its own cross-validated alpha unless named as car@ALPHA)")
     p.add_argument("--rrf-k", type=nonneg_int, default=60, help="RRF constant (default: %(default)s)")
     p.add_argument("--depth", type=int_at_least(100), default=100,
                    help="documents per query in every run (default: %(default)s, min 100)")
