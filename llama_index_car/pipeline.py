@@ -508,13 +508,14 @@ def _span_index(
 
     if not use_cache:
         return SpanIndex.from_nodes(nodes, model, show_progress=show_progress)
-    from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
-    from llama_index_car.spans import node_spans
+    from llama_index_car.evaluation.cache import EmbeddingCache, default_cache_dir
+    from llama_index_car.span_index import cut_nodes
 
     cache = EmbeddingCache(cache_dir or default_cache_dir(), model, batch_size=INDEX_CACHE_BATCH)
-    texts = [s.text for n in nodes for s in node_spans(n)]
-    cache.embed(texts, "text", show_progress=show_progress, desc="embedding spans")
-    return SpanIndex.from_nodes(nodes, CachedEmbedding(cache))
+    cut = cut_nodes(nodes)  # once: cutting every node is a visible share of a warm build
+    texts = [s.text for s in cut.spans]
+    vectors = cache.embed(texts, "text", show_progress=show_progress, desc="embedding spans")
+    return SpanIndex.from_cut(cut, vectors)
 
 
 def _open_store_index(
