@@ -84,6 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer
     from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
+    from llama_index_car.query_engines import SpanCitationQueryEngine
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
     from llama_index_car.span_index import SpanIndex
 
@@ -1253,6 +1254,36 @@ class LocalIndex:
 
         return CriterionSpanPostprocessor(
             self.spans, self.index._embed_model, tokenizer=self.bm25.tokenizer, top_n=top_n
+        )
+
+    def as_citation_engine(
+        self,
+        llm: LLM,
+        kind: str = "car",
+        *,
+        similarity_top_k: int = 5,
+        criterion_spans: int = 3,
+        hypothesizer: BaseCriterionHypothesizer | None = None,
+        **engine_kwargs: Any,
+    ) -> SpanCitationQueryEngine:
+        """A :class:`~llama_index_car.query_engines.SpanCitationQueryEngine` answering with
+        ``llm`` over the ``kind`` retriever (:meth:`as_retriever`), whose sources are the
+        ``criterion_spans`` best spans of each of the ``similarity_top_k`` hits: ``car``
+        attaches them itself, the other kinds through :meth:`span_postprocessor` (a folder
+        built without spans gives one ``section`` source per hit). ``engine_kwargs`` go to
+        the engine (``streaming``, ``max_sources``, ``llm_timeout`` …); chat with
+        ``.as_chat_engine()``."""
+        from llama_index_car.query_engines import SpanCitationQueryEngine
+
+        car = kind == "car"
+        retriever = self.as_retriever(
+            kind, similarity_top_k=similarity_top_k, hypothesizer=hypothesizer,
+            criterion_spans=criterion_spans if car and self.spans is not None else None,
+        )
+        post = None if car else self.span_postprocessor(top_n=criterion_spans)
+        return SpanCitationQueryEngine(
+            retriever, llm, node_postprocessors=[post] if post is not None else None,
+            **engine_kwargs,
         )
 
     def bm25_retriever(self, similarity_top_k: int) -> KiwiBM25Retriever:
