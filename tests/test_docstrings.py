@@ -75,6 +75,8 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.llms.transport",
     "llama_index_car.pipeline",
     "llama_index_car.providers",
+    "llama_index_car.query_engines",
+    "llama_index_car.query_engines.span_citation",
     "llama_index_car.query_guard",
     "llama_index_car.retrievers",
     "llama_index_car.retrievers._filters",

@@ -303,6 +303,18 @@ def test_a_chat_answer_cites_a_table_cell_by_coordinates(
                       CondenseQuestionChatEngine)
 
 
+def test_a_streamed_chat_turn_resolves_its_citations(
+    local: LocalIndex, fake: FakeProviderServer
+) -> None:
+    k, hit, span = _first_cell(local, Q_CELL)
+    fake.anthropic_text = f"깎기부 노측 측구는 U형입니다 [{k}]."
+    chat = local.as_citation_engine(_llm(fake), streaming=True).as_chat_engine()
+    streamed = chat.stream_chat(Q_CELL)
+    assert "".join(streamed.response_gen) == fake.anthropic_text
+    (citation,) = streamed.sources[0].raw_output.metadata["citations"]
+    _check_cell(citation, hit, span)
+
+
 # ----------------------------------------------------------------------------- surface
 def test_prompts_are_exposed_and_updatable(local: LocalIndex, fake: FakeProviderServer) -> None:
     fake.anthropic_text = "답 [1]"
