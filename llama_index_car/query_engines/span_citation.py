@@ -57,7 +57,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,11 +223,9 @@ def sources_from_hits(
     for hit in hits:
         node = hit.node
         meta = dict(node.metadata or {})
-        where = {
-            "node_id": node.node_id,
-            "file": _file_of(meta),
-            "section_title": _one_line(meta.get("section_title")),
-        }
+        node_id, file, section = (
+            node.node_id, _file_of(meta), _one_line(meta.get("section_title"))
+        )
         spans = meta.get(_SPANS_KEY)
         spans = [s for s in spans if isinstance(s, dict) and s.get("text")] if isinstance(
             spans, list) else []
@@ -239,7 +237,8 @@ def sources_from_hits(
                 break
             out.append(Citation(
                 number=len(out) + 1, kind="section", text=text[:section_chars],
-                score=hit.score, start=0, end=len(node.get_content()), **where,
+                score=hit.score, start=0, end=len(node.get_content()), node_id=node_id,
+                file=file, section_title=section,
             ))
             continue
         for s in spans:
@@ -256,7 +255,7 @@ def sources_from_hits(
                 col=_int(s.get("col")), row_span=_int(s.get("row_span")),
                 col_span=_int(s.get("col_span")),
                 header=_one_line(s.get("header")), row_header=_one_line(s.get("row_header")),
-                **where,
+                node_id=node_id, file=file, section_title=section,
             ))
         if len(out) >= max_sources:
             break
@@ -377,7 +376,7 @@ class _Answer:
         self.finish()
         return "".join(self.parts)
 
-    def tokens(self, gen: Iterator[str]) -> Iterator[str]:
+    def tokens(self, gen: Iterator[str]) -> Generator[str, None, None]:
         try:
             for token in gen:
                 self.parts.append(token)
@@ -390,7 +389,7 @@ class _Answer:
         if tail:
             yield tail
 
-    async def atokens(self, gen: AsyncIterator[str]) -> AsyncIterator[str]:
+    async def atokens(self, gen: AsyncIterator[str]) -> AsyncGenerator[str, None]:
         try:
             async for token in gen:
                 self.parts.append(token)
@@ -404,7 +403,11 @@ class _Answer:
             yield tail
 
 
-async def _aone(text: str) -> AsyncIterator[str]:
+def _one(text: str) -> Generator[str, None, None]:
+    yield text
+
+
+async def _aone(text: str) -> AsyncGenerator[str, None]:
     yield text
 
 
@@ -535,7 +538,7 @@ class SpanCitationQueryEngine(BaseQueryEngine):
                 with llm_deadline(self.llm_timeout):
                     gen = self._llm.stream(self._qa_template, **args)
             except Exception as exc:  # noqa: BLE001 - any LLM failure: the retrieval-only answer
-                return StreamingResponse(iter([answer.whole(exc=exc)]), sources + extra,
+                return StreamingResponse(_one(answer.whole(exc=exc)), sources + extra,
                                          answer.metadata)
             return StreamingResponse(answer.tokens(gen), sources + extra, answer.metadata)
         try:
@@ -580,7 +583,7 @@ class SpanCitationQueryEngine(BaseQueryEngine):
     def _no_source(self, answer: _Answer, extra: list[NodeWithScore]) -> Any:
         answer.metadata["no_source"] = True
         if self._streaming:
-            return StreamingResponse(iter([NO_SOURCE_ANSWER]), extra, answer.metadata)
+            return StreamingResponse(_one(NO_SOURCE_ANSWER), extra, answer.metadata)
         return Response(NO_SOURCE_ANSWER, extra, answer.metadata)
 
     # queries ------------------------------------------------------------------
