@@ -271,14 +271,18 @@ def test_async_query_and_stream(local: LocalIndex, fake: FakeProviderServer) -> 
         text = "".join([t async for t in streamed.async_response_gen()])
         fake.enqueue("/v1/messages", Reply.error(500))
         failed = await local.as_citation_engine(_llm(fake)).aquery(Q_CELL)
-        return plain, streamed, text, failed
+        fake.enqueue("/v1/messages", Reply(sse_error_after=1))
+        broken = await local.as_citation_engine(_llm(fake), streaming=True).aquery(Q_CELL)
+        return plain, streamed, text, failed, await broken.get_response()
 
-    plain, streamed, text, failed = asyncio.run(run())
+    plain, streamed, text, failed, broken = asyncio.run(run())
     assert str(plain) == text == fake.anthropic_text
     for response in (plain, streamed):
         (citation,) = response.metadata["citations"]
         _check_cell(citation, hit, span)
     _assert_fallback(failed, "InternalServerError")
+    _assert_fallback(broken, "APIStatusError")
+    assert broken.response.startswith(fake.anthropic_text[:4])  # the one delta sent
 
 
 # ----------------------------------------------------------------------------- chat
