@@ -165,6 +165,7 @@ def test_an_answer_citing_no_valid_source_is_replaced(
     assert response.metadata["fallback"] is True
     assert response.metadata["error"] == "UncitedAnswerError"
     assert [c.number for c in response.metadata["citations"]] == [1, 2, 3]
+    assert response.response.startswith("LLM 답변을 만들지 못해")  # replaced, not appended
     kept = local.as_citation_engine(_llm(fake), require_citation=False).query(Q_REST)
     assert (kept.response, kept.metadata["fallback"], kept.metadata["citations"]) == (
         text, False, [])
@@ -253,6 +254,12 @@ def test_a_stream_that_breaks_off_gets_the_fallback_appended(
     text = response.get_response().response
     assert text.startswith(fake.anthropic_text[:8])  # the two deltas sent
     _assert_fallback(response, "APIStatusError")
+    # a stream that ends without a valid citation: the fallback follows what was streamed
+    fake.enqueue("/v1/messages", Reply.anthropic_text("출처 없이 답합니다 [42]."))
+    uncited = local.as_citation_engine(_llm(fake), streaming=True).query(Q_CELL)
+    assert uncited.get_response().response.startswith("출처 없이 답합니다 [42].\n\n")
+    _assert_fallback(uncited, "UncitedAnswerError")
+    assert uncited.metadata["invalid_citations"] == [42]
     fake.enqueue("/v1/messages", Reply.error(500))
     failed = local.as_citation_engine(_llm(fake), streaming=True).query(Q_CELL)
     assert isinstance(failed, StreamingResponse)

@@ -354,12 +354,15 @@ class _Answer:
         text = retrieval_only_answer(self.sources, self.k, type(exc).__name__)
         return f"\n\n{text}" if "".join(self.parts).strip() else text
 
-    def finish(self) -> str:
+    def finish(self, replace: bool = False) -> str:
         """Resolve the citations of the text so far; return text still to add ("" or the
-        retrieval-only answer when nothing valid was cited and a citation is required)."""
+        retrieval-only answer when nothing valid was cited and a citation is required; with
+        ``replace`` it replaces the text instead of following it)."""
         tail = ""
         cited, invalid = cited_numbers("".join(self.parts), len(self.sources))
         if not cited and self.require and not self.metadata["fallback"]:
+            if replace:
+                self.parts = []
             tail = self.fail(UncitedAnswerError("the LLM answer cites no source"))
             self.parts.append(tail)
             cited, invalid = cited_numbers("".join(self.parts), len(self.sources))
@@ -373,7 +376,7 @@ class _Answer:
             self.parts = [self.fail(exc)]
         else:
             self.parts = [text or ""]
-        self.finish()
+        self.finish(replace=True)
         return "".join(self.parts)
 
     def tokens(self, gen: Iterator[str]) -> Generator[str, None, None]:
