@@ -1271,8 +1271,8 @@ class LocalIndex:
         ``criterion_spans`` best spans of each of the ``similarity_top_k`` hits: ``car``
         attaches them itself, the other kinds through :meth:`span_postprocessor` (a folder
         built without spans gives one ``section`` source per hit). ``engine_kwargs`` go to
-        the engine (``streaming``, ``max_sources``, ``llm_timeout`` …); chat with
-        ``.as_chat_engine()``."""
+        the engine (``streaming``, ``max_sources``, ``llm_timeout`` …; ``node_postprocessors``
+        run after the span postprocessor); chat with ``.as_chat_engine()``."""
         from llama_index_car.query_engines import SpanCitationQueryEngine
 
         car = kind == "car"
@@ -1281,10 +1281,9 @@ class LocalIndex:
             criterion_spans=criterion_spans if car and self.spans is not None else None,
         )
         post = None if car else self.span_postprocessor(top_n=criterion_spans)
-        return SpanCitationQueryEngine(
-            retriever, llm, node_postprocessors=[post] if post is not None else None,
-            **engine_kwargs,
-        )
+        posts = [*([post] if post is not None else []),
+                 *(engine_kwargs.pop("node_postprocessors", None) or [])]
+        return SpanCitationQueryEngine(retriever, llm, node_postprocessors=posts, **engine_kwargs)
 
     def bm25_retriever(self, similarity_top_k: int) -> KiwiBM25Retriever:
         """The persisted BM25 retriever with another ``similarity_top_k`` (a shallow copy)."""
