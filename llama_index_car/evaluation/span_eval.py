@@ -162,8 +162,9 @@ def evaluate_spans(
     ranker: SpanRanker | None = None,
 ) -> dict[str, Any]:
     """Span hit figures of every system of ``runs`` (module docstring) as a JSON-ready dict:
-    ``{"k", "weights", "n_answers", "systems": {name: {"summary", "skipped"}}, "queries":
-    {qid: record}}`` (records of every query scored by some system)."""
+    ``{"k", "weights", "n_answers", "systems": {name: {"summary", "skipped", "qids"}},
+    "queries": {qid: record}}`` (``qids``: the queries the system's figures are over; records of
+    every query scored by some system, with its ``gold`` passage)."""
     from llama_index_car.evaluation.overlap import surface_content_morphemes
     from llama_index_car.span_index import SpanIndex
 
@@ -219,7 +220,8 @@ def evaluate_spans(
                 else:
                     kept.append(result)
                     records[qid] = record(result) | {"gold": doc}
-        systems[name] = {"summary": summarize(kept), "skipped": per_query_skips(reasons)}
+        systems[name] = {"summary": summarize(kept), "skipped": per_query_skips(reasons),
+                         "qids": [q.qid for q in kept]}
     return {
         "k": k, "weights": list(ranker.weights), "n_answers": len(answer_morphemes),
         "systems": systems, "queries": records,
