@@ -28,7 +28,13 @@ from typing import Any
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_car.evaluation.io import Qrels, Run, rank_items
-from llama_index_car.evaluation.span_hits import SpanQuery, best_set, overlap_shares, record, summarize
+from llama_index_car.evaluation.span_hits import (
+    SpanQuery,
+    best_set,
+    overlap_shares,
+    record,
+    summarize,
+)
 
 __all__ = [
     "ANSWER_KEY",
