@@ -53,6 +53,10 @@ SECTIONS: tuple[Section, ...] = (
             "python benchmarks/span_attach_cost.py --corpus llama_index_car/data/demo_corpus "
             "--corpus ../shared/corpus/hwpx --repeat 3 --out docs/results/span_attach_cost.md",
             generated=True),
+    Section("Criterion spans, measured: does the top span answer?", "span_eval.md",
+            "python benchmarks/span_eval.py ../shared/eval/lhcs_construction "
+            "../shared/eval/autorag_ko --json docs/results/span_eval.json "
+            "--markdown docs/results/span_eval.md", generated=True),
     Section("Counterfactual title-framing probe", "sections/02-title_probe.md",
             "llama-car probe <corpus> --frames plan,mixed,standard,neither --out out/probe"),
     Section("Table preservation across parsing pathways (paper §5.6, Table 7)",

@@ -59,6 +59,8 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.evaluation.probe",
     "llama_index_car.evaluation.report",
     "llama_index_car.evaluation.runner",
+    "llama_index_car.evaluation.span_eval",
+    "llama_index_car.evaluation.span_hits",
     "llama_index_car.evaluation.stats",
     "llama_index_car.evaluation.systems",
     "llama_index_car.framing",
