@@ -210,6 +210,38 @@ def test_foreign_and_pickled_files_are_refused(tmp_path: Path) -> None:
         BM25Okapi.load(tmp_path / "i")
 
 
+@pytest.mark.parametrize("verify", ["full", "lazy"])
+def test_postings_are_checked_once_not_per_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verify: str
+) -> None:
+    """Integrity is checked at load ("full": every posting) or once per column on its first
+    use ("lazy"); a repeated query checks nothing again (before: the numpy path re-checked
+    the posting order of every query term on every query)."""
+    import llama_index_car._bm25_kernels as kmod
+
+    docs = corpus(12, 300)
+    bm = BM25Okapi(docs, backend="numpy")
+    assert bm._scorer.checked.all()  # built here: known good
+    bm.save(tmp_path / "i")
+    got = BM25Okapi.load(tmp_path / "i", verify=verify, backend="numpy")  # type: ignore[arg-type]
+    assert bool(got._scorer.checked.all()) == (verify == "full")
+    calls: list[int] = []
+    real = kmod.check_postings
+
+    def counting(*args: object) -> object:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kmod, "check_postings", counting)
+    q = ["t1", "t5", "t9", "nope"]
+    first = got.get_scores(q)
+    assert len(calls) == (0 if verify == "full" else 3)  # the three known terms, once each
+    for _ in range(3):
+        assert got.get_scores(q).tolist() == first.tolist() == bm.get_scores(q).tolist()
+        assert got.top_k(q, 5)[0].tolist() == bm.top_k(q, 5)[0].tolist()
+    assert len(calls) == (0 if verify == "full" else 3)
+
+
 def test_compiled_top_k_path_is_taken_and_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pruned kernel answers without the dense fallback, and its (indices, scores) equal
     the dense exact path's bit for bit, ties included."""
