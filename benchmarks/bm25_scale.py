@@ -348,7 +348,7 @@ def worker_sharded(n: int, shard: int, args: argparse.Namespace) -> dict[str, An
         "shards": len(paths),
         "tokens_per_doc": CHUNK_TOKENS,
         "nnz": merged.nnz,
-        "vocab": len(merged._indptr) - 1,
+        "vocab": merged._index.n_terms,
         "build_s": build_s,
         "build_anon_peak_mb": build_anon,
         "build_vmhwm_mb": build_hwm,

@@ -114,32 +114,18 @@ def merge_bm25_shards(
 ) -> BM25Okapi:
     """One :class:`~llama_index_car.bm25.BM25Okapi` over the documents of ``shards``, in order.
 
-    The vocabularies are united in shard order and the count matrices stacked, so document
-    frequencies, ``N`` and ``avgdl`` — hence IDF — are global: the result scores exactly like
-    ``BM25Okapi`` built on all token lists at once. This is the single place to switch to
-    ``BM25Okapi.merge`` once it exists: ``BM25Okapi.merge([BM25Okapi.from_counts(s.counts,
-    s.terms, k1, b, epsilon) for s in shards])``.
+    Each shard becomes a ``BM25Okapi.from_counts`` index and :meth:`BM25Okapi.merge
+    <llama_index_car.bm25.BM25Okapi.merge>` unites them (vocabularies in shard order,
+    postings offset by the documents before each shard), so document frequencies, ``N`` and
+    ``avgdl`` -- hence IDF -- are global: the result scores exactly like ``BM25Okapi`` built
+    on all token lists at once. No shards give an empty index.
     """
     from llama_index_car.bm25 import BM25Okapi
 
-    vocab: dict[str, int] = {}
-    for s in shards:
-        for t in s.terms:
-            vocab.setdefault(t, len(vocab))
-    blocks = []
-    for s in shards:
-        remap = np.fromiter((vocab[t] for t in s.terms), dtype=np.int64, count=len(s.terms))
-        coo = s.counts.tocoo()
-        blocks.append(
-            sp.csr_matrix(
-                (coo.data, (coo.row, remap[coo.col])), shape=(s.counts.shape[0], len(vocab))
-            )
-        )
-    if blocks:
-        counts = sp.vstack(blocks, format="csr")
-    else:
-        counts = sp.csr_matrix((0, 0), dtype=np.float64)
-    return BM25Okapi.from_counts(counts, list(vocab), k1=k1, b=b, epsilon=epsilon)
+    if not shards:
+        return BM25Okapi([], k1=k1, b=b, epsilon=epsilon)
+    parts = [BM25Okapi.from_counts(s.counts, s.terms, k1=k1, b=b, epsilon=epsilon) for s in shards]
+    return BM25Okapi.merge(parts)
 
 
 # ----------------------------------------------------------------------------- batch maps

@@ -103,7 +103,7 @@ def test_save_load_roundtrip(tmp_path: Path, verify: str, mmap: bool) -> None:
     bm = BM25Okapi(docs, k1=1.2, b=0.6, epsilon=0.3)
     bm.save(tmp_path / "i")
     got = BM25Okapi.load(tmp_path / "i", mmap=mmap, verify=verify)  # type: ignore[arg-type]
-    assert isinstance(got._indices, np.memmap) == mmap
+    assert isinstance(got._index.indices, np.memmap) == mmap
     assert (got.k1, got.b, got.epsilon, got.corpus_size) == (1.2, 0.6, 0.3, 402)
     theirs = rank_bm25.BM25Okapi(docs, k1=1.2, b=0.6, epsilon=0.3)
     for q in [*QUERIES, ["설치기준"], ["배수", "t1"]]:
@@ -210,6 +210,38 @@ def test_foreign_and_pickled_files_are_refused(tmp_path: Path) -> None:
         BM25Okapi.load(tmp_path / "i")
 
 
+@pytest.mark.parametrize("verify", ["full", "lazy"])
+def test_postings_are_checked_once_not_per_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verify: str
+) -> None:
+    """Integrity is checked at load ("full": every posting) or once per column on its first
+    use ("lazy"); a repeated query checks nothing again (before: the numpy path re-checked
+    the posting order of every query term on every query)."""
+    import llama_index_car._bm25_kernels as kmod
+
+    docs = corpus(12, 300)
+    bm = BM25Okapi(docs, backend="numpy")
+    assert bm._scorer.checked.all()  # built here: known good
+    bm.save(tmp_path / "i")
+    got = BM25Okapi.load(tmp_path / "i", verify=verify, backend="numpy")  # type: ignore[arg-type]
+    assert bool(got._scorer.checked.all()) == (verify == "full")
+    calls: list[int] = []
+    real = kmod.check_postings
+
+    def counting(*args: object) -> object:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kmod, "check_postings", counting)
+    q = ["t1", "t5", "t9", "nope"]
+    first = got.get_scores(q)
+    assert len(calls) == (0 if verify == "full" else 3)  # the three known terms, once each
+    for _ in range(3):
+        assert got.get_scores(q).tolist() == first.tolist() == bm.get_scores(q).tolist()
+        assert got.top_k(q, 5)[0].tolist() == bm.top_k(q, 5)[0].tolist()
+    assert len(calls) == (0 if verify == "full" else 3)
+
+
 def test_compiled_top_k_path_is_taken_and_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pruned kernel answers without the dense fallback, and its (indices, scores) equal
     the dense exact path's bit for bit, ties included."""
@@ -235,9 +267,9 @@ def test_compiled_top_k_path_is_taken_and_exact(monkeypatch: pytest.MonkeyPatch)
 def test_out_of_core_merge_equals_in_memory_merge(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import llama_index_car.bm25 as mod
+    import llama_index_car._bm25_build as mod
 
-    monkeypatch.setattr(mod, "_MERGE_BLOCK", 37)  # many blocks, columns split across none
+    monkeypatch.setattr(mod, "MERGE_BLOCK", 37)  # many blocks, columns split across none
     docs = corpus(9, 600, vocab=150)
     paths = []
     for i, part in enumerate((docs[:250], docs[250:260], docs[260:])):
@@ -248,7 +280,7 @@ def test_out_of_core_merge_equals_in_memory_merge(
     in_mem = BM25Okapi.merge(shards)
     again = BM25Okapi.load(tmp_path / "merged", verify="full")
     theirs = rank_bm25.BM25Okapi(docs)
-    assert isinstance(on_disk._indices, np.memmap)
+    assert isinstance(on_disk._index.indices, np.memmap)
     for q in QUERIES:
         assert on_disk.get_scores(q).tolist() == in_mem.get_scores(q).tolist()
         assert again.get_scores(q).tolist() == in_mem.get_scores(q).tolist()
@@ -273,7 +305,7 @@ def test_compiled_top_k_on_long_posting_lists() -> None:
 
 def _spy_statuses(bm: BM25Okapi) -> list[int]:
     """Record the compiled top_k kernel's status codes (0 exhaustive, 1 pruned, -2 dense)."""
-    kern = bm._kernel()
+    kern = bm._scorer.kernel()
     assert kern is not None
     real = kern["top_k"]
     seen: list[int] = []
@@ -283,7 +315,7 @@ def _spy_statuses(bm: BM25Okapi) -> list[int]:
         seen.append(status)
         return size, status
 
-    bm._kernels = {**kern, "top_k": spy}
+    bm._scorer.kernels = {**kern, "top_k": spy}
     return seen
 
 
@@ -373,5 +405,5 @@ def test_compiled_top_k_is_exact_under_concurrent_queries() -> None:
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(run, range(len(queries))))
-    assert len(fast._pool) >= 2  # several queries held a buffer at the same time
-    assert int(fast._valid.sum()) == len({t for q in queries for t in q})
+    assert len(fast._scorer.pool) >= 2  # several queries held a buffer at the same time
+    assert int(fast._scorer.valid.sum()) == len({t for q in queries for t in q})

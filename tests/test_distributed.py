@@ -102,6 +102,39 @@ def test_merged_shards_score_like_one_index_and_rank_bm25() -> None:
     assert not np.allclose(local.get_scores(["배수"]), merged.get_scores(["배수"])[4:])
 
 
+def test_merge_bm25_shards_is_bm25okapi_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Ray path has no merge of its own: ``merge_bm25_shards`` is ``BM25Okapi.merge``
+    over one ``from_counts`` index per shard, and the result saves to the same bytes as a
+    single-process build; no shards give an empty index."""
+    docs = [["a", "b", "a"], ["c"], [], ["b", "d"], ["a"]]
+    calls: list[int] = []
+    real = BM25Okapi.merge.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[BM25Okapi], shards: list[BM25Okapi], **kw: object) -> BM25Okapi:
+        calls.append(len(shards))
+        return real(cls, shards, **kw)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(BM25Okapi, "merge", classmethod(spy))
+    parts = [docs[:2], docs[2:3], docs[3:]]
+    shards = [
+        shard_from_term_counts([(list(dict.fromkeys(d)), [d.count(t) for t in dict.fromkeys(d)])
+                                for d in part])
+        for part in parts
+    ]
+    merged = merge_bm25_shards(shards)
+    assert calls == [3]
+    merged.save(tmp_path / "m")
+    BM25Okapi(docs).save(tmp_path / "w")
+    got, want = live_dir(tmp_path / "m"), live_dir(tmp_path / "w")
+    names = sorted(p.name for p in want.iterdir())
+    assert sorted(p.name for p in got.iterdir()) == names
+    for name in names:
+        assert (got / name).read_bytes() == (want / name).read_bytes(), name
+    assert merge_bm25_shards([]).corpus_size == 0
+
+
 def test_ray_builder_rejects_a_malformed_address() -> None:
     from llama_index_car._errors import ConfigurationError
 

@@ -21,8 +21,11 @@ READER_ROOT = REPO / "readers" / "llama-index-readers-hwpx"
 
 MODULES: tuple[str, ...] = (
     "llama_index_car",
+    "llama_index_car._bm25_arrays",
+    "llama_index_car._bm25_build",
     "llama_index_car._bm25_kernels",
     "llama_index_car._bm25_numba",
+    "llama_index_car._bm25_storage",
     "llama_index_car._errors",
     "llama_index_car._jsonl",
     "llama_index_car._persist",
