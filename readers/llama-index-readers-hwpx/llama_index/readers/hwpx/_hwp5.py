@@ -621,13 +621,15 @@ class SectionBuilder:
     # ------------------------------------------------------------------ paragraphs
     def _paragraph(self, i: int) -> None:
         rec = self.rec
+        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        j = i + 1
+        end = sub_end[i]
+        if j == end:
+            return  # no text, no control: nothing the walker would read
         data = rec.data
         text_at = -1
         ctrls: list[int] = []
-        j = i + 1
-        end = rec.sub_end[i]
-        child_level = rec.levels[i] + 1
-        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        child_level = levels[i] + 1
         while j < end:
             if levels[j] == child_level:
                 tag = tags[j]
@@ -673,8 +675,12 @@ class SectionBuilder:
         if m is None or (m.start() == n - 1 and s[-1] == "\r"):
             # the common case (nine texts in ten): no control but the paragraph end, so
             # no field and no object in the text; the loop below would do the same
-            if n > 1 or m is None:
-                self._t([s if m is None else s[:-1]])
+            text = s if m is None else s[:-1]
+            if text:
+                if _XML_SPECIAL.search(text) is None:  # as _t, without the call
+                    self.out.append(f"<t>{text}</t>")
+                else:
+                    self._t([text])
             for c in ctrls:
                 self._control(c)
             return
