@@ -78,6 +78,8 @@ _CHAR_TEXT = {9: "\t", 10: "\n", 24: "-", 30: " ", 31: " "}
 _CONTROL = re.compile(r"[\x00-\x1f]")
 _SECTION = re.compile(r"^Section(\d+)$")
 _U32 = struct.Struct("<I")
+_U16 = struct.Struct("<H")  # a paragraph's shape id
+_CELL = struct.Struct("<HHHH")  # a cell's column, row, column span, row span
 _CHUNK = 1 << 20
 # a list (cell, text box, note) nested in another deeper than this is refused (each level is
 # a few Python frames in the builder and the walker; HWPX gets the same cap from libxml2)
@@ -643,7 +645,7 @@ class SectionBuilder:
         out = self.out
         start = rec.starts[i]
         if rec.ends[i] - start >= 10:
-            (shape,) = struct.unpack_from("<H", data, start + 8)
+            (shape,) = _U16.unpack_from(data, start + 8)
             out.append(f'<p paraPrIDRef="{shape}">')
         else:
             out.append("<p>")
@@ -954,7 +956,7 @@ class SectionBuilder:
                     )
                 start, stop = rec.starts[j], rec.ends[j]
                 if stop - start >= 16:
-                    col, row, cs, rs = struct.unpack_from("<HHHH", data, start + 8)
+                    col, row, cs, rs = _CELL.unpack_from(data, start + 8)
                 else:
                     col, row, cs, rs = 0, max(last_row, 0), 1, 1
                 if not in_row or row != last_row:
