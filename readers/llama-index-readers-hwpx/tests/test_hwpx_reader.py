@@ -321,3 +321,18 @@ def test_builder_output_is_accepted_by_python_hwpx(tmp_path: Path) -> None:
     assert [(c.row, c.col, c.row_span, c.col_span) for c in outer.cells] == [
         (0, 0, 1, 2), (1, 0, 1, 1), (1, 1, 1, 1)]
     assert inner.parent is not None and inner.parent.cell.text == "2.5 m"
+
+
+def test_make_cell_is_the_dataclass() -> None:
+    """The walker's fast constructor gives the object ``HWPXCell(...)`` gives: same fields,
+    equality, hash, repr, and still frozen."""
+    import dataclasses
+
+    from llama_index.readers.hwpx._model import make_cell
+
+    fast, slow = make_cell(3, 1, 2, 4, "가\nb"), HWPXCell(3, 1, 2, 4, "가\nb")
+    assert type(fast) is HWPXCell
+    assert dataclasses.astuple(fast) == dataclasses.astuple(slow) == (3, 1, 2, 4, "가\nb")
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.row = 0  # type: ignore[misc]

@@ -46,6 +46,7 @@ import re
 import struct
 import zlib
 from array import array
+from codecs import utf_16_le_decode as _utf16
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from io import BytesIO
@@ -77,6 +78,8 @@ _CHAR_TEXT = {9: "\t", 10: "\n", 24: "-", 30: " ", 31: " "}
 _CONTROL = re.compile(r"[\x00-\x1f]")
 _SECTION = re.compile(r"^Section(\d+)$")
 _U32 = struct.Struct("<I")
+_U16 = struct.Struct("<H")  # a paragraph's shape id
+_CELL = struct.Struct("<HHHH")  # a cell's column, row, column span, row span
 _CHUNK = 1 << 20
 # a list (cell, text box, note) nested in another deeper than this is refused (each level is
 # a few Python frames in the builder and the walker; HWPX gets the same cap from libxml2)
@@ -471,12 +474,15 @@ def read_records(
     unpack = _U32.unpack_from
     add_tag, add_level, add_start, add_end = tags.append, levels.append, starts.append, ends.append
     add_sub = sub_end.append
-    # a record takes at least 4 bytes: below this many, max_records cannot be reached
-    count_free = n // 4 <= max_records
-    count = 0  # records read (all of them)
+    count = 0  # records read (all of them); below n // 4 + 1 it can never pass max_records
     kept = 0  # records kept (the arrays' length)
-    # open records as (kept index or -1 when skipped, level, tag); strictly increasing
-    # levels: at most 1024 entries
+    # open kept records as (kept index, level, tag); strictly increasing levels: at most
+    # 1024 entries. A skipped layout record is not pushed: while ``skip_below`` holds its
+    # level, the records deeper than it (its subtree) are skipped without touching the stack
+    # (they could only close one another), and the first record at its level or above ends
+    # the skip and closes the open records as if the skipped ones had been there.
+    no_skip = 0x400  # above every 10-bit level
+    skip_below = no_skip
     stack: list[tuple[int, int, int]] = []
     pop, push = stack.pop, stack.append
     while pos < n:
@@ -498,24 +504,24 @@ def read_records(
                 f"the end of the stream ({n} bytes)",
                 part,
             )
-        if not count_free and count >= max_records:
+        if count >= max_records:
             raise _limit(
                 file, f"more than max_records={max_records} records in one stream",
                 "max_records", count + 1, max_records, part,
             )
         count += 1
         lvl = h >> 10 & 0x3FF
+        if lvl > skip_below:  # inside a skipped layout record
+            pos = end
+            continue
+        skip_below = no_skip
         tag = h & 0x3FF
         while stack and stack[-1][1] >= lvl:
-            closed = pop()[0]
-            if closed >= 0:
-                sub_end[closed] = kept
-        if skip_layout and stack:
-            parent, _, parent_tag = stack[-1]
-            if parent < 0 or (parent_tag == TAG_PARA_HEADER and 68 <= tag <= 70):
-                push((-1, lvl, tag))
-                pos = end
-                continue
+            sub_end[pop()[0]] = kept
+        if skip_layout and 68 <= tag <= 70 and stack and stack[-1][2] == TAG_PARA_HEADER:
+            skip_below = lvl
+            pos = end
+            continue
         push((kept, lvl, tag))
         add_tag(tag)
         add_level(lvl)
@@ -525,8 +531,7 @@ def read_records(
         kept += 1
         pos = end
     for i, _, _ in stack:  # still open at the end of the stream
-        if i >= 0:
-            sub_end[i] = kept
+        sub_end[i] = kept
     return Records(data, tags, levels, starts, ends, sub_end)
 
 
@@ -618,13 +623,15 @@ class SectionBuilder:
     # ------------------------------------------------------------------ paragraphs
     def _paragraph(self, i: int) -> None:
         rec = self.rec
+        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        j = i + 1
+        end = sub_end[i]
+        if j == end:
+            return  # no text, no control: nothing the walker would read
         data = rec.data
         text_at = -1
         ctrls: list[int] = []
-        j = i + 1
-        end = rec.sub_end[i]
-        child_level = rec.levels[i] + 1
-        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+        child_level = levels[i] + 1
         while j < end:
             if levels[j] == child_level:
                 tag = tags[j]
@@ -638,7 +645,7 @@ class SectionBuilder:
         out = self.out
         start = rec.starts[i]
         if rec.ends[i] - start >= 10:
-            (shape,) = struct.unpack_from("<H", data, start + 8)
+            (shape,) = _U16.unpack_from(data, start + 8)
             out.append(f'<p paraPrIDRef="{shape}">')
         else:
             out.append("<p>")
@@ -661,16 +668,29 @@ class SectionBuilder:
         equals the guide text, as in HWPX."""
         if len(raw) & 1:
             raw = raw[:-1]
-        s = raw.decode("utf-16-le", "surrogatepass")
+        s = _utf16(raw, "surrogatepass", True)[0]  # bytes.decode, without the lookup
         if len(s) * 2 != len(raw):  # a surrogate pair: work in code units
             s = "".join(chr(u) for u in struct.unpack(f"<{len(raw) // 2}H", raw))
+        n = len(s)
+        search = _CONTROL.search
+        m = search(s)
+        if m is None or (m.start() == n - 1 and s[-1] == "\r"):
+            # the common case (nine texts in ten): no control but the paragraph end, so
+            # no field and no object in the text; the loop below would do the same
+            text = s if m is None else s[:-1]
+            if text:
+                if _XML_SPECIAL.search(text) is None:  # as _t, without the call
+                    self.out.append(f"<t>{text}</t>")
+                else:
+                    self._t([text])
+            for c in ctrls:
+                self._control(c)
+            return
         n_ctrl = 0
         pieces: list[str] = []
         # open fields: (guide text or None, len(pieces) when the field started)
         fields: list[tuple[str | None, int]] = []
         pos = 0
-        n = len(s)
-        search = _CONTROL.search
         while pos < n:
             m = search(s, pos)
             if m is None:
@@ -936,7 +956,7 @@ class SectionBuilder:
                     )
                 start, stop = rec.starts[j], rec.ends[j]
                 if stop - start >= 16:
-                    col, row, cs, rs = struct.unpack_from("<HHHH", data, start + 8)
+                    col, row, cs, rs = _CELL.unpack_from(data, start + 8)
                 else:
                     col, row, cs, rs = 0, max(last_row, 0), 1, 1
                 if not in_row or row != last_row:

@@ -34,6 +34,26 @@ class HWPXCell:
     text: str = ""
 
 
+_new_object = object.__new__
+_set_row, _set_col, _set_row_span, _set_col_span, _set_text = (
+    HWPXCell.__dict__[name].__set__ for name in ("row", "col", "row_span", "col_span", "text")
+)
+
+
+def make_cell(row: int, col: int, row_span: int, col_span: int, text: str) -> HWPXCell:
+    """``HWPXCell(row, col, row_span, col_span, text)``, about twice as fast: the walker
+    makes one per ``hp:tc``, and a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``; this fills the same slots through their descriptors (an equal
+    object: same fields, hash and repr; no validation happens either way)."""
+    cell = _new_object(HWPXCell)
+    _set_row(cell, row)
+    _set_col(cell, col)
+    _set_row_span(cell, row_span)
+    _set_col_span(cell, col_span)
+    _set_text(cell, text)
+    return cell
+
+
 class HWPXTableParent(NamedTuple):
     """Where a nested table sits: the containing table's index and the containing cell."""
 

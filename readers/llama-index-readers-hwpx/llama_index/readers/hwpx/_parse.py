@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.readers.hwpx._errors import HWPXFormatError, HWPXLimitError
-from llama_index.readers.hwpx._model import HWPXCell, HWPXTable, HWPXTableParent
+from llama_index.readers.hwpx._model import HWPXCell, HWPXTable, HWPXTableParent, make_cell
 from llama_index.readers.hwpx._package import Limits
 from lxml import etree
 
@@ -510,7 +510,7 @@ class SectionWalker:
                 col_no = c + cs
                 if len(cells) >= max_cells:
                     self._limit_cells(tbl, "cell count", len(cells) + 1)
-                cell = HWPXCell(r, c, rs, cs, "\n".join(lines))
+                cell = make_cell(r, c, rs, cs, "\n".join(lines))
                 cells.append(cell)
                 if r + rs > n_rows:
                     n_rows = r + rs
