@@ -64,7 +64,7 @@ from llama_index_car.evaluation.stats import holm, paired_test
 from llama_index_car.evaluation.systems import SystemFactory
 from llama_index_car.fusion import weighted_rrf
 from llama_index_car.providers import resolve_embed_model
-from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
 from llama_index_car.retrievers.routing import feedback_share
 
 DEPTH = 100
@@ -95,7 +95,7 @@ def channels(
     cache.embed(list(data.queries.values()), "query", show_progress=True, desc="embed queries")
     factory = SystemFactory(data.nodes, CachedEmbedding(cache), depth=DEPTH)
     v = factory.variant(None)
-    car = CriterionAwareRetriever(
+    car = OfflineCriterionRetriever(
         v.dense, v.bm25, pool_top_k=DEPTH, similarity_top_k=DEPTH, feedback_scale=SCALE
     )
     tok = v.bm25.tokenizer  # type: ignore[attr-defined]

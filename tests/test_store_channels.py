@@ -22,6 +22,7 @@ from llama_index_car import (
     CriterionAwareRetriever,
     EmptyIndexError,
     KiwiBM25Retriever,
+    OfflineCriterionRetriever,
 )
 from llama_index_car.retrievers.weighted_rrf import WeightedRRFRetriever
 from tests.fakes.embeddings import HashedBigramEmbedding
@@ -154,9 +155,7 @@ def test_persist_and_reload_give_the_same_results(tmp_path: Path) -> None:
 def test_persist_needs_an_index_bound_retriever(tmp_path: Path) -> None:
     nodes = _nodes()
     car = _car()
-    plain = CriterionAwareRetriever(
-        car.index.as_retriever(), KiwiBM25Retriever(nodes)
-    )
+    plain = OfflineCriterionRetriever(car.index.as_retriever(), KiwiBM25Retriever(nodes))
     with pytest.raises(ConfigurationError, match="VectorStoreIndex"):
         plain.persist(tmp_path / "x")
     with pytest.raises(ConfigurationError, match="VectorStoreIndex"):
