@@ -189,8 +189,8 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
             "speculation_delay", speculation_delay, positive=False
         )
         super().__init__(
-            dense_retriever, lexical_retriever, alpha=0.5 if alpha is None else alpha, rrf_k=rrf_k,
-            pool_top_k=pool_top_k, similarity_top_k=similarity_top_k, router=router,
+            dense_retriever, lexical_retriever, alpha=0.5 if alpha is None else alpha,
+            rrf_k=rrf_k, pool_top_k=pool_top_k, similarity_top_k=similarity_top_k, router=router,
             feedback_scale=feedback_scale, span_index=span_index,
             criterion_spans=criterion_spans, embed_model=embed_model,
             callback_manager=callback_manager, verbose=verbose,
@@ -222,7 +222,8 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
                               fallback=True, error=error)
         emit_hypothesis_event(query, hypothesizer, outcome, time.perf_counter() - started)
         dense_q, lexical_q = car_bundles(query, outcome)
-        results = yield Search(((self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q)))
+        jobs = ((self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q))
+        results = yield Search(jobs)
         plan = None
         if self.feedback_scale > 0:
             plan = self._plan_feedback(query, results[0], results[1])

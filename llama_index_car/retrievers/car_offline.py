@@ -172,7 +172,8 @@ class OfflineCriterionRetriever(CriterionAwareRetriever):
         query_bundle = yield from self._with_query_vector(query_bundle)
         query = query_bundle.query_str
         lexical = self.lexical_retriever
-        results = yield Search(((self.dense_retriever, query_bundle), (lexical, QueryBundle(query))))
+        jobs = ((self.dense_retriever, query_bundle), (lexical, QueryBundle(query)))
+        results = yield Search(jobs)
         started = time.perf_counter()
         plan = self._plan_feedback(query, results[0], results[1])
         if plan.bundle is not None:

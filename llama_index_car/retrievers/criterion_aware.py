@@ -291,13 +291,10 @@ class _Call:
 class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     """Criterion-aware retrieval: the common base of the two CAR retrievers (module docstring).
 
-    Build one with :meth:`from_defaults` (the offline CAR, or with ``llm``/``hypothesizer``
-    the hypothesis CAR) or construct
-    :class:`~llama_index_car.retrievers.car_offline.OfflineCriterionRetriever` /
-    :class:`~llama_index_car.retrievers.car_hypothesis.HypothesisCriterionRetriever` from
-    channels. Over a ``VectorStoreIndex`` (``from_defaults(index=...)``, ``from_persist_dir``)
-    it also has ``persist``, ``insert_nodes`` / ``delete_nodes`` / ``delete_ref_doc`` and
-    ``filters`` (:mod:`llama_index_car.retrievers._store`).
+    Build one with :meth:`from_defaults` (with ``llm``/``hypothesizer``: the hypothesis CAR)
+    or construct ``OfflineCriterionRetriever`` / ``HypothesisCriterionRetriever`` from
+    channels. Over a ``VectorStoreIndex`` it also has ``persist``, ``insert_nodes`` /
+    ``delete_nodes`` / ``delete_ref_doc`` and ``filters`` (:mod:`~llama_index_car.retrievers._store`).
 
     Args (shared by both):
         dense_retriever: a retriever over a vector index (honours ``custom_embedding_strs``).
@@ -307,10 +304,9 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         pool_top_k: candidates per channel (default 50).
         similarity_top_k: fused results returned (default 10).
         router: the :class:`LexicalOverlapRouter` giving the router signal.
-        feedback_scale: ``scale`` of :func:`plan_feedback`'s share; ``0`` or ``None``
-            (default) disables the feedback channel; :data:`DEFAULT_FEEDBACK_SCALE` is its
-            measured scale. Needs a lexical retriever with ``tokenizer``, ``bm25`` and
-            ``token_counts`` (``KiwiBM25Retriever``).
+        feedback_scale: ``scale`` of :func:`plan_feedback`'s share; ``0``/``None`` (default):
+            no feedback channel; :data:`DEFAULT_FEEDBACK_SCALE` is its measured scale. Needs
+            a lexical retriever with ``tokenizer``, ``bm25``, ``token_counts`` (Kiwi BM25).
         span_index: a :class:`~llama_index_car.span_index.SpanIndex` over the nodes.
         criterion_spans: spans attached to each hit as ``metadata["criterion_spans"]``;
             ``None`` (default): :data:`DEFAULT_CRITERION_SPANS` (3) with a ``span_index``, 0
@@ -374,21 +370,9 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         if criterion_spans is None:
             criterion_spans = DEFAULT_CRITERION_SPANS if span_index is not None else 0
         self.criterion_spans = check_int("criterion_spans", criterion_spans, minimum=0)
-        self._span_post: CriterionSpanPostprocessor | None = None
-        if self.criterion_spans > 0:
-            if span_index is None:
-                raise ConfigurationError(
-                    "criterion_spans > 0 needs a span_index (or pass criterion_spans=0)"
-                )
-            if self.embed_model is None:
-                raise ConfigurationError(
-                    "criterion spans need the query vector: pass embed_model (the index's "
-                    "embedding)"
-                )
-            tokenizer = getattr(self.lexical_retriever, "tokenizer", None)
-            self._span_post = CriterionSpanPostprocessor(
-                span_index, self.embed_model, tokenizer=tokenizer, top_n=self.criterion_spans
-            )
+        self._span_post = _span_postprocessor(
+            self.criterion_spans, span_index, self.embed_model, self.lexical_retriever
+        )
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     # ------------------------------------------------------------------ construction
@@ -418,20 +402,13 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         if cls is not CriterionAwareRetriever and cls is not target:
             need = "without" if cls is OfflineCriterionRetriever else "with"
             raise ConfigurationError(f"{cls.__name__} is built {need} a hypothesizer/llm")
-        other = HypothesisCriterionRetriever if offline else OfflineCriterionRetriever
-        wrong = sorted(set(kwargs) - set(inspect.signature(target.__init__).parameters))
-        if wrong:
-            hint = "check the spelling"
-            if set(wrong) <= set(inspect.signature(other.__init__).parameters):
-                hint = f"{'it applies' if len(wrong) == 1 else 'they apply'} only " + (
-                    "with a hypothesizer (pass llm= or hypothesizer=)" if offline
-                    else "offline (without a hypothesizer)")
-            raise ConfigurationError(
-                f"{', '.join(wrong)}: not an option of {target.__name__}; {hint}"
-            )
-        if offline:
-            return target(dense_retriever, lexical_retriever, **kwargs)
-        return target(dense_retriever, lexical_retriever, hypothesizer, **kwargs)
+        if hypothesizer is None:
+            _check_options(OfflineCriterionRetriever, HypothesisCriterionRetriever, kwargs)
+            return OfflineCriterionRetriever(dense_retriever, lexical_retriever, **kwargs)
+        _check_options(HypothesisCriterionRetriever, OfflineCriterionRetriever, kwargs)
+        return HypothesisCriterionRetriever(
+            dense_retriever, lexical_retriever, hypothesizer, **kwargs
+        )
 
     @classmethod
     def from_defaults(
@@ -472,33 +449,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         if nodes is None and index is None:
             raise ConfigurationError("pass nodes=[...] or index=<VectorStoreIndex>")
         pool_top_k = kwargs.get("pool_top_k", 50)
-        if index is None:
-            from llama_index.core import VectorStoreIndex
-
-            if embed_model is None:
-                from llama_index_car.providers import resolve_embed_model
-
-                embed_model = resolve_embed_model()  # $CAR_EMBED_MODEL, else offline e5
-            node_list = list(nodes or [])
-            if not node_list:
-                raise ConfigurationError("nodes is empty; pass the nodes to index")
-            index = VectorStoreIndex(
-                nodes=node_list, embed_model=embed_model, show_progress=show_progress
-            )
-        else:
-            if embed_model is None:
-                embed_model = getattr(index, "_embed_model", None)
-            if nodes is None:
-                docstore = getattr(index, "docstore", None)
-                nodes = list(getattr(docstore, "docs", {}).values()) if docstore else []
-            node_list = list(nodes)
-            if not node_list:
-                from llama_index_car._errors import EmptyIndexError
-
-                raise EmptyIndexError(
-                    "the index's docstore holds no nodes (a store-backed index keeps them in "
-                    "the store); pass nodes=[...] along with index="
-                )
+        index, node_list, embed_model = _index_and_nodes(nodes, index, embed_model, show_progress)
         dense, lexical = index_channels(
             index, node_list, pool_top_k, filters=filters, tokenizer=tokenizer,
             show_progress=show_progress, token_cache=token_cache,
@@ -545,30 +496,10 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                 or an offline one with it.
         """
         spec, lexical, spans = cls._load_parts(persist_dir, tokenizer)
-        kinds = {"OfflineCriterionRetriever": False, "HypothesisCriterionRetriever": True}
-        kind = spec.get("kind")
-        if kind not in kinds:
-            raise IndexPersistError(
-                f"{persist_dir}: retriever.json names kind {kind!r}, not one of "
-                f"{', '.join(kinds)}; persist the retriever again"
-            )
         hypothesizer = _hypothesizer(hypothesizer, llm)
-        if kinds[kind] != (hypothesizer is not None):
-            fix = "pass hypothesizer= or llm=" if kinds[kind] else "do not pass hypothesizer/llm"
-            raise ConfigurationError(f"{persist_dir} holds a {kind}: {fix}")
-        config = dict(spec.get("config") or {}) | overrides
-        router = config.pop("router", None)
-        if isinstance(router, dict):
-            router = LexicalOverlapRouter(**router)
+        _check_persisted_kind(spec, hypothesizer is not None, persist_dir)
+        config, router = _persisted_config(spec, spans, overrides, persist_dir)
         filters = cls._store_filters(spec)
-        weight = config.get("span_weight")
-        if spans is None and isinstance(weight, int | float) and weight > 0:
-            raise IndexPersistError(
-                f"{persist_dir}: retriever.json has span_weight={weight} but no spans/ folder "
-                "is persisted; persist the retriever again, or pass span_weight=0"
-            )
-        if spans is None and "criterion_spans" not in overrides:
-            config.pop("criterion_spans", None)  # off without a span index, as when built
         pool = int(config.get("pool_top_k", 50))
         ids = frozenset(n.node_id for n in lexical.nodes)
         config.setdefault("span_index", spans)
@@ -627,7 +558,9 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     def _wants_query_vector(self) -> bool:
         return self.criterion_spans > 0
 
-    def _with_query_vector(self, query_bundle: QueryBundle) -> Generator[Any, Any, QueryBundle]:
+    def _with_query_vector(
+        self, query_bundle: QueryBundle
+    ) -> Generator[Any, Any, QueryBundle]:
         """``query_bundle`` with its embedding computed once (the dense channel, span ranking
         and criterion spans share it); unchanged when no span step needs it."""
         if not self._wants_query_vector() or query_bundle.embedding is not None:
@@ -666,3 +599,106 @@ def _hypothesizer(
 
         return LLMCriterionHypothesizer(llm=llm)
     return hypothesizer
+
+
+def _index_and_nodes(
+    nodes: Sequence[BaseNode] | None, index: Any | None, embed_model: Any | None,
+    show_progress: bool,
+) -> tuple[Any, list[BaseNode], Any]:
+    """``(index, nodes, embed_model)`` for :meth:`CriterionAwareRetriever.from_defaults`: a
+    ``VectorStoreIndex`` built over ``nodes``, or ``index`` with its docstore nodes."""
+    if index is None:
+        from llama_index.core import VectorStoreIndex
+
+        if embed_model is None:
+            from llama_index_car.providers import resolve_embed_model
+
+            embed_model = resolve_embed_model()  # $CAR_EMBED_MODEL, else offline e5
+        node_list = list(nodes or [])
+        if not node_list:
+            raise ConfigurationError("nodes is empty; pass the nodes to index")
+        index = VectorStoreIndex(
+            nodes=node_list, embed_model=embed_model, show_progress=show_progress
+        )
+    else:
+        if embed_model is None:
+            embed_model = getattr(index, "_embed_model", None)
+        if nodes is None:
+            docstore = getattr(index, "docstore", None)
+            nodes = list(getattr(docstore, "docs", {}).values()) if docstore else []
+        node_list = list(nodes)
+        if not node_list:
+            from llama_index_car._errors import EmptyIndexError
+
+            raise EmptyIndexError(
+                "the index's docstore holds no nodes (a store-backed index keeps them in "
+                "the store); pass nodes=[...] along with index="
+            )
+    return index, node_list, embed_model
+
+
+def _check_options(target: type, other: type, kwargs: dict[str, Any]) -> None:
+    """Refuse options ``target`` does not take, naming the retriever they belong to."""
+    wrong = sorted(set(kwargs) - set(inspect.signature(target).parameters))
+    if not wrong:
+        return
+    hint = "check the spelling"
+    if set(wrong) <= set(inspect.signature(other).parameters):
+        hint = f"{'it applies' if len(wrong) == 1 else 'they apply'} only " + (
+            "with a hypothesizer (pass llm= or hypothesizer=)"
+            if target.__name__ == "OfflineCriterionRetriever"
+            else "offline (without a hypothesizer)")
+    raise ConfigurationError(f"{', '.join(wrong)}: not an option of {target.__name__}; {hint}")
+
+
+def _persisted_config(
+    spec: dict[str, Any], spans: SpanIndex | None, overrides: dict[str, Any], persist_dir: Any
+) -> tuple[dict[str, Any], LexicalOverlapRouter | None]:
+    """The persisted constructor arguments with ``overrides``, and the router."""
+    config = dict(spec.get("config") or {}) | overrides
+    router = config.pop("router", None)
+    if isinstance(router, dict):
+        router = LexicalOverlapRouter(**router)
+    weight = config.get("span_weight")
+    if spans is None and isinstance(weight, int | float) and weight > 0:
+        raise IndexPersistError(
+            f"{persist_dir}: retriever.json has span_weight={weight} but no spans/ folder "
+            "is persisted; persist the retriever again, or pass span_weight=0"
+        )
+    if spans is None and "criterion_spans" not in overrides:
+        config.pop("criterion_spans", None)  # off without a span index, as when built
+    return config, router
+
+
+def _span_postprocessor(
+    n: int, span_index: SpanIndex | None, embed_model: Any, lexical: Any
+) -> CriterionSpanPostprocessor | None:
+    """The postprocessor attaching ``n`` criterion spans per hit (``None`` when ``n`` is 0)."""
+    if n == 0:
+        return None
+    if span_index is None:
+        raise ConfigurationError(
+            "criterion_spans > 0 needs a span_index (or pass criterion_spans=0)"
+        )
+    if embed_model is None:
+        raise ConfigurationError(
+            "criterion spans need the query vector: pass embed_model (the index's embedding)"
+        )
+    tokenizer = getattr(lexical, "tokenizer", None)
+    return CriterionSpanPostprocessor(span_index, embed_model, tokenizer=tokenizer, top_n=n)
+
+
+def _check_persisted_kind(
+    spec: dict[str, Any], with_hypothesizer: bool, persist_dir: Any
+) -> None:
+    """``retriever.json`` names one of the two CAR retrievers, the one being reopened."""
+    kinds = {"OfflineCriterionRetriever": False, "HypothesisCriterionRetriever": True}
+    kind = spec.get("kind")
+    if kind not in kinds:
+        raise IndexPersistError(
+            f"{persist_dir}: retriever.json names kind {kind!r}, not one of "
+            f"{', '.join(kinds)}; persist the retriever again"
+        )
+    if kinds[kind] != with_hypothesizer:
+        fix = "pass hypothesizer= or llm=" if kinds[kind] else "do not pass hypothesizer/llm"
+        raise ConfigurationError(f"{persist_dir} holds a {kind}: {fix}")
