@@ -394,21 +394,17 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         Raises:
             ConfigurationError: an option of the other retriever (e.g. ``route`` offline).
         """
-        from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
-        from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
+        from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever as Hyp
+        from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever as Off
 
-        offline = hypothesizer is None
-        target = OfflineCriterionRetriever if offline else HypothesisCriterionRetriever
-        if cls is not CriterionAwareRetriever and cls is not target:
-            need = "without" if cls is OfflineCriterionRetriever else "with"
+        if cls is not CriterionAwareRetriever and (cls is Off) != (hypothesizer is None):
+            need = "without" if cls is Off else "with"
             raise ConfigurationError(f"{cls.__name__} is built {need} a hypothesizer/llm")
         if hypothesizer is None:
-            _check_options(OfflineCriterionRetriever, HypothesisCriterionRetriever, kwargs)
-            return OfflineCriterionRetriever(dense_retriever, lexical_retriever, **kwargs)
-        _check_options(HypothesisCriterionRetriever, OfflineCriterionRetriever, kwargs)
-        return HypothesisCriterionRetriever(
-            dense_retriever, lexical_retriever, hypothesizer, **kwargs
-        )
+            _check_options(Off, Hyp, kwargs)
+            return Off(dense_retriever, lexical_retriever, **kwargs)
+        _check_options(Hyp, Off, kwargs)
+        return Hyp(dense_retriever, lexical_retriever, hypothesizer, **kwargs)
 
     @classmethod
     def from_defaults(
