@@ -30,7 +30,7 @@ from tests.fakes.hostile_hwpx import attack_files, package, para  # noqa: E402
 
 def hostile_files() -> dict[str, bytes]:
     """File name -> bytes of every hostile file (the directory is made by :func:`write`)."""
-    from llama_index.readers.hwpx import HWPXBuilder
+    from llama_index.readers.hwpx.writer import HWPXBuilder
 
     header = HWPXBuilder()
     header.add_section().table([["가 " * 100_000]] + [[f"행{i}"] for i in range(2000)])

@@ -176,7 +176,7 @@ def measure_memory(name: str, warm: Path, files: list[Path]) -> dict[str, float]
 
 def scaling_document(units: int) -> bytes:
     """The ``--scaling`` input: ``units`` copies of the base unit (module docstring)."""
-    from llama_index.readers.hwpx import HWPXBuilder
+    from llama_index.readers.hwpx.writer import HWPXBuilder
 
     b = HWPXBuilder(title="scaling")
     s = b.add_section()

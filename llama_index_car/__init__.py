@@ -31,6 +31,9 @@ _EXPORTS: dict[str, str] = {
     "SpanIndex": "llama_index_car.span_index",
     "SpanReranker": "llama_index_car.postprocessors.span_rerank",
     "CriterionSpanPostprocessor": "llama_index_car.postprocessors.criterion_spans",
+    # answers that cite criterion spans (sentences, table rows, table cells)
+    "SpanCitationQueryEngine": "llama_index_car.query_engines.span_citation",
+    "Citation": "llama_index_car.query_engines.span_citation",
     # hypothesizers
     "CriterionHypothesis": "llama_index_car.hypothesizers.base",
     "BaseCriterionHypothesizer": "llama_index_car.hypothesizers.base",

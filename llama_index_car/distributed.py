@@ -466,8 +466,6 @@ def build_index_ray(
     show_progress: bool = False,
     overwrite: bool = False,
     on_error: Callable[[FileFailure], None] | None = None,
-    cache_dir: str | Path | None = None,
-    use_cache: bool = True,
     ray_address: str | None = None,
     num_cpus: int | None = None,
     runtime_env: dict[str, Any] | None = None,
@@ -477,9 +475,8 @@ def build_index_ray(
 
     Same arguments and the same folder (``car_index.json``, ``vector/``, ``bm25/``, ``spans/``:
     the workers embed the spans too); see :func:`ingest_ray` for the Ray arguments.
-    ``show_progress`` shows Ray Data's progress bars. ``cache_dir`` and ``use_cache`` are
-    accepted for compatibility and ignored: workers embed every node (the embedding cache is
-    a local folder that remote workers cannot share).
+    ``show_progress`` shows Ray Data's progress bars. There is no embedding cache on this path:
+    workers embed every node (the cache is a local folder that remote workers cannot share).
 
     Raises:
         ConfigurationError: as ``build_index`` (non-empty folder, nothing to index).
@@ -540,10 +537,12 @@ def ray_builder(address: str) -> Callable[..., BuildSummary]:
     def build(*args: Any, **kwargs: Any) -> BuildSummary:
         # build_index options the Ray path does not have yet (an index hook for the lead:
         # forward them once build_index_ray writes to external stores / updates in place)
-        given = [k for k in ("store", "update") if kwargs.pop(k, None)]
+        # (--cache-dir: the embedding cache is local; remote workers embed every node)
+        given = [k for k in ("store", "update", "cache_dir") if kwargs.pop(k, None)]
         if given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
             raise ConfigurationError(
-                f"--ray cannot be combined with {', '.join('--' + k for k in given)} yet; "
+                f"--ray cannot be combined with {flags} yet; "
                 "index without --ray, or without those options"
             )
         return build_index_ray(*args, ray_address=ray_address, **kwargs)

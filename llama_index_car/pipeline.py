@@ -84,6 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer
     from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
+    from llama_index_car.query_engines import SpanCitationQueryEngine
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
     from llama_index_car.span_index import SpanIndex
 
@@ -508,13 +509,14 @@ def _span_index(
 
     if not use_cache:
         return SpanIndex.from_nodes(nodes, model, show_progress=show_progress)
-    from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
-    from llama_index_car.spans import node_spans
+    from llama_index_car.evaluation.cache import EmbeddingCache, default_cache_dir
+    from llama_index_car.span_index import cut_nodes
 
     cache = EmbeddingCache(cache_dir or default_cache_dir(), model, batch_size=INDEX_CACHE_BATCH)
-    texts = [s.text for n in nodes for s in node_spans(n)]
-    cache.embed(texts, "text", show_progress=show_progress, desc="embedding spans")
-    return SpanIndex.from_nodes(nodes, CachedEmbedding(cache))
+    cut = cut_nodes(nodes)  # once: cutting every node is a visible share of a warm build
+    texts = [s.text for s in cut.spans]
+    vectors = cache.embed(texts, "text", show_progress=show_progress, desc="embedding spans")
+    return SpanIndex.from_cut(cut, vectors)
 
 
 def _open_store_index(
@@ -1255,6 +1257,35 @@ class LocalIndex:
         return CriterionSpanPostprocessor(
             self.spans, self.index._embed_model, tokenizer=self.bm25.tokenizer, top_n=top_n
         )
+
+    def as_citation_engine(
+        self,
+        llm: LLM,
+        kind: str = "car",
+        *,
+        similarity_top_k: int = 5,
+        criterion_spans: int = 3,
+        hypothesizer: BaseCriterionHypothesizer | None = None,
+        **engine_kwargs: Any,
+    ) -> SpanCitationQueryEngine:
+        """A :class:`~llama_index_car.query_engines.SpanCitationQueryEngine` answering with
+        ``llm`` over the ``kind`` retriever (:meth:`as_retriever`), whose sources are the
+        ``criterion_spans`` best spans of each of the ``similarity_top_k`` hits: ``car``
+        attaches them itself, the other kinds through :meth:`span_postprocessor` (a folder
+        built without spans gives one ``section`` source per hit). ``engine_kwargs`` go to
+        the engine (``streaming``, ``max_sources``, ``llm_timeout`` …; ``node_postprocessors``
+        run after the span postprocessor); chat with ``.as_chat_engine()``."""
+        from llama_index_car.query_engines import SpanCitationQueryEngine
+
+        car = kind == "car"
+        retriever = self.as_retriever(
+            kind, similarity_top_k=similarity_top_k, hypothesizer=hypothesizer,
+            criterion_spans=criterion_spans if car and self.spans is not None else None,
+        )
+        post = None if car else self.span_postprocessor(top_n=criterion_spans)
+        posts = [*([post] if post is not None else []),
+                 *(engine_kwargs.pop("node_postprocessors", None) or [])]
+        return SpanCitationQueryEngine(retriever, llm, node_postprocessors=posts, **engine_kwargs)
 
     def bm25_retriever(self, similarity_top_k: int) -> KiwiBM25Retriever:
         """The persisted BM25 retriever with another ``similarity_top_k`` (a shallow copy)."""

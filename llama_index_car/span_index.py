@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -60,6 +60,27 @@ def _unit(m: np.ndarray) -> np.ndarray:
     m = np.asarray(m, dtype=np.float32)
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     return m / np.maximum(norms, 1e-12)
+
+
+class NodeSpans(NamedTuple):
+    """The spans of a list of nodes: node ``i``'s are ``spans[offsets[i]:offsets[i + 1]]``."""
+
+    node_ids: list[str]
+    offsets: np.ndarray
+    spans: list[Span]
+
+
+def cut_nodes(nodes: Sequence[Any]) -> NodeSpans:
+    """Every node's :func:`~llama_index_car.spans.node_spans`, in node order (cut once, then
+    embedded by whoever holds the vectors: a model, the embedding cache, Ray workers)."""
+    ids: list[str] = []
+    spans: list[Span] = []
+    offsets = [0]
+    for node in nodes:
+        ids.append(node.node_id)
+        spans.extend(node_spans(node))
+        offsets.append(len(spans))
+    return NodeSpans(ids, np.asarray(offsets, dtype=np.int64), spans)
 
 
 class SpanIndex:
@@ -103,20 +124,28 @@ class SpanIndex:
         cls, nodes: Sequence[Any], embed_model: Any, *, show_progress: bool = False
     ) -> SpanIndex:
         """Cut ``nodes`` into spans and embed them with ``embed_model`` (passage role)."""
-        ids: list[str] = []
-        spans: list[Span] = []
-        offsets = [0]
-        for node in nodes:
-            ids.append(node.node_id)
-            spans.extend(node_spans(node))
-            offsets.append(len(spans))
-        texts = [s.text for s in spans]
-        if texts:
-            raw = embed_model.get_text_embedding_batch(texts, show_progress=show_progress)
-            vectors = _unit(np.asarray(raw, dtype=np.float32))
-        else:
-            vectors = np.zeros((0, 1), dtype=np.float32)
-        return cls(ids, np.asarray(offsets), spans, vectors)
+        cut = cut_nodes(nodes)
+        texts = [s.text for s in cut.spans]
+        raw = embed_model.get_text_embedding_batch(texts, show_progress=show_progress) if texts else []
+        return cls.from_cut(cut, raw)
+
+    @classmethod
+    def from_cut(cls, cut: NodeSpans, vectors: Any) -> SpanIndex:
+        """An index over ``cut`` (:func:`cut_nodes`) with ``vectors[j]`` the embedding of
+        ``cut.spans[j]`` (normalised here), e.g. read from an embedding cache.
+
+        Raises:
+            ConfigurationError: the vector count differs from the span count.
+        """
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if len(cut.spans) == 0:
+            matrix = np.zeros((0, 1), dtype=np.float32)
+        elif matrix.ndim != 2 or matrix.shape[0] != len(cut.spans):
+            raise ConfigurationError(
+                f"SpanIndex: {matrix.shape[0] if matrix.ndim else 0} vectors for "
+                f"{len(cut.spans)} spans"
+            )
+        return cls(cut.node_ids, cut.offsets, cut.spans, _unit(matrix))
 
     @classmethod
     def from_span_vectors(

@@ -277,10 +277,15 @@ def test_cli_index_ray_writes_the_same_folder(
 
 def test_ray_builder_refuses_options_it_does_not_support(corpus: Path, tmp_path: Path) -> None:
     from llama_index_car._errors import ConfigurationError
+    from llama_index_car.distributed import build_index_ray
 
     pytest.importorskip("ray", reason="ray is not installed: pip install 'llama-index-car[ray]'")
     with pytest.raises(ConfigurationError, match="--ray cannot be combined with --store"):
         ray_builder("local")(corpus, tmp_path / "x", store="chroma:///tmp/x")
+    with pytest.raises(ConfigurationError, match="--ray cannot be combined with --cache-dir"):
+        ray_builder("local")(corpus, tmp_path / "x", cache_dir=tmp_path / "cache")
+    with pytest.raises(TypeError):  # no parameter is accepted only to be ignored
+        build_index_ray(corpus, tmp_path / "x", use_cache=False)  # type: ignore[call-arg]
 
 
 @pytest.mark.slow

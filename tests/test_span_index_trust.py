@@ -105,3 +105,26 @@ def test_a_missing_vectors_file_is_named(tmp_path: Path) -> None:
     (folder / VECTORS_NAME).unlink()
     with pytest.raises(IndexPersistError, match=VECTORS_NAME):
         SpanIndex.load(folder)
+
+
+def test_from_cut_equals_from_nodes_and_refuses_a_wrong_vector_count() -> None:
+    """Cutting once and embedding elsewhere (the index build's cache path) gives the index
+    ``from_nodes`` gives; a vector list of the wrong length is a typed error, not a shifted
+    assignment of vectors to spans."""
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.span_index import cut_nodes
+
+    nodes = [
+        TextNode(id_="a", text="폭은 1.5m 이상으로 한다. 높이는 2.0m 이상으로 한다."),
+        TextNode(id_="b", text="배수관의 경사는 1/100 이상으로 한다."),
+    ]
+    model = HashedBigramEmbedding()
+    cut = cut_nodes(nodes)
+    assert cut.node_ids == ["a", "b"] and list(cut.offsets) == [0, 1, 2] == [0, 1, len(cut.spans)]
+    raw = model.get_text_embedding_batch([s.text for s in cut.spans])
+    a, b = SpanIndex.from_cut(cut, raw), SpanIndex.from_nodes(nodes, model)
+    q = model.get_query_embedding("경사 기준")
+    for x, y in zip(a.span_cosines(q, ["a", "b"]), b.span_cosines(q, ["a", "b"]), strict=True):
+        assert x is not None and y is not None and np.array_equal(x, y)
+    with pytest.raises(ConfigurationError, match="vectors for"):
+        SpanIndex.from_cut(cut, raw[:-1])

@@ -25,10 +25,12 @@ examples:
   llama-car eval ../shared/eval/legal_prec2statute --systems bm25,dense,hybrid,car \\
       --max-queries 300 --out out/legal
   llama-car eval docs/ --qa questions.jsonl --systems bm25,dense,reframe:first:dense --out out/x
+  llama-car eval ../shared/eval/lhcs_construction --systems hybrid,car --spans --out out/lhcs
 
-systems: bm25 dense hybrid car (offline: dense + BM25 + feedback channel), and with --llm:
+systems: bm25 dense hybrid car (offline: dense + BM25, span re-ranking, BM25 lead), and with --llm:
   dense+hyp bm25+exp car car-hyde car-auto; each optionally prefixed 'reframe:<first|all|most_frequent>:', suffixed '@<alpha>' (fusion) or '+rerank'.
 outputs: DIR/results.json DIR/runs/<system>.trec DIR/report.md DIR/*.png DIR/per_query.json
+  (--spans: DIR/spans.json DIR/spans.md, on sets whose queries carry a reference answer)
 """
 
 
@@ -54,17 +56,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="LLM for the criterion hypothesis and car-hyde (default: %(default)s)")
     p.add_argument("--hypothesizer", default="auto", choices=("auto", "offline", "llm"),
                    help="CAR hypothesizer; auto = llm when --llm is set, else offline "
-                        "(car = the offline CAR: dense + BM25 + feedback channel)")
+                        "(car = the offline CAR: dense + BM25, span re-ranking, BM25 lead)")
     p.add_argument("--rerank", default="none", choices=RERANKERS,
                    help="reranker for '+rerank' systems (default: %(default)s)")
     p.add_argument("--alpha", type=unit_float, default=0.5,
-                   help="dense weight of fusion systems (default: %(default)s)")
+                   help="dense weight of fusion systems (default: %(default)s; the offline car keeps "
+                        "its own cross-validated alpha unless named as car@ALPHA)")
     p.add_argument("--rrf-k", type=nonneg_int, default=60, help="RRF constant (default: %(default)s)")
     p.add_argument("--depth", type=int_at_least(100), default=100,
                    help="documents per query in every run (default: %(default)s, min 100)")
     p.add_argument("--max-queries", type=positive_int, default=None, metavar="N",
                    help="evaluate the first N queries (file order)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+    p.add_argument("--spans", action="store_true",
+                   help="also measure the criterion span ranker: for queries with a reference "
+                        "answer (metadata.answer) whose gold passage a system retrieved, is its "
+                        "top span the one that best covers the answer (vs the first span and a "
+                        "random span)")
+    p.add_argument("--span-k", type=positive_int, default=10, metavar="K",
+                   help="--spans: the gold passage counts when in a system's top K "
+                        "(default: %(default)s)")
     add_cache_and_progress_options(p)
     return p
 
@@ -79,11 +90,13 @@ def _command(args: argparse.Namespace) -> str:
     parts += ["--systems", str(args.systems), "--out", str(args.out),
               "--embed", embed_provider(args.embed), "--llm", args.llm]
     defaults = {"hypothesizer": "auto", "rerank": "none", "alpha": 0.5, "rrf_k": 60,
-                "depth": 100, "max_queries": None, "seed": 0}
+                "depth": 100, "max_queries": None, "seed": 0, "span_k": 10}
     for key, default in defaults.items():
-        value = getattr(args, key)
+        value = getattr(args, key, default)
         if value != default:
             parts += [f"--{key.replace('_', '-')}", str(value)]
+    if getattr(args, "spans", False):
+        parts.append("--spans")
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -131,5 +144,46 @@ def run(args: argparse.Namespace) -> int:
         a = strata["all"]
         print(f"{name:<24} {a['n']:>5} {a['mrr']:>7.3f} {a['mrr@10']:>7.3f} "
               f"{a['recall@10']:>7.3f} {a['recall@50']:>7.3f} {a['ndcg@10']:>8.3f}")
+    if args.spans:
+        written += _span_outputs(args, data, outcome, embed_model, command)
     print(f"wrote {len(written)} files to {args.out}", file=sys.stderr)
     return 0
+
+
+def _span_outputs(
+    args: argparse.Namespace, data: Any, outcome: Any, embed_model: Any, command: str
+) -> list[Any]:
+    """``--spans``: the span hit figures (:mod:`llama_index_car.evaluation.span_eval`) printed
+    and written to DIR/spans.json and DIR/spans.md; one line and nothing written when the set
+    has no reference answers."""
+    import json
+    from pathlib import Path
+
+    from llama_index_car.evaluation.cache import (
+        CachedEmbedding,
+        EmbeddingCache,
+        default_cache_dir,
+    )
+    from llama_index_car.evaluation.span_eval import answers_of, evaluate_spans, markdown_table
+
+    answers = answers_of(data.query_metadata)
+    if not answers:
+        print(f"spans: {data.name} has no reference answers (queries' metadata.answer); "
+              "span evaluation skipped")
+        return []
+    cache = EmbeddingCache(args.cache_dir or default_cache_dir(), embed_model)
+    result = evaluate_spans(
+        data.nodes, data.queries, data.qrels, answers, outcome.runs, CachedEmbedding(cache),
+        k=args.span_k,
+    )
+    table = markdown_table([(data.name, n, e) for n, e in result["systems"].items()])
+    out = Path(args.out)
+    json_path, md_path = out / "spans.json", out / "spans.md"
+    json_path.write_text(
+        json.dumps({"command": command, "dataset": data.name, **result}, ensure_ascii=False,
+                   indent=2) + "\n", encoding="utf-8")
+    md_path.write_text(f"{table}\n\nCommand: `{command}`\n", encoding="utf-8")
+    print(f"\nspans (gold passage in the top {args.span_k}; weights "
+          f"{'/'.join(f'{w:g}' for w in result['weights'])}):")
+    print(table)
+    return [json_path, md_path]

@@ -294,7 +294,7 @@ class OnnxE5:
             import onnxruntime as ort
         except ImportError as exc:
             raise ConfigurationError(
-                "the onnx e5 engine needs onnxruntime: pip install 'llama-index-car[fast]'"
+                "the onnx e5 engine needs onnxruntime: pip install onnxruntime tokenizers"
             ) from exc
         from llama_index_car.embeddings._e5_tokenizer import E5Tokenizer
 

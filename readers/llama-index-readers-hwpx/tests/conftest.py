@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from llama_index.readers.hwpx import HWPXBuilder, HWPXReader
+from llama_index.readers.hwpx import HWPXReader
+from llama_index.readers.hwpx.writer import HWPXBuilder
 
 # readers/llama-index-readers-hwpx/tests/conftest.py -> parents[3] is the repository root
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"

@@ -10,17 +10,16 @@ from pathlib import Path
 import pytest
 from llama_index.core import SimpleDirectoryReader
 from llama_index.readers.hwpx import (
-    HMLBuilder,
     HMLFormatError,
     HMLReader,
-    HWPXBuilder,
     HWPXError,
     HWPXFormatError,
     HWPXNodeParser,
     HWPXReader,
     HWPXTable,
-    TableSpec,
 )
+from llama_index.readers.hwpx.hml_writer import HMLBuilder
+from llama_index.readers.hwpx.writer import HWPXBuilder, TableSpec
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 HML_DIR = SHARED / "corpus" / "hml"

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from llama_index.readers.hwpx import (
-    HWPXBuilder,
     HWPXEncryptedError,
     HWPXError,
     HWPXFormatError,
     HWPXReader,
     HWPXReadWarning,
 )
+from llama_index.readers.hwpx.writer import HWPXBuilder
 
 Write = Callable[..., Path]
 OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"

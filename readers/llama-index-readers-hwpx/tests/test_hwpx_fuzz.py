@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from llama_index.readers.hwpx import HWPXBuilder, HWPXError, HWPXReader, TableSpec
+from llama_index.readers.hwpx import HWPXError, HWPXReader
+from llama_index.readers.hwpx.writer import HWPXBuilder, TableSpec
 
 SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
 N_MUTATIONS = 1200

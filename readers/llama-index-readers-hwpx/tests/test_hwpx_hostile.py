@@ -17,7 +17,6 @@ from llama_index.readers.hwpx import (
     HMLFormatError,
     HMLLimitError,
     HMLReader,
-    HWPXBuilder,
     HWPXCell,
     HWPXFormatError,
     HWPXLimitError,
@@ -28,6 +27,7 @@ from llama_index.readers.hwpx import (
 from llama_index.readers.hwpx._model import render_table
 from llama_index.readers.hwpx._package import RATIO_FLOOR_BYTES
 from llama_index.readers.hwpx._parse import table_text_bound
+from llama_index.readers.hwpx.writer import HWPXBuilder
 
 SEC = (
     '<hs:sec xmlns:hs="http://www.hancom.co.kr/hwpml/2011/section" '

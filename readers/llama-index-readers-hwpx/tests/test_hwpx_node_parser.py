@@ -13,12 +13,12 @@ from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.schema import Document, MetadataMode, TextNode
 from llama_index.readers.hwpx import (
     STRUCTURE_KEY,
-    HWPXBuilder,
     HWPXNodeParser,
     HWPXReader,
     node_cells,
 )
 from llama_index.readers.hwpx.node_parser import row_groups
+from llama_index.readers.hwpx.writer import HWPXBuilder
 
 Write = Callable[..., Path]
 

@@ -14,7 +14,6 @@ from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.schema import BaseNode, Document, NodeRelationship, TextNode
 from llama_index.readers.hwpx import (
     STRUCTURE_KEY,
-    HWPXBuilder,
     HWPXCell,
     HWPXError,
     HWPXNodeParser,
@@ -25,6 +24,7 @@ from llama_index.readers.hwpx import (
     stable_node_id,
 )
 from llama_index.readers.hwpx._node_meta import NODE_ID_NAMESPACE, encode_cells
+from llama_index.readers.hwpx.writer import HWPXBuilder
 
 Write = Callable[..., Path]
 SCALAR = (str, int, float, type(None))

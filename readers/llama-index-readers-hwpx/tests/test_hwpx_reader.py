@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 from llama_index.readers.hwpx import (
     STRUCTURE_KEY,
-    HWPXBuilder,
     HWPXCell,
     HWPXReader,
     HWPXTable,
-    TableSpec,
 )
+from llama_index.readers.hwpx.writer import HWPXBuilder, TableSpec
 from lxml import etree
 
 Write = Callable[..., Path]

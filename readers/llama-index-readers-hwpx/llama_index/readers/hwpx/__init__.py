@@ -23,7 +23,6 @@ from llama_index.readers.hwpx.base import (
     ParsedHWPX,
 )
 from llama_index.readers.hwpx.hml import HMLFormatError, HMLLimitError, HMLReader
-from llama_index.readers.hwpx.hml_writer import HMLBuilder, HMLSectionBuilder
 from llama_index.readers.hwpx.hwp import (
     HWPEncryptedError,
     HWPFormatError,
@@ -31,7 +30,6 @@ from llama_index.readers.hwpx.hwp import (
     HWPReader,
 )
 from llama_index.readers.hwpx.node_parser import HWPXNodeParser
-from llama_index.readers.hwpx.writer import HWPXBuilder, SectionBuilder, TableSpec
 
 __all__ = [
     "HWPXReader",
@@ -52,9 +50,6 @@ __all__ = [
     "HWPXReadWarning",
     "ParsedHWPX",
     "STRUCTURE_KEY",
-    "HWPXBuilder",
-    "SectionBuilder",
-    "TableSpec",
     "HMLReader",
     "HMLFormatError",
     "HMLLimitError",
@@ -62,6 +57,4 @@ __all__ = [
     "HWPFormatError",
     "HWPLimitError",
     "HWPEncryptedError",
-    "HMLBuilder",
-    "HMLSectionBuilder",
 ]

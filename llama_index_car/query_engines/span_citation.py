@@ -1,0 +1,619 @@
+"""``SpanCitationQueryEngine``: answers whose ``[n]`` cite criterion spans by coordinates.
+
+LlamaIndex's ``CitationQueryEngine`` numbers its sources by re-chunking each hit's text (512
+tokens), so a citation points at a chunk and the table coordinates of the reader (``cells``)
+are lost. This engine keeps the pattern — numbered sources in the prompt, ``[n]`` in the
+answer, the sources as ``response.source_nodes`` — but its sources are the **criterion spans**
+the retriever attached (``metadata["criterion_spans"]``, see
+:class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor`): one
+sentence, table row or table cell each, numbered in hit order then span order (best first),
+at most ``max_sources``. A hit without spans is one source of kind ``section`` (its text, cut
+at :data:`SECTION_SOURCE_CHARS`). Each source is shown to the LLM as::
+
+    Source 2 (dg2016_slope.hwpx · 측구 설치기준 · table 0, row 1, col 2):
+    노측 측구 · U형 — 적용 구간: 깎기부, 집수면적 1ha 이상
+
+(coordinates 0-based, as the reader's ``node_cells()``; a cell reads ``row header — column
+header: value``). The response carries
+
+* ``source_nodes``: one ``NodeWithScore`` per source, ``source_nodes[n - 1]`` is source ``n``;
+  its metadata holds ``source_number``, ``kind``, ``file_name``, ``section_title``,
+  ``parent_node_id``, ``span_start``/``span_end`` (offsets into the parent node's text),
+  ``table_index``, ``row``, ``col``, ``row_span``, ``col_span``, ``header``, ``row_header``
+  (``None`` where not applicable), all excluded from embed and LLM metadata (the location is in
+  the text already); a ``PARENT`` relationship names the hit's node;
+* ``metadata["citations"]``: the :class:`Citation` of each source the answer cites, in order of
+  first citation. ``[n]`` outside ``1..len(sources)`` is ignored (listed in
+  ``metadata["invalid_citations"]``): LLM output is untrusted. ``[1, 3]`` and ``[2-4]`` are
+  read as lists and ranges;
+* ``metadata["fallback"]``/``["error"]``/``["error_message"]``: when the LLM call fails (any
+  ``Exception``: HTTP errors, timeouts, deadlines, unparseable replies) the answer is the
+  **retrieval-only answer** — the top ``fallback_sources`` sources, each cited ``[n]`` — with
+  ``fallback=True`` and the error's class name, instead of an exception. With
+  ``require_citation`` (default) an answer citing no valid source is replaced the same way
+  (``error="UncitedAnswerError"``). A stream that breaks off (or ends uncited) gets the
+  retrieval-only answer appended. No hits: :data:`NO_SOURCE_ANSWER`, without an LLM call.
+
+The LLM is called once per query through LlamaIndex's interface (``predict``/``stream`` and
+their async twins, as the response synthesizers do); ``llm_timeout`` opens an
+:func:`~llama_index_car.llms.deadline.llm_deadline` around it (bounded clients such as
+:class:`~llama_index_car.llms.BoundedAnthropic` honour it; other LLMs rely on their own
+``timeout``). With ``streaming=True``, ``query`` returns a ``StreamingResponse`` (``aquery``: an
+``AsyncStreamingResponse``) whose ``source_nodes`` are set at once and whose citations are set
+once the stream is consumed.
+
+>>> cited_numbers("폭은 3.5m [2], 속도는 [1, 9] 및 [2-3]", n_sources=3)
+([2, 1, 3], [9])
+>>> c = Citation(number=1, kind="cell", text="750m 이내", node_id="n1", file="t.hwpx",
+...              section_title="비상주차대", table_index=0, row=1, col=1, header="기준",
+...              row_header="설치 간격")
+>>> print(render_source(c))
+Source 1 (t.hwpx · 비상주차대 · table 0, row 1, col 1):
+설치 간격 — 기준: 750m 이내
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.response.schema import (
+    RESPONSE_TYPE,
+    AsyncStreamingResponse,
+    Response,
+    StreamingResponse,
+)
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.callbacks.schema import CBEventType, EventPayload
+from llama_index.core.llms.llm import LLM
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
+from llama_index.core.schema import (
+    NodeRelationship,
+    NodeWithScore,
+    QueryBundle,
+    RelatedNodeInfo,
+    TextNode,
+)
+
+from llama_index_car._errors import ConfigurationError, LLMResponseError
+from llama_index_car.llms.deadline import llm_deadline
+
+__all__ = [
+    "CITATIONS_KEY",
+    "Citation",
+    "DEFAULT_FALLBACK_SOURCES",
+    "DEFAULT_MAX_SOURCES",
+    "NO_SOURCE_ANSWER",
+    "SPAN_CITATION_QA_TEMPLATE",
+    "SpanCitationQueryEngine",
+    "UncitedAnswerError",
+    "cited_numbers",
+    "render_source",
+    "retrieval_only_answer",
+    "sources_from_hits",
+]
+
+CITATIONS_KEY = "citations"
+#: sources (spans) shown to the LLM per query by default
+DEFAULT_MAX_SOURCES = 15
+#: sources cited by the retrieval-only answer by default
+DEFAULT_FALLBACK_SOURCES = 3
+#: characters of a hit without spans shown as its one ``section`` source
+SECTION_SOURCE_CHARS = 800
+#: longest list or range read inside one ``[...]`` (untrusted LLM output)
+_MAX_RANGE = 50
+_SPANS_KEY = "criterion_spans"  # CriterionSpanPostprocessor's key
+_BRACKET = re.compile(r"\[([0-9,\s\-–]{1,64})\]")
+_NUMBER = re.compile(r"\d{1,6}")
+_RANGE = re.compile(r"(\d{1,6})\s*[-–]\s*(\d{1,6})")
+
+NO_SOURCE_ANSWER = "검색된 기준 조항이 없습니다 (no source was retrieved for this query)."
+_FALLBACK_HEAD = "LLM 답변을 만들지 못해 검색된 기준 조항을 그대로 보입니다 ({error}):"
+
+SPAN_CITATION_QA_TEMPLATE = PromptTemplate(
+    "Answer the query based solely on the numbered sources below. Each source is one "
+    "sentence, table row or table cell of a Korean technical standard, labelled with its "
+    "file, section and (for tables) its table, row and column. When you use a source, cite "
+    "its number in square brackets, e.g. [2]; cite the table cell or sentence that states "
+    "the criterion itself. Every answer should cite at least one source. If none of the "
+    "sources answers the query, say so. Answer in the language of the query.\n"
+    "For example:\n"
+    "Source 1 (guide.hwpx · 비상주차대 · table 0, row 1, col 1):\n"
+    "설치 간격 — 기준: 750m 이내\n"
+    "Source 2 (guide.hwpx · 비상주차대):\n"
+    "연장 1,000m 이상 터널에는 비상주차대를 둔다.\n"
+    "Query: 터널 비상주차대는 얼마 간격으로 두나요?\n"
+    "Answer: 연장 1,000m 이상 터널에는 비상주차대를 두며 [2], 설치 간격은 750m 이내입니다 [1].\n"
+    "Now it's your turn. Below are the numbered sources:\n"
+    "------\n"
+    "{context_str}\n"
+    "------\n"
+    "Query: {query_str}\n"
+    "Answer: "
+)
+
+
+class UncitedAnswerError(LLMResponseError):
+    """The LLM's answer cited no valid source (named in ``metadata["error"]``; not raised)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """One numbered source: a criterion span (``sentence``/``row``/``cell``) or a hit without
+    spans (``section``), with where it is — ``file``, ``section_title``, the hit's
+    ``node_id``, ``start``/``end`` offsets into that node's text and, for table spans, the
+    0-based ``table_index``, ``row``, ``col``, ``row_span``, ``col_span`` and the ``header``
+    / ``row_header`` cells that label it."""
+
+    number: int
+    kind: str
+    text: str
+    node_id: str
+    file: str | None = None
+    section_title: str | None = None
+    score: float | None = None
+    start: int | None = None
+    end: int | None = None
+    table_index: int | None = None
+    row: int | None = None
+    col: int | None = None
+    row_span: int | None = None
+    col_span: int | None = None
+    header: str | None = None
+    row_header: str | None = None
+
+    @property
+    def location(self) -> str:
+        """``file · section · table t, row r, col c`` (the parts that are known)."""
+        parts = [p for p in (self.file, self.section_title) if p]
+        if self.table_index is not None and self.row is not None:
+            where = f"table {self.table_index}, row {self.row}"
+            if self.kind == "cell" and self.col is not None:
+                where += f", col {self.col}"
+            parts.append(where)
+        return " · ".join(parts)
+
+    @property
+    def label(self) -> str:
+        """The text as the LLM reads it: a cell as ``row header — header: value``."""
+        if self.kind != "cell":
+            return self.text
+        text = f"{self.header}: {self.text}" if self.header else self.text
+        return f"{self.row_header} — {text}" if self.row_header else text
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (JSON-ready)."""
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------- pure parts
+def _one_line(value: Any) -> str | None:
+    text = " ".join(str(value).split()) if value is not None else ""
+    return text or None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _file_of(metadata: dict[str, Any]) -> str | None:
+    name = metadata.get("file_name")
+    if not name and metadata.get("file_path"):
+        name = os.path.basename(str(metadata["file_path"]))
+    return _one_line(name)
+
+
+def sources_from_hits(
+    hits: Sequence[NodeWithScore],
+    max_sources: int = DEFAULT_MAX_SOURCES,
+    section_chars: int = SECTION_SOURCE_CHARS,
+) -> list[Citation]:
+    """The numbered sources of ``hits``: each hit's ``criterion_spans`` in order (best first),
+    hits in rank order, at most ``max_sources``; a hit without spans gives one ``section``
+    source (its text cut at ``section_chars``). Numbers start at 1."""
+    out: list[Citation] = []
+    for hit in hits:
+        node = hit.node
+        meta = dict(node.metadata or {})
+        node_id, file, section = (
+            node.node_id, _file_of(meta), _one_line(meta.get("section_title"))
+        )
+        spans = meta.get(_SPANS_KEY)
+        spans = [s for s in spans if isinstance(s, dict) and s.get("text")] if isinstance(
+            spans, list) else []
+        if not spans:
+            text = " ".join(node.get_content().split())
+            if not text:
+                continue
+            if len(out) >= max_sources:
+                break
+            out.append(Citation(
+                number=len(out) + 1, kind="section", text=text[:section_chars],
+                score=hit.score, start=0, end=len(node.get_content()), node_id=node_id,
+                file=file, section_title=section,
+            ))
+            continue
+        for s in spans:
+            if len(out) >= max_sources:
+                break
+            score = s.get("score")
+            out.append(Citation(
+                number=len(out) + 1,
+                kind=str(s.get("kind", "sentence")),
+                text=_one_line(s["text"]) or "",
+                score=float(score) if isinstance(score, (int, float)) else None,
+                start=_int(s.get("start")), end=_int(s.get("end")),
+                table_index=_int(s.get("table_index")), row=_int(s.get("row")),
+                col=_int(s.get("col")), row_span=_int(s.get("row_span")),
+                col_span=_int(s.get("col_span")),
+                header=_one_line(s.get("header")), row_header=_one_line(s.get("row_header")),
+                node_id=node_id, file=file, section_title=section,
+            ))
+        if len(out) >= max_sources:
+            break
+    return out
+
+
+def render_source(citation: Citation) -> str:
+    """``Source n (location):`` then the source's label, as the LLM reads it."""
+    location = citation.location
+    head = f"Source {citation.number} ({location}):" if location else (
+        f"Source {citation.number}:")
+    return f"{head}\n{citation.label}"
+
+
+def cited_numbers(text: str, n_sources: int) -> tuple[list[int], list[int]]:
+    """The source numbers ``text`` cites, distinct, in order of first citation, and the
+    numbers outside ``1..n_sources`` it also cites (ignored). ``[n]``, ``[n, m]`` and
+    ``[n-m]`` (a range of at most 50) are read; anything else in brackets is not a
+    citation."""
+    valid: dict[int, None] = {}
+    invalid: dict[int, None] = {}
+
+    def add(n: int) -> None:
+        (valid if 1 <= n <= n_sources else invalid)[n] = None
+
+    for match in _BRACKET.finditer(text):
+        for part in match.group(1).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if _NUMBER.fullmatch(part):
+                add(int(part))
+            elif (r := _RANGE.fullmatch(part)) is not None:
+                a, b = int(r.group(1)), int(r.group(2))
+                if a <= b and b - a < _MAX_RANGE:
+                    for n in range(a, b + 1):
+                        add(n)
+                else:
+                    add(a)
+                    add(b)
+    return list(valid), list(invalid)
+
+
+def retrieval_only_answer(sources: Sequence[Citation], k: int, error: str) -> str:
+    """The answer without an LLM: a line naming ``error``, then the first ``k`` sources, each
+    ``[n] location — label``."""
+    lines = [_FALLBACK_HEAD.format(error=error)]
+    for c in sources[:k]:
+        where = f" {c.location} —" if c.location else ""
+        lines.append(f"[{c.number}]{where} {c.label}")
+    return "\n".join(lines)
+
+
+_SOURCE_KEYS = (
+    "source_number", "kind", "file_name", "section_title", "parent_node_id", "span_start",
+    "span_end", "table_index", "row", "col", "row_span", "col_span", "header", "row_header",
+)
+
+
+def _source_node(c: Citation) -> NodeWithScore:
+    meta = dict(zip(_SOURCE_KEYS, (
+        c.number, c.kind, c.file, c.section_title, c.node_id, c.start, c.end, c.table_index,
+        c.row, c.col, c.row_span, c.col_span, c.header, c.row_header,
+    ), strict=True))
+    coords = "" if c.table_index is None else f":{c.table_index}.{c.row}.{c.col}"
+    node = TextNode(
+        id_=f"{c.node_id}#{c.kind}:{c.start}-{c.end}{coords}",
+        text=render_source(c),
+        metadata=meta,
+        excluded_embed_metadata_keys=list(_SOURCE_KEYS),
+        excluded_llm_metadata_keys=list(_SOURCE_KEYS),
+        relationships={NodeRelationship.PARENT: RelatedNodeInfo(node_id=c.node_id)},
+    )
+    return NodeWithScore(node=node, score=c.score)
+
+
+class _Answer:
+    """One answer being finished: the sources, the response metadata it fills in, and the
+    text so far (streams feed it token by token)."""
+
+    def __init__(self, sources: list[Citation], fallback_sources: int, require: bool) -> None:
+        self.sources = sources
+        self.k = fallback_sources
+        self.require = require
+        self.parts: list[str] = []
+        self.metadata: dict[str, Any] = {
+            CITATIONS_KEY: [], "fallback": False, "error": None, "error_message": None,
+            "invalid_citations": [],
+        }
+
+    def fail(self, exc: BaseException) -> str:
+        """Record ``exc`` and return the retrieval-only text to add to the answer."""
+        self.metadata.update(
+            fallback=True, error=type(exc).__name__, error_message=str(exc)[:500] or None
+        )
+        text = retrieval_only_answer(self.sources, self.k, type(exc).__name__)
+        return f"\n\n{text}" if "".join(self.parts).strip() else text
+
+    def finish(self, replace: bool = False) -> str:
+        """Resolve the citations of the text so far; return text still to add ("" or the
+        retrieval-only answer when nothing valid was cited and a citation is required; with
+        ``replace`` it replaces the text instead of following it)."""
+        tail = ""
+        cited, invalid = cited_numbers("".join(self.parts), len(self.sources))
+        if not cited and self.require and not self.metadata["fallback"]:
+            if replace:
+                self.parts = []
+            tail = self.fail(UncitedAnswerError("the LLM answer cites no source"))
+            self.parts.append(tail)
+            cited, invalid = cited_numbers("".join(self.parts), len(self.sources))
+        self.metadata[CITATIONS_KEY] = [self.sources[n - 1] for n in cited]
+        self.metadata["invalid_citations"] = invalid
+        return tail
+
+    def whole(self, text: str | None = None, exc: BaseException | None = None) -> str:
+        """The complete answer from an LLM ``text`` or a failure ``exc``."""
+        if exc is not None:
+            self.parts = [self.fail(exc)]
+        else:
+            self.parts = [text or ""]
+        self.finish(replace=True)
+        return "".join(self.parts)
+
+    def tokens(self, gen: Iterator[str]) -> Generator[str, None, None]:
+        try:
+            for token in gen:
+                self.parts.append(token)
+                yield token
+        except Exception as exc:  # noqa: BLE001 - a broken stream gets the fallback
+            tail = self.fail(exc)
+            self.parts.append(tail)
+            yield tail
+        tail = self.finish()
+        if tail:
+            yield tail
+
+    async def atokens(self, gen: AsyncIterator[str]) -> AsyncGenerator[str, None]:
+        try:
+            async for token in gen:
+                self.parts.append(token)
+                yield token
+        except Exception as exc:  # noqa: BLE001 - a broken stream gets the fallback
+            tail = self.fail(exc)
+            self.parts.append(tail)
+            yield tail
+        tail = self.finish()
+        if tail:
+            yield tail
+
+
+def _one(text: str) -> Generator[str, None, None]:
+    yield text
+
+
+async def _aone(text: str) -> AsyncGenerator[str, None]:
+    yield text
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name}={value!r} must be an integer >= 1")
+    return value
+
+
+# ----------------------------------------------------------------------------- engine
+class SpanCitationQueryEngine(BaseQueryEngine):
+    """A query engine whose numbered sources are the hits' criterion spans (module docstring).
+
+    Args:
+        retriever: any retriever; its hits should carry ``criterion_spans`` (CAR over a span
+            index attaches them; for others add a
+            :class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor`
+            to ``node_postprocessors``).
+        llm: the LlamaIndex LLM that writes the answer (required; ``Settings.llm`` is not read).
+        node_postprocessors: applied to the hits in order, before the sources are numbered.
+        citation_qa_template: the prompt (``context_str``, ``query_str``); default
+            :data:`SPAN_CITATION_QA_TEMPLATE`; also settable through ``update_prompts``.
+        streaming: ``query`` returns a ``StreamingResponse`` (``aquery`` an
+            ``AsyncStreamingResponse``).
+        max_sources: sources shown to the LLM (default 15).
+        fallback_sources: sources cited by the retrieval-only answer (default 3).
+        require_citation: replace an answer citing no valid source by the retrieval-only
+            answer (default ``True``).
+        llm_timeout: seconds for the LLM call, as an :func:`llm_deadline` (default ``None``:
+            the LLM's own timeouts).
+        callback_manager: LlamaIndex callbacks (default: a new, empty manager).
+
+    Raises:
+        ConfigurationError: a non-retriever, a non-LLM, or a count below 1.
+    """
+
+    def __init__(
+        self,
+        retriever: BaseRetriever,
+        llm: LLM,
+        *,
+        node_postprocessors: Sequence[BaseNodePostprocessor] | None = None,
+        citation_qa_template: BasePromptTemplate | None = None,
+        streaming: bool = False,
+        max_sources: int = DEFAULT_MAX_SOURCES,
+        fallback_sources: int = DEFAULT_FALLBACK_SOURCES,
+        require_citation: bool = True,
+        llm_timeout: float | None = None,
+        callback_manager: CallbackManager | None = None,
+    ) -> None:
+        if not isinstance(retriever, BaseRetriever):
+            raise ConfigurationError(
+                f"retriever must be a LlamaIndex BaseRetriever, not {type(retriever).__name__}"
+            )
+        if not isinstance(llm, LLM):
+            raise ConfigurationError(
+                f"llm must be a LlamaIndex LLM (e.g. BoundedAnthropic), not {type(llm).__name__}"
+            )
+        with llm_deadline(llm_timeout):  # validates llm_timeout (ConfigurationError)
+            pass
+        self._retriever = retriever
+        self._llm = llm
+        self._node_postprocessors = list(node_postprocessors or [])
+        self._qa_template = citation_qa_template or SPAN_CITATION_QA_TEMPLATE
+        self._streaming = bool(streaming)
+        self.max_sources = _positive_int("max_sources", max_sources)
+        self.fallback_sources = _positive_int("fallback_sources", fallback_sources)
+        self.require_citation = bool(require_citation)
+        self.llm_timeout = llm_timeout
+        super().__init__(callback_manager=callback_manager)
+        for post in self._node_postprocessors:
+            post.callback_manager = self.callback_manager
+
+    @property
+    def retriever(self) -> BaseRetriever:
+        """The retriever."""
+        return self._retriever
+
+    # prompts ------------------------------------------------------------------
+    def _get_prompts(self) -> dict[str, Any]:
+        return {"citation_qa_template": self._qa_template}
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        if "citation_qa_template" in prompts:
+            self._qa_template = prompts["citation_qa_template"]
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {}
+
+    # retrieval ----------------------------------------------------------------
+    def retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        """The retriever's hits after the node postprocessors."""
+        nodes = self._retriever.retrieve(query_bundle)
+        for post in self._node_postprocessors:
+            nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)
+        return nodes
+
+    async def aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        """Async :meth:`retrieve`."""
+        nodes = await self._retriever.aretrieve(query_bundle)
+        for post in self._node_postprocessors:
+            nodes = await post.apostprocess_nodes(nodes, query_bundle=query_bundle)
+        return nodes
+
+    # synthesis ----------------------------------------------------------------
+    def _prepare(
+        self, nodes: Sequence[NodeWithScore]
+    ) -> tuple[_Answer, list[NodeWithScore], dict[str, str]]:
+        sources = sources_from_hits(nodes, self.max_sources)
+        answer = _Answer(sources, self.fallback_sources, self.require_citation)
+        context = "\n\n".join(render_source(c) for c in sources)
+        return answer, [_source_node(c) for c in sources], {"context_str": context}
+
+    def synthesize(
+        self,
+        query_bundle: QueryBundle,
+        nodes: list[NodeWithScore],
+        additional_source_nodes: Sequence[NodeWithScore] | None = None,
+    ) -> RESPONSE_TYPE:
+        """Number the spans of ``nodes`` and answer ``query_bundle`` citing them."""
+        answer, sources, args = self._prepare(nodes)
+        args["query_str"] = query_bundle.query_str
+        extra = list(additional_source_nodes or [])
+        if not answer.sources:
+            return self._no_source(answer, extra)
+        if self._streaming:
+            try:
+                with llm_deadline(self.llm_timeout):
+                    gen = self._llm.stream(self._qa_template, **args)
+            except Exception as exc:  # noqa: BLE001 - any LLM failure: the retrieval-only answer
+                return StreamingResponse(_one(answer.whole(exc=exc)), sources + extra,
+                                         answer.metadata)
+            return StreamingResponse(answer.tokens(gen), sources + extra, answer.metadata)
+        try:
+            with llm_deadline(self.llm_timeout):
+                text = self._llm.predict(self._qa_template, **args)
+        except Exception as exc:  # noqa: BLE001 - any LLM failure: the retrieval-only answer
+            return Response(answer.whole(exc=exc), sources + extra, answer.metadata)
+        return Response(answer.whole(text), sources + extra, answer.metadata)
+
+    async def asynthesize(
+        self,
+        query_bundle: QueryBundle,
+        nodes: list[NodeWithScore],
+        additional_source_nodes: Sequence[NodeWithScore] | None = None,
+    ) -> RESPONSE_TYPE:
+        """Async :meth:`synthesize` (``apredict``/``astream``)."""
+        answer, sources, args = self._prepare(nodes)
+        args["query_str"] = query_bundle.query_str
+        extra = list(additional_source_nodes or [])
+        if not answer.sources:
+            no = self._no_source(answer, extra)
+            if self._streaming:
+                return AsyncStreamingResponse(_aone(NO_SOURCE_ANSWER), no.source_nodes,
+                                              no.metadata)
+            return no
+        if self._streaming:
+            try:
+                with llm_deadline(self.llm_timeout):
+                    agen = await self._llm.astream(self._qa_template, **args)
+            except Exception as exc:  # noqa: BLE001 - any LLM failure: the retrieval-only answer
+                return AsyncStreamingResponse(_aone(answer.whole(exc=exc)), sources + extra,
+                                              answer.metadata)
+            return AsyncStreamingResponse(answer.atokens(agen), sources + extra,
+                                          answer.metadata)
+        try:
+            with llm_deadline(self.llm_timeout):
+                text = await self._llm.apredict(self._qa_template, **args)
+        except Exception as exc:  # noqa: BLE001 - any LLM failure: the retrieval-only answer
+            return Response(answer.whole(exc=exc), sources + extra, answer.metadata)
+        return Response(answer.whole(text), sources + extra, answer.metadata)
+
+    def _no_source(self, answer: _Answer, extra: list[NodeWithScore]) -> Any:
+        answer.metadata["no_source"] = True
+        if self._streaming:
+            return StreamingResponse(_one(NO_SOURCE_ANSWER), extra, answer.metadata)
+        return Response(NO_SOURCE_ANSWER, extra, answer.metadata)
+
+    # queries ------------------------------------------------------------------
+    def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        with self.callback_manager.event(
+            CBEventType.RETRIEVE, payload={EventPayload.QUERY_STR: query_bundle.query_str}
+        ) as event:
+            nodes = self.retrieve(query_bundle)
+            event.on_end(payload={EventPayload.NODES: nodes})
+        return self.synthesize(query_bundle, nodes)
+
+    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        with self.callback_manager.event(
+            CBEventType.RETRIEVE, payload={EventPayload.QUERY_STR: query_bundle.query_str}
+        ) as event:
+            nodes = await self.aretrieve(query_bundle)
+            event.on_end(payload={EventPayload.NODES: nodes})
+        return await self.asynthesize(query_bundle, nodes)
+
+    # chat ---------------------------------------------------------------------
+    def as_chat_engine(self, llm: LLM | None = None, **kwargs: Any) -> Any:
+        """A ``CondenseQuestionChatEngine`` over this engine: each turn is condensed into a
+        standalone question (by ``llm``, default this engine's) and answered here, so
+        ``chat(...).sources[0].raw_output.metadata["citations"]`` holds the turn's citations.
+        ``kwargs`` go to ``CondenseQuestionChatEngine.from_defaults`` (``chat_history`` …)."""
+        from llama_index.core.chat_engine import CondenseQuestionChatEngine
+
+        return CondenseQuestionChatEngine.from_defaults(
+            query_engine=self, llm=llm or self._llm, **kwargs
+        )
