@@ -42,7 +42,8 @@ from llama_index_car._errors import HypothesisError
 from llama_index_car.evaluation.cache import EmbeddingCache
 from llama_index_car.evaluation.io import load_beir
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
-from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
+from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
 from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 from llama_index_car.retrievers.weighted_rrf import WeightedRRFRetriever
 from llama_index_car.tokenizers.kiwi import KiwiTokenizer
@@ -157,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dense = index.as_retriever(similarity_top_k=50)
     lexical = KiwiBM25Retriever.from_defaults(nodes=nodes, tokenizer=tokenizer, similarity_top_k=50)
     hybrid = WeightedRRFRetriever.from_alpha(dense, lexical)
-    car = CriterionAwareRetriever(dense, lexical)
+    car = OfflineCriterionRetriever(dense, lexical)
 
     queries = list(ds.queries.values())
     warm, qs = queries[:5], queries[5 : 5 + args.queries]
@@ -184,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache.embed([*warm, *qs], "query")
     dense_c = index.as_retriever(similarity_top_k=50, embed_model=cached)
     hybrid_c = WeightedRRFRetriever.from_alpha(dense_c, lexical)
-    car_c = CriterionAwareRetriever(dense_c, lexical)
+    car_c = OfflineCriterionRetriever(dense_c, lexical)
     systems_c: dict[str, Callable[[str], Any]] = {
         "dense, cached embeddings": dense_c.retrieve,
         "hybrid, cached embeddings": hybrid_c.retrieve,
@@ -210,8 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     llm_qs = qs[: args.llm_queries]
     slow = SlowLRUHypothesizer(args.llm_delay)
     failing = SlowLRUHypothesizer(args.llm_delay, fail=True)
-    car_llm = CriterionAwareRetriever(dense, lexical, hypothesizer=slow)
-    car_fail = CriterionAwareRetriever(dense, lexical, hypothesizer=failing)
+    car_llm = HypothesisCriterionRetriever(dense, lexical, slow)
+    car_fail = HypothesisCriterionRetriever(dense, lexical, failing)
     llm_rows: dict[str, list[float]] = {
         "CAR + stub LLM, first call (sync)": timed(car_llm.retrieve, llm_qs),
         "CAR + stub LLM, cached repeat (sync)": timed(car_llm.retrieve, llm_qs),
@@ -219,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "CAR + failing stub LLM → hybrid fallback": timed(car_fail.retrieve, llm_qs),
     }
     slow2 = SlowLRUHypothesizer(args.llm_delay)
-    car_llm2 = CriterionAwareRetriever(dense, lexical, hypothesizer=slow2)
+    car_llm2 = HypothesisCriterionRetriever(dense, lexical, slow2)
     llm_rows["CAR + stub LLM, first call (async)"] = timed(
         lambda q: loop.run_until_complete(car_llm2.aretrieve(q)), llm_qs
     )
@@ -253,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
 
         real = LLMCriterionHypothesizer(llm=SleepyLLM(max_tokens=None))
-        car_real = CriterionAwareRetriever(dense, lexical, hypothesizer=real)
+        car_real = HypothesisCriterionRetriever(dense, lexical, real)
         llm_rows["CAR + LLMCriterionHypothesizer(MockLLM sleeping), first call"] = timed(
             car_real.retrieve, llm_qs
         )

@@ -57,7 +57,7 @@ from llama_index_car.evaluation.stats import holm, paired_test
 from llama_index_car.evaluation.systems import SystemFactory
 from llama_index_car.fusion import score_gap
 from llama_index_car.providers import resolve_embed_model
-from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
 from llama_index_car.retrievers.routing import feedback_share
 from llama_index_car.spans import node_spans
 
@@ -180,7 +180,7 @@ def collect(folder: str) -> tuple[dict[str, QueryData], dict[str, list[str]], di
     cache.embed(list(data.queries.values()), "query", show_progress=True, desc="embed queries")
     factory = SystemFactory(data.nodes, CachedEmbedding(cache), depth=DEPTH)
     v = factory.variant(None)
-    car = CriterionAwareRetriever(
+    car = OfflineCriterionRetriever(
         v.dense, v.bm25, pool_top_k=DEPTH, similarity_top_k=DEPTH, feedback_scale=0.7
     )
     span_vecs, offsets, row = node_span_matrix(v.dense.nodes, cache)

@@ -24,6 +24,8 @@ _EXPORTS: dict[str, str] = {
     "KiwiBM25Retriever": "llama_index_car.retrievers.kiwi_bm25",
     "WeightedRRFRetriever": "llama_index_car.retrievers.weighted_rrf",
     "CriterionAwareRetriever": "llama_index_car.retrievers.criterion_aware",
+    "OfflineCriterionRetriever": "llama_index_car.retrievers.car_offline",
+    "HypothesisCriterionRetriever": "llama_index_car.retrievers.car_hypothesis",
     "LexicalOverlapRouter": "llama_index_car.retrievers.routing",
     # span vectors and span re-ranking
     "SpanIndex": "llama_index_car.span_index",

@@ -1197,9 +1197,11 @@ class LocalIndex:
 
         ``pool_top_k`` is the per-channel candidate pool for the fused kinds; for ``dense``
         and ``bm25`` only ``similarity_top_k`` matters. ``hypothesizer`` (e.g. an
-        :class:`LLMCriterionHypothesizer`) turns ``car`` into the LLM-hypothesis CAR; without
-        it ``car`` is the offline configuration, which re-ranks its fused pool by the folder's
-        span index when it has one. ``alpha`` ``None``: each kind's default (hybrid 0.5; the
+        :class:`LLMCriterionHypothesizer`) makes ``car`` a
+        :class:`~llama_index_car.retrievers.car_hypothesis.HypothesisCriterionRetriever`;
+        without it ``car`` is an
+        :class:`~llama_index_car.retrievers.car_offline.OfflineCriterionRetriever`, which
+        re-ranks its fused pool by the folder's span index when it has one. ``alpha`` ``None``: each kind's default (hybrid 0.5; the
         offline ``car`` its cross-validated α(s), see ``CriterionAwareRetriever``).
 
         Raises:
@@ -1231,10 +1233,10 @@ class LocalIndex:
                 pool_top_k=pool,
                 similarity_top_k=similarity_top_k,
             )
-        return CriterionAwareRetriever(
-            dense_retriever=dense,
-            lexical_retriever=lexical,
-            hypothesizer=hypothesizer,
+        return CriterionAwareRetriever.from_channels(
+            dense,
+            lexical,
+            hypothesizer,
             alpha=alpha,
             rrf_k=rrf_k,
             pool_top_k=pool,

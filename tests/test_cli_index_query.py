@@ -398,7 +398,7 @@ def test_load_retriever_kinds_share_one_folder(index_run: dict[str, Any]) -> Non
 
     local = load_index(index_run["out"])
     names = {k: type(local.as_retriever(k)).__name__ for k in RETRIEVER_KINDS}
-    assert names["car"] == "CriterionAwareRetriever"
+    assert names["car"] == "OfflineCriterionRetriever"  # a CriterionAwareRetriever, no LLM
     assert names["hybrid"] == "WeightedRRFRetriever"
     assert names["bm25"] == "KiwiBM25Retriever"
     with pytest.raises(ConfigurationError, match="car, hybrid, bm25, dense"):

@@ -13,6 +13,8 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_car._errors import ConfigurationError, HypothesisError
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
+from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
 from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 from llama_index_car.retrievers.routing import LexicalOverlapRouter
 from llama_index_car.retrievers.weighted_rrf import EXPLAIN_KEY
@@ -75,12 +77,13 @@ class StubHypothesizer(BaseCriterionHypothesizer):
 
 def make(
     hyp: BaseCriterionHypothesizer | None = None, delay: float = 0.0, **kw: object
-) -> tuple[CriterionAwareRetriever, Recorder, Recorder]:
+) -> tuple[HypothesisCriterionRetriever, Recorder, Recorder]:
     dense = Recorder(["a", "b", "c"], ["d", "a", "e"], delay=delay)
     lexical = Recorder(["b", "c", "f"], ["a", "g", "b"], delay=delay)
-    car = CriterionAwareRetriever(
-        dense, lexical, hypothesizer=hyp or StubHypothesizer(), **kw  # type: ignore[arg-type]
+    car = HypothesisCriterionRetriever(
+        dense, lexical, hyp or StubHypothesizer(), **kw  # type: ignore[arg-type]
     )
+    assert isinstance(car, CriterionAwareRetriever)
     return car, dense, lexical
 
 
@@ -309,13 +312,36 @@ def test_configuration_errors(kwargs: dict[str, object], match: str) -> None:
 def test_rejects_bad_components() -> None:
     r = Recorder(["a"], ["a"])
     with pytest.raises(ConfigurationError, match="BaseRetriever"):
-        CriterionAwareRetriever("dense", r, hypothesizer=StubHypothesizer())  # type: ignore[arg-type]
+        HypothesisCriterionRetriever("dense", r, StubHypothesizer())  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="BaseCriterionHypothesizer"):
-        CriterionAwareRetriever(r, r, hypothesizer=object())  # type: ignore[arg-type]
+        HypothesisCriterionRetriever(r, r, object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="OfflineCriterionRetriever"):
+        HypothesisCriterionRetriever(r, r, None)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="token_counts"):  # feedback needs a BM25 index
-        CriterionAwareRetriever(r, r, hypothesizer=None, feedback_scale=0.7)
+        OfflineCriterionRetriever(r, r, feedback_scale=0.7)
     with pytest.raises(ConfigurationError, match="nodes"):
         CriterionAwareRetriever.from_defaults()
+    with pytest.raises(ConfigurationError, match="from_defaults"):  # the base: pick one
+        CriterionAwareRetriever(r, r)  # type: ignore[call-arg]
+
+
+def test_options_of_one_mode_do_not_exist_in_the_other() -> None:
+    """Invalid couplings are impossible: each retriever has only its own options, and the
+    factory names the retriever an option belongs to."""
+    r = Recorder(["a"], ["a"])
+    for option in ("route", "strict", "hypothesis_timeout", "speculative_hybrid"):
+        with pytest.raises(TypeError):
+            OfflineCriterionRetriever(r, r, **{option: None})  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="only with a hypothesizer"):
+            CriterionAwareRetriever.from_channels(r, r, **{option: None})
+    for option in ("span_weight", "span_pool", "alpha_overlap", "bm25_lead"):
+        with pytest.raises(TypeError):
+            HypothesisCriterionRetriever(r, r, StubHypothesizer(), **{option: 0})  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="only offline"):
+            CriterionAwareRetriever.from_channels(r, r, StubHypothesizer(), **{option: 0})
+    car = CriterionAwareRetriever.from_channels(r, r, StubHypothesizer())
+    assert type(car) is HypothesisCriterionRetriever
+    assert type(CriterionAwareRetriever.from_channels(r, r)) is OfflineCriterionRetriever
 
 
 def test_async_does_not_block_event_loop() -> None:
@@ -360,7 +386,7 @@ def test_from_defaults_offline_builds_everything() -> None:
     assert isinstance(car.dense_retriever, VectorIndexRetriever)
     assert isinstance(car.lexical_retriever, KiwiBM25Retriever)
     assert car.hypothesizer is None and car.feedback_scale == 0.0  # off: cross-validated
-    assert car.speculative_hybrid is False
+    assert isinstance(car, OfflineCriterionRetriever)  # no hypothesis, no speculative hybrid
     out = car.retrieve("포장 균열 보수")
     assert 0 < len(out) <= 3
     info = out[0].node.metadata[EXPLAIN_KEY]
@@ -384,6 +410,7 @@ def test_from_defaults_with_index_and_llm() -> None:
     index = VectorStoreIndex(nodes=corpus_nodes(), embed_model=MockEmbedding(embed_dim=8))
     car = CriterionAwareRetriever.from_defaults(index=index, llm=Canned(max_tokens=None), alpha=0.3)
     assert isinstance(car.hypothesizer, LLMCriterionHypothesizer)
+    assert isinstance(car, HypothesisCriterionRetriever)
     assert car.speculative_hybrid is True and car.weights == [0.3, 0.7]
     out = car.retrieve("길이 갈라진 곳 손보기")
     info = out[0].node.metadata[EXPLAIN_KEY]

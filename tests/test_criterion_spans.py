@@ -382,9 +382,10 @@ def test_an_llm_hypothesis_joins_the_lexical_part(demo_nodes: list, embed: objec
 
     index = SpanIndex.from_nodes(demo_nodes, embed)
     car = _car(demo_nodes, embed, hypothesizer=Fixed(), span_index=index)
-    assert car.criterion_spans == 3 and car.span_weight == 0  # spans attached, not re-ranked
+    assert car.criterion_spans == 3 and not hasattr(car, "span_weight")  # no span ranking
     hits = car.retrieve("qqq zzz")  # no Korean word: only the hypothesis can match
     assert hits[0].node.metadata["car_explain"]["hypothesis_source"] == "test"
+    assert all("span" not in h.node.metadata["car_explain"] for h in hits)  # attached only
     tunnel = next(h for h in hits if "750m" in h.node.get_content())
     spans = tunnel.node.metadata[CRITERION_SPANS_KEY]
     assert max(s["parts"]["lexical"] for s in spans) == 1.0

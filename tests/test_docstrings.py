@@ -86,6 +86,8 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.retrievers",
     "llama_index_car.retrievers._filters",
     "llama_index_car.retrievers._store",
+    "llama_index_car.retrievers.car_hypothesis",
+    "llama_index_car.retrievers.car_offline",
     "llama_index_car.retrievers.criterion_aware",
     "llama_index_car.retrievers.kiwi_bm25",
     "llama_index_car.retrievers.routing",

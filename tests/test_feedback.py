@@ -14,10 +14,11 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.hypothesizers.feedback import feedback_terms
+from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
+from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
 from llama_index_car.retrievers.criterion_aware import (
     DEFAULT_FEEDBACK_SCALE,
     DEFAULT_OFFLINE_ALPHA,
-    CriterionAwareRetriever,
 )
 from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 from llama_index_car.retrievers.routing import feedback_share, top_agreement
@@ -110,7 +111,7 @@ def test_offline_car_fuses_three_channels_as_specified(bm25: KiwiBM25Retriever) 
 
     query = "비탈 옆 물 빠지는 배수 길 만드는 법"
     dense_order = ["n1", "n0", "n4", "n6", "n2", "n3", "n5"]
-    car = CriterionAwareRetriever(FixedDense(dense_order), bm25, similarity_top_k=7, bm25_lead=0,
+    car = OfflineCriterionRetriever(FixedDense(dense_order), bm25, similarity_top_k=7, bm25_lead=0,
                                   feedback_scale=DEFAULT_FEEDBACK_SCALE)
     assert car.hypothesizer is None and car.feedback_scale == DEFAULT_FEEDBACK_SCALE == 0.7
     out = car.retrieve(query)
@@ -167,7 +168,7 @@ def test_offline_car_fuses_three_channels_as_specified(bm25: KiwiBM25Retriever) 
 def test_offline_car_without_feedback_is_the_hybrid(bm25: KiwiBM25Retriever) -> None:
     query = "배수시설 설치기준"  # every content morpheme is in its best BM25 hit: signal 1
     dense_order = ["n1", "n0", "n4", "n6", "n2"]
-    car = CriterionAwareRetriever(
+    car = OfflineCriterionRetriever(
         FixedDense(dense_order), bm25, alpha=0.3, alpha_overlap=0.3, bm25_lead=0
     )
     out = car.retrieve(query)
@@ -176,20 +177,20 @@ def test_offline_car_without_feedback_is_the_hybrid(bm25: KiwiBM25Retriever) -> 
     assert info["hypothesis"] is None and set(info["weights"]) == {"dense", "lexical"}
     lexical = [h.node.node_id for h in bm25.retrieve(query)]
     assert [h.node.node_id for h in out] == _rrf([dense_order, lexical], [0.3, 0.7])[:10]
-    off = CriterionAwareRetriever(FixedDense(dense_order), bm25, feedback_scale=0)
+    off = OfflineCriterionRetriever(FixedDense(dense_order), bm25, feedback_scale=0)
     assert off.feedback_scale == 0.0
 
 
 def test_offline_configuration_errors(bm25: KiwiBM25Retriever) -> None:
     dense = FixedDense(["n0"])
-    with pytest.raises(ConfigurationError, match="route='always'"):
-        CriterionAwareRetriever(dense, bm25, route="auto")
+    with pytest.raises(TypeError, match="route"):  # routing is the hypothesis CAR's
+        OfflineCriterionRetriever(dense, bm25, route="auto")  # type: ignore[call-arg]
     for bad in (1.5, -0.1, float("nan"), True, "x"):
         with pytest.raises(ConfigurationError, match="feedback_scale"):
-            CriterionAwareRetriever(dense, bm25, feedback_scale=bad)  # type: ignore[arg-type]
+            OfflineCriterionRetriever(dense, bm25, feedback_scale=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="token_counts"):
-        CriterionAwareRetriever(dense, FixedDense(["n0"]), feedback_scale=DEFAULT_FEEDBACK_SCALE)
-    CriterionAwareRetriever(dense, FixedDense(["n0"]))  # no feedback (the default): fine
+        OfflineCriterionRetriever(dense, FixedDense(["n0"]), feedback_scale=DEFAULT_FEEDBACK_SCALE)
+    OfflineCriterionRetriever(dense, FixedDense(["n0"]))  # no feedback (the default): fine
 
 
 def test_feedback_knob_on_the_hypothesis_path(bm25: KiwiBM25Retriever) -> None:
@@ -205,12 +206,12 @@ def test_feedback_knob_on_the_hypothesis_path(bm25: KiwiBM25Retriever) -> None:
 
     query = "비탈 옆 물 빠지는 배수 길 만드는 법"
     dense_order = ["n1", "n0", "n4", "n6", "n2", "n3", "n5"]
-    off = CriterionAwareRetriever(FixedDense(dense_order), bm25, hypothesizer=Fixed())
+    off = HypothesisCriterionRetriever(FixedDense(dense_order), bm25, Fixed())
     assert off.feedback_scale == 0.0
     assert "feedback" not in off.retrieve(query)[0].node.metadata[EXPLAIN_KEY]
 
-    on = CriterionAwareRetriever(
-        FixedDense(dense_order), bm25, hypothesizer=Fixed(), feedback_scale=0.7
+    on = HypothesisCriterionRetriever(
+        FixedDense(dense_order), bm25, Fixed(), feedback_scale=0.7
     )
     info = on.retrieve(query)[0].node.metadata[EXPLAIN_KEY]
     expanded = [h.node.node_id for h in bm25.retrieve(query + " 조도기준")]
@@ -241,30 +242,30 @@ def test_bm25_lead_puts_a_clear_lexical_winner_first(bm25: KiwiBM25Retriever) ->
     assert 0.05 < gap < 0.95
     winner = f"n{int(oracle.argmax())}"
     dense_order = [i for i in ("n6", "n5", "n4", "n3", "n2", "n1", "n0") if i != winner]
-    plain = CriterionAwareRetriever(FixedDense(dense_order), bm25, bm25_lead=0, similarity_top_k=3,
+    plain = OfflineCriterionRetriever(FixedDense(dense_order), bm25, bm25_lead=0, similarity_top_k=3,
                                     **FIXED)
     base = [h.node.node_id for h in plain.retrieve(query)]
     assert base[0] != winner  # the fusion alone does not put it first here
-    led = CriterionAwareRetriever(
+    led = OfflineCriterionRetriever(
         FixedDense(dense_order), bm25, bm25_lead=gap - 1e-6, similarity_top_k=3, **FIXED
     )
     out = led.retrieve(query)
-    full = [h.node.node_id for h in CriterionAwareRetriever(
+    full = [h.node.node_id for h in OfflineCriterionRetriever(
         FixedDense(dense_order), bm25, bm25_lead=0, similarity_top_k=20, **FIXED).retrieve(query)]
     assert [h.node.node_id for h in out] == ([winner] + [i for i in full if i != winner])[:3]
     info = out[0].node.metadata[EXPLAIN_KEY]["bm25_lead"]
     assert info["gap"] == pytest.approx(gap) and info["moved_from"] == full.index(winner) + 1
     scores = [h.score for h in out]
     assert scores == sorted(scores, reverse=True)  # still non-increasing
-    above = CriterionAwareRetriever(
+    above = OfflineCriterionRetriever(
         FixedDense(dense_order), bm25, bm25_lead=gap + 1e-6, similarity_top_k=3, **FIXED
     )
     assert [h.node.node_id for h in above.retrieve(query)] == base
-    assert CriterionAwareRetriever(FixedDense(dense_order), bm25, hypothesizer=None).bm25_lead > 0
+    assert OfflineCriterionRetriever(FixedDense(dense_order), bm25).bm25_lead > 0
 
 
 def test_bm25_lead_is_a_share() -> None:
     for bad in (-0.1, 1.5, True, float("nan")):
         with pytest.raises(ConfigurationError, match="bm25_lead"):
-            CriterionAwareRetriever(FixedDense(["n0"]), FixedDense(["n0"]), feedback_scale=0,
+            OfflineCriterionRetriever(FixedDense(["n0"]), FixedDense(["n0"]), feedback_scale=0,
                                     bm25_lead=bad)  # type: ignore[arg-type]

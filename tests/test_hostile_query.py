@@ -242,14 +242,12 @@ def collected() -> Any:
 def test_hypothesis_event_reaches_a_registered_handler(
     retrievers: dict[str, BaseRetriever], collected: list[CriterionHypothesisEvent]
 ) -> None:
-    from llama_index_car.retrievers.criterion_aware import (
-        DEFAULT_FEEDBACK_SCALE,
-        CriterionAwareRetriever,
-    )
+    from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
+    from llama_index_car.retrievers.criterion_aware import DEFAULT_FEEDBACK_SCALE
 
     base = retrievers["car"]  # the feedback channel (off by default) turned on
-    car = CriterionAwareRetriever(base.dense_retriever, base.lexical_retriever,
-                                  feedback_scale=DEFAULT_FEEDBACK_SCALE)
+    car = OfflineCriterionRetriever(base.dense_retriever, base.lexical_retriever,
+                                    feedback_scale=DEFAULT_FEEDBACK_SCALE)
     query = "비탈 옆 물 빠지는 배수 길 만드는 법"  # low overlap: the feedback step runs
     hits = car.retrieve(query)
     (event,) = collected
@@ -467,10 +465,10 @@ def test_cli_defaults_match_the_library() -> None:
     from llama_index_car.cli import _args
     from llama_index_car.cli import query as query_cli
     from llama_index_car.llms.deadline import DEFAULT_LLM_DEADLINE
-    from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+    from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
 
     assert query_cli.DEFAULT_LLM_DEADLINE == DEFAULT_LLM_DEADLINE
-    default = inspect.signature(CriterionAwareRetriever.__init__).parameters["hypothesis_timeout"]
+    default = inspect.signature(HypothesisCriterionRetriever.__init__).parameters["hypothesis_timeout"]
     assert default.default == DEFAULT_LLM_DEADLINE
     _args.query_text("가" * DEFAULT_MAX_QUERY_CHARS)
     with pytest.raises(argparse.ArgumentTypeError):

@@ -277,7 +277,7 @@ def test_reranker_orders_by_fusion_and_explains(embed: HashedBigramEmbedding) ->
 
 
 def test_car_reranks_its_pool_by_spans(embed: HashedBigramEmbedding) -> None:
-    from llama_index_car import CriterionAwareRetriever
+    from llama_index_car import CriterionAwareRetriever, OfflineCriterionRetriever
 
     nodes = _nodes(30)
     plain = CriterionAwareRetriever.from_defaults(
@@ -298,4 +298,4 @@ def test_car_reranks_its_pool_by_spans(embed: HashedBigramEmbedding) -> None:
     assert [h.node.node_id for h in ranked] == [d for d, _ in want] + ids[spans.span_pool :]
     assert all(h.node.metadata["car_explain"].get("span") is not None for h in ranked[:20])
     with pytest.raises(ConfigurationError):
-        CriterionAwareRetriever(plain.dense_retriever, plain.lexical_retriever, span_weight=0.5)
+        OfflineCriterionRetriever(plain.dense_retriever, plain.lexical_retriever, span_weight=0.5)

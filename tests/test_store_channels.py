@@ -22,6 +22,7 @@ from llama_index_car import (
     CriterionAwareRetriever,
     EmptyIndexError,
     KiwiBM25Retriever,
+    OfflineCriterionRetriever,
 )
 from llama_index_car.retrievers.weighted_rrf import WeightedRRFRetriever
 from tests.fakes.embeddings import HashedBigramEmbedding
@@ -154,9 +155,7 @@ def test_persist_and_reload_give_the_same_results(tmp_path: Path) -> None:
 def test_persist_needs_an_index_bound_retriever(tmp_path: Path) -> None:
     nodes = _nodes()
     car = _car()
-    plain = CriterionAwareRetriever(
-        car.index.as_retriever(), KiwiBM25Retriever(nodes)
-    )
+    plain = OfflineCriterionRetriever(car.index.as_retriever(), KiwiBM25Retriever(nodes))
     with pytest.raises(ConfigurationError, match="VectorStoreIndex"):
         plain.persist(tmp_path / "x")
     with pytest.raises(ConfigurationError, match="VectorStoreIndex"):
@@ -241,3 +240,36 @@ def test_span_weight_without_a_persisted_span_index_is_refused(tmp_path: Path) -
     )
     assert plain.span_index is None
     assert "span" not in plain.retrieve("터널 조명")[0].node.metadata["car_explain"]
+
+
+def test_from_persist_dir_reopens_whichever_car_was_persisted(tmp_path: Path) -> None:
+    """Both CAR retrievers persist as one manifest kind; ``retriever.json`` names the class,
+    and ``from_persist_dir`` reopens it with its own options (a hypothesizer is passed again)."""
+    from llama_index_car import HypothesisCriterionRetriever
+    from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+
+    class Fixed(BaseCriterionHypothesizer):
+        name = "fixed"
+
+        def hypothesize(self, query: str) -> CriterionHypothesis:
+            return CriterionHypothesis(text="조명 설계기준", criteria=("설계기준",), source="stub")
+
+    car = _car(hypothesizer=Fixed(), route="auto", strict=True, alpha=0.6)
+    assert isinstance(car, HypothesisCriterionRetriever)
+    car.persist(tmp_path / "hyp")
+    again = CriterionAwareRetriever.from_persist_dir(tmp_path / "hyp", index=car.index,
+                                                     hypothesizer=Fixed())
+    assert type(again) is HypothesisCriterionRetriever
+    assert (again.route, again.strict, again.alpha) == ("auto", True, 0.6)
+    for q in ("배수시설 설치기준", "터널 조명"):
+        assert [(h.node.node_id, h.score) for h in again.retrieve(q)] == [
+            (h.node.node_id, h.score) for h in car.retrieve(q)]
+    with pytest.raises(ConfigurationError, match="pass hypothesizer= or llm="):
+        CriterionAwareRetriever.from_persist_dir(tmp_path / "hyp", index=car.index)
+    offline = _car()
+    offline.persist(tmp_path / "off")
+    with pytest.raises(ConfigurationError, match="OfflineCriterionRetriever"):
+        CriterionAwareRetriever.from_persist_dir(tmp_path / "off", index=offline.index,
+                                                 hypothesizer=Fixed())
+    assert type(OfflineCriterionRetriever.from_persist_dir(
+        tmp_path / "off", index=offline.index)) is OfflineCriterionRetriever

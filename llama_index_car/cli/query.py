@@ -375,9 +375,9 @@ def run(args: argparse.Namespace) -> int:
         **_car_span_option(args, reranker),
     )
     if hypothesizer is not None:
-        from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+        from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
 
-        if isinstance(retriever, CriterionAwareRetriever):  # wait exactly the deadline
+        if isinstance(retriever, HypothesisCriterionRetriever):  # wait exactly the deadline
             retriever.hypothesis_timeout = deadline
     # car attaches criterion spans itself (after a reranker: to the hits kept, here); hybrid
     # always gets them here, bm25 and dense on --spans

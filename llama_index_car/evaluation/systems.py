@@ -13,11 +13,11 @@ Grammar of a system name::
   ``hybrid``      ``WeightedRRFRetriever.from_alpha(dense, bm25, alpha)`` (rrf_k=60)
   ``dense+hyp``   dense over ``query + "\\n" + hypothesis`` (CAR's dense channel alone; LLM)
   ``bm25+exp``    BM25 over ``query + " " + criterion terms`` (CAR's lexical channel alone; LLM)
-  ``car``         ``CriterionAwareRetriever``: offline, its recommended configuration (dense +
-                  BM25 + the feedback channel, ``hypothesizer=None``); with an LLM, the paper's
-                  CAR over ``LLMCriterionHypothesizer`` (route="always")
+  ``car``         ``OfflineCriterionRetriever``: its recommended configuration (dense + BM25,
+                  α(s), span ranking, BM25 lead); with an LLM, ``HypothesisCriterionRetriever``
+                  (the paper's CAR) over ``LLMCriterionHypothesizer`` (route="always")
   ``car-hyde``    the LLM fusion with ``HyDEHypothesizer`` (generic hypothesis; needs an LLM)
-  ``car-auto``    ``CriterionAwareRetriever(route="auto")`` with the LLM hypothesizer: CAR only
+  ``car-auto``    ``HypothesisCriterionRetriever(route="auto")`` with the LLM hypothesizer: CAR only
                   when the router predicts low lexical overlap, the plain hybrid otherwise
   ==============  ============================================================================
 
@@ -478,7 +478,8 @@ class SystemFactory:
                 inner, h, "dense" if base == "dense+hyp" else "lexical"
             )
         else:
-            from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
+            from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
+            from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
 
             kind = "hyde" if base == "car-hyde" else self.hypothesizer_kind
             offline = base == "car" and kind == "offline"  # the recommended offline CAR
@@ -488,21 +489,21 @@ class SystemFactory:
                 v.spans = SpanIndex.from_nodes(
                     v.nodes, self.embed_model, show_progress=self.show_progress
                 )
-            retriever = CriterionAwareRetriever(
-                v.dense,
-                v.bm25,
-                hypothesizer=None if offline else self.hypothesizer(spec.reframe, kind),
-                # the offline car keeps its own α(s) unless the system names one (car@0.4)
-                alpha=spec.alpha if offline else alpha,
-                rrf_k=self.rrf_k,
-                pool_top_k=self.depth,
-                similarity_top_k=self.depth,
-                route="auto" if base == "car-auto" else "always",
-                speculative_hybrid=False,
-                span_index=v.spans if offline else None,
-                criterion_spans=0,  # ranking metrics do not read them (100 hits per query)
-                embed_model=self.embed_model,
-            )
+            common: dict[str, Any] = {
+                "rrf_k": self.rrf_k, "pool_top_k": self.depth, "similarity_top_k": self.depth,
+                "criterion_spans": 0,  # ranking metrics do not read them (100 hits per query)
+                "embed_model": self.embed_model,
+            }
+            if offline:  # keeps its own α(s) unless the system names one (car@0.4)
+                retriever = OfflineCriterionRetriever(
+                    v.dense, v.bm25, alpha=spec.alpha, span_index=v.spans, **common
+                )
+            else:
+                retriever = HypothesisCriterionRetriever(
+                    v.dense, v.bm25, self.hypothesizer(spec.reframe, kind), alpha=alpha,
+                    route="auto" if base == "car-auto" else "always", speculative_hybrid=False,
+                    **common,
+                )
         if spec.rerank:
             if self.reranker is None and self.reranker_factory is not None:
                 self.reranker = self.reranker_factory()

@@ -5,7 +5,7 @@
 thread or task that copied the context (``contextvars.copy_context()``, ``asyncio`` tasks), end
 by ``time.monotonic() + 30``: connect, send and every socket read get at most the time left, so
 a slow-drip server cannot stretch a call past it and no thread or socket outlives it. Nested
-blocks keep the earlier end. ``CriterionAwareRetriever`` opens one around each hypothesis with
+blocks keep the earlier end. ``HypothesisCriterionRetriever`` opens one around each hypothesis with
 its ``hypothesis_timeout``.
 
 >>> current_deadline() is None
@@ -31,7 +31,8 @@ from llama_index_car._errors import ConfigurationError
 
 __all__ = ["DEFAULT_LLM_DEADLINE", "current_deadline", "llm_deadline", "time_left"]
 
-#: default seconds for the LLM hypothesis of one query (``CriterionAwareRetriever.hypothesis_timeout``,
+#: default seconds for the LLM hypothesis of one query
+#: (``HypothesisCriterionRetriever.hypothesis_timeout``,
 #: ``llama-car query --llm-timeout``)
 DEFAULT_LLM_DEADLINE = 30.0
 

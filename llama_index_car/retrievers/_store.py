@@ -341,6 +341,12 @@ class StoreChannels:
                 )
 
     # --------------------------------------------------------------- persistence
+    @classmethod
+    def _manifest_kind(cls) -> str:
+        """The manifest's ``kind`` (the class name; a family of retrievers may share one,
+        ``retriever.json``'s ``kind`` then names the class)."""
+        return cls.__name__
+
     def _config(self) -> dict[str, Any]:
         """JSON-able constructor arguments, read back from same-named attributes."""
         out: dict[str, Any] = {}
@@ -386,7 +392,7 @@ class StoreChannels:
             if state.spans is not None:
                 state.spans.persist(gen / SPANS_DIR)
             write_json(gen / CONFIG_NAME, spec)
-            write_manifest(gen, kind=type(self).__name__, format_version=FORMAT_VERSION)
+            write_manifest(gen, kind=self._manifest_kind(), format_version=FORMAT_VERSION)
 
     @classmethod
     def _load_parts(
@@ -399,7 +405,8 @@ class StoreChannels:
         from llama_index_car.span_index import RECORDS_NAME, SpanIndex
 
         def load(root: Path) -> tuple[dict[str, Any], Any, Any]:
-            manifest = read_manifest(root, kind=cls.__name__, format_versions=(FORMAT_VERSION,),
+            manifest = read_manifest(root, kind=cls._manifest_kind(),
+                                     format_versions=(FORMAT_VERSION,),
                                      required=(CONFIG_NAME,))
             try:
                 spec = json.loads((root / CONFIG_NAME).read_text(encoding="utf-8"))

@@ -1,130 +1,77 @@
 """``CriterionAwareRetriever`` (CAR): weighted-RRF fusion of channels that bridge low overlap.
 
-The paper's §5.8 remedy for queries that share few words with the clause that answers them.
-Two configurations share one class.
+The paper's §5.8 remedy for queries that share few words with the clause that answers them,
+as two retrievers over one fusion helper (this module):
 
-**Offline** (``hypothesizer=None``, the default of :meth:`CriterionAwareRetriever.from_defaults`
-without an LLM; nothing is learnt at index time). Three channels:
+* :class:`~llama_index_car.retrievers.car_offline.OfflineCriterionRetriever` — no LLM,
+  nothing learnt at index time: dense(query) ⊕ lexical(query) (⊕ an optional feedback
+  channel), the dense weight α(s) set per query by the router signal, the pool re-ranked by
+  its best spans, BM25's top hit first when it clearly leads (all chosen by
+  cross-validation);
+* :class:`~llama_index_car.retrievers.car_hypothesis.HypothesisCriterionRetriever` — the
+  paper's CAR: a hypothesizer (e.g. ``LLMCriterionHypothesizer``) guesses the criterion,
+  dense(query + hypothesis) ⊕ lexical(query + criteria), with a concurrent plain hybrid as the
+  fallback on any failure and optional routing (``route="auto"``).
 
-* dense: ``dense(query)``; lexical: ``lexical(query)`` (both ``pool_top_k`` deep);
-* feedback: ``lexical(query + " " + terms)`` where ``terms`` are the 10 terms with the largest
-  ``idf × tf`` summed over the top-5 dense hits (:mod:`llama_index_car.hypothesizers.feedback`,
-  read from the BM25 index's own counts): dense retrieval bridges the paraphrase, its best hits
-  supply the vocabulary of the standards;
-* fusion weights ``[α(1 − p), (1 − α)(1 − p), p]`` — the feedback channel takes the share
-  ``p`` of the total weight from both plain channels alike — with the per-query feedback share
-  ``p = feedback_scale · (1 − s) · (1 − a)`` (:func:`~llama_index_car.retrievers.routing.feedback_share`):
-  ``s`` is the router signal (share of the query's content morphemes in its top-3 BM25 hits)
-  and ``a`` the top-5 agreement of the dense and lexical rankings. When the query's words are
-  all in its best BM25 hits (``s = 1``) or both channels agree (``a = 1``), ``p = 0``. The dense
-  weight itself follows the router signal offline: ``α(s) = alpha − (alpha − alpha_overlap)·s``
-  (``alpha_overlap`` default :data:`DEFAULT_ALPHA_OVERLAP`); ``alpha_overlap=alpha`` keeps it
-  fixed. With a :class:`~llama_index_car.span_index.SpanIndex` the fused pool (``span_pool``)
-  is then re-ranked by its best spans (:func:`~llama_index_car.fusion.span_fusion`, weight
-  ``span_weight``), and BM25's top hit goes first when its score leads the second's by
-  ``bm25_lead`` of itself (:func:`~llama_index_car.fusion.score_gap`).
+Both are ``CriterionAwareRetriever`` s: :meth:`CriterionAwareRetriever.from_defaults` builds
+the offline one without ``llm``/``hypothesizer`` and the hypothesis one with it, and
+:meth:`~CriterionAwareRetriever.from_persist_dir` reopens whichever was persisted.
 
-  Every default (``alpha`` 0.3 → ``alpha_overlap`` 0, span weight 0.5 over a 20-node pool,
-  ``bm25_lead`` 0.2, and the feedback channel **off**) was chosen by 5-fold cross-validation
-  over the queries of three developer sets and checked leave-one-set-out
-  (``benchmarks/span_cv.py``, ``docs/results/span_cv.md``): the feedback channel added nothing
-  on top of span ranking there, so ``feedback_scale`` defaults to 0; pass
-  ``feedback_scale=DEFAULT_FEEDBACK_SCALE`` (0.7, its measured scale) to turn it on.
+Shared here: the channel weights (:func:`fusion_weights`): ``[α, 1 − α]`` for (dense,
+lexical), and with a feedback channel of share ``p`` (:class:`FeedbackPlan`,
+:func:`plan_feedback`) ``[α(1 − p), (1 − α)(1 − p), p]``; the ``car_explain`` fields
+(:func:`explain_fields`: hypothesis, criteria, hypothesis source/cached, fallback, routed,
+router signal, error, and with a feedback plan ``feedback``: share, agreement, terms), on top
+of :func:`~llama_index_car.retrievers.weighted_rrf.fuse_channel_results`' per-channel ranks,
+scores and weights; the query vector computed once for the dense channel, span ranking and
+criterion spans; and ``metadata["criterion_spans"]``: with a span index every returned hit
+carries its ``criterion_spans`` best sentences, table rows or cells for the query (default 3
+with a span index, 0 without; :class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor`;
+a hypothesis's criterion terms join the query's tokens in its lexical part).
 
-**With a hypothesizer** (the paper's CAR; e.g. ``LLMCriterionHypothesizer``). A hypothesizer
-guesses the criterion the query seeks, in the vocabulary of the standards
-(``CriterionHypothesis(text, criteria)``), and two channels are fused:
-
-* dense: ``QueryBundle(query, custom_embedding_strs=[query + "\\n" + hypothesis.text])``
-  (concatenation, as in the paper — not HyDE's embedding average);
-* lexical: ``query + " " + hypothesis.expansion_terms()``;
-* fusion: :func:`~llama_index_car.fusion.weighted_rrf` with weights ``[alpha, 1 - alpha]``
-  (alpha weights dense; default 0.5), ``rrf_k`` (default 60), ``pool_top_k`` candidates per
-  channel (default 50), ``similarity_top_k`` results (default 10). The feedback channel is off
-  here (``feedback_scale=0`` unless given; it has not been measured with an LLM hypothesis).
-
-Resilience. The hypothesis is produced concurrently with a plain hybrid retrieval
-(dense(query) + lexical(query), same fusion). If the hypothesizer raises (``HypothesisError`` or
-any other ``Exception``, e.g. from an LLM client), exceeds ``hypothesis_timeout`` seconds or
-returns an empty hypothesis, CAR logs a warning and returns the hybrid result with
-``car_explain["fallback"] = True`` — unless ``strict=True``, which raises ``HypothesisError``.
-``hypothesis_timeout`` is the one deadline of the step: the hypothesizer runs inside
-:func:`~llama_index_car.llms.deadline.llm_deadline`, so a bounded LLM client
-(:class:`~llama_index_car.llms.BoundedAnthropic`, the default) closes its request and frees its
-thread at the same moment, retries and retry waits included.
-
-Routing. ``route="auto"`` first runs the lexical channel on the plain query and asks a
-:class:`~llama_index_car.retrievers.routing.LexicalOverlapRouter` whether low lexical overlap is
-predicted (share of the query's content morphemes found in its top BM25 hits <= threshold,
-default 0.5); only then is the hypothesizer called, otherwise the hybrid result is returned
-(``car_explain["routed"] = "hybrid"``).
-
-Criterion spans. With a span index, every returned hit also carries
-``metadata["criterion_spans"]``: its ``criterion_spans`` best sentences, table rows or cells
-for the query (default 3 with a span index, 0 without; scored by
-:class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor` with the
-query vector CAR computes once for its dense channel and span ranking — with a hypothesizer
-that is the plain query's vector, and the hypothesis's criterion terms join the query's
-tokens in the lexical part).
-
-Every result carries ``car_explain`` (hypothesis, criteria, per-channel ranks and scores,
-fallback, routed, router signal; offline also ``feedback``: share, agreement, terms — the
-terms are reported as the hypothesis, source ``"feedback"``), excluded from embedding and LLM
-text. The hypothesis step (offline: a feedback step that produced terms)
-dispatches a :class:`~llama_index_car.hypothesizers.events.CriterionHypothesisEvent` (query,
-hypothesis, source ``llm``/``offline``/``fallback``, latency) to LlamaIndex instrumentation.
+One path per retriever: each writes its retrieval once as a generator of steps (``Search``:
+channel jobs run concurrently; ``Embed``: the query vector); ``_retrieve`` runs the steps with
+threads and ``_aretrieve`` with ``await`` — the async twin is the driver, not a copy.
 
 Score scale: like :class:`~llama_index_car.retrievers.weighted_rrf.WeightedRRFRetriever`,
-scores are weighted-RRF sums, at most ``1 / (rrf_k + 1) ≈ 0.0164`` (weights ``alpha`` and
-``1 - alpha`` sum to 1), so a ``SimilarityPostprocessor(similarity_cutoff=0.3)`` drops every
-hit; use ``similarity_cutoff = c / (rrf_k + 1)`` with ``c`` in [0, 1].
+scores are weighted-RRF sums, at most ``1 / (rrf_k + 1) ≈ 0.0164`` (the weights sum to 1), so
+a ``SimilarityPostprocessor(similarity_cutoff=0.3)`` drops every hit; use
+``similarity_cutoff = c / (rrf_k + 1)`` with ``c`` in [0, 1]. Queries pass
+:mod:`llama_index_car.query_guard` first: empty → ``[]``, control/bidi characters and lone
+surrogates removed, longer than ``QueryLimits.max_chars`` (2000) → ``QueryError``.
 
-Queries pass :mod:`llama_index_car.query_guard` first: empty → ``[]``, control/bidi
-characters and lone surrogates removed, longer than ``QueryLimits.max_chars`` (2000) →
-``QueryError``.
-
+>>> fusion_weights(0.3, 0.0, None)
+(('dense', 'lexical'), [0.3, 0.7])
+>>> plan = FeedbackPlan(share=0.5, signal=0.0, agreement=0.0, terms=("우천",),
+...                     bundle=QueryBundle("q 우천"))
+>>> fusion_weights(0.3, 0.0, plan)
+(('dense', 'lexical', 'feedback'), [0.15, 0.35, 0.5])
 >>> car = CriterionAwareRetriever.from_defaults(nodes=nodes)  # doctest: +SKIP
->>> car.retrieve("비 오는 날 압접 작업")[0].node.metadata["car_explain"]["feedback"]  # doctest: +SKIP
-{'share': 0.31, 'agreement': 0.2, 'terms': ['우천', '가스압접', ...]}
+>>> type(car).__name__  # doctest: +SKIP
+'OfflineCriterionRetriever'
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextvars
 import dataclasses
-import logging
+import inspect
 import math
-import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
-from llama_index_car._errors import ConfigurationError, HypothesisError, IndexPersistError
-from llama_index_car.fusion import DEFAULT_RRF_K, score_gap
-from llama_index_car.hypothesizers.base import (
-    BaseCriterionHypothesizer,
-    CriterionHypothesis,
-    sanitize_text,
-    submit_daemon,
-)
-from llama_index_car.hypothesizers.events import emit_hypothesis_event
+from llama_index_car._errors import ConfigurationError, IndexPersistError
+from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
 from llama_index_car.hypothesizers.feedback import DEFAULT_FEEDBACK_DOCS, feedback_terms
-from llama_index_car.llms.deadline import DEFAULT_LLM_DEADLINE, llm_deadline
 from llama_index_car.postprocessors.criterion_spans import (
     DEFAULT_CRITERION_SPANS,
     CriterionSpanPostprocessor,
 )
-from llama_index_car.postprocessors.span_rerank import (
-    DEFAULT_SPAN_POOL,
-    DEFAULT_SPAN_WEIGHT,
-    rerank_by_spans,
-)
+from llama_index_car.postprocessors.span_rerank import DEFAULT_SPAN_POOL, DEFAULT_SPAN_WEIGHT
 from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.retrievers._store import (
     IndexDense,
@@ -132,31 +79,37 @@ from llama_index_car.retrievers._store import (
     channel_property,
     index_channels,
 )
-from llama_index_car.retrievers.routing import (
-    LexicalOverlapRouter,
-    RouteDecision,
-    feedback_share,
-    top_agreement,
-)
+from llama_index_car.retrievers.routing import LexicalOverlapRouter, feedback_share, top_agreement
 from llama_index_car.retrievers.weighted_rrf import (
     aretrieve_channels,
     check_alpha,
     check_int,
     check_retriever,
     check_rrf_k,
-    fuse_channel_results,
     retrieve_channels,
 )
 from llama_index_car.span_index import SpanIndex
 
-__all__ = ["CriterionAwareRetriever"]
-
-logger = logging.getLogger(__name__)
+__all__ = [
+    "DEFAULT_ALPHA_OVERLAP",
+    "DEFAULT_BM25_LEAD",
+    "DEFAULT_FEEDBACK_SCALE",
+    "DEFAULT_OFFLINE_ALPHA",
+    "DEFAULT_SPAN_POOL",
+    "DEFAULT_SPAN_WEIGHT",
+    "CriterionAwareRetriever",
+    "Embed",
+    "FeedbackPlan",
+    "Search",
+    "explain_fields",
+    "fusion_weights",
+    "plan_feedback",
+]
 
 CHANNEL_NAMES = ("dense", "lexical")
 FEEDBACK_CHANNEL_NAMES = ("dense", "lexical", "feedback")
-#: ``scale`` of the offline feedback share when it is turned on (``feedback_scale=``; off by
-#: default: it adds nothing on top of span ranking under cross-validation, span_cv.py)
+#: ``scale`` of the feedback share when it is turned on (``feedback_scale=``; off by default:
+#: it adds nothing on top of span ranking under cross-validation, span_cv.py)
 DEFAULT_FEEDBACK_SCALE = 0.7
 #: offline dense weight when no query word is in its best BM25 hits (router signal s = 0)
 #: (chosen by CV, benchmarks/span_cv.py); with a hypothesizer ``alpha`` defaults to 0.5
@@ -168,27 +121,30 @@ DEFAULT_ALPHA_OVERLAP = 0.0
 #: itself (:func:`~llama_index_car.fusion.score_gap`; chosen by CV, benchmarks/span_cv.py)
 DEFAULT_BM25_LEAD = 0.2
 
-
-def _lead_first(
-    hits: list[NodeWithScore], node_id: str, gap: float, threshold: float
-) -> list[NodeWithScore]:
-    """``hits`` with ``node_id`` moved to the front (score raised just above the first's, so
-    any sort by score keeps the order); its ``car_explain`` records the lead (``bm25_lead``)."""
-    at = next((i for i, h in enumerate(hits) if h.node.node_id == node_id), None)
-    if at is None or at == 0:
-        if at == 0:
-            hits[0].node.metadata.setdefault("car_explain", {})["bm25_lead"] = {
-                "gap": gap, "threshold": threshold, "moved_from": 1}
-        return hits
-    hit = hits[at]
-    explain = hit.node.metadata.setdefault("car_explain", {})
-    explain["bm25_lead"] = {"gap": gap, "threshold": threshold, "moved_from": at + 1,
-                            "fused_score": hit.score}
-    hit.score = math.nextafter(float(hits[0].score or 0.0), math.inf)  # strictly first
-    return [hit] + hits[:at] + hits[at + 1 :]
+Jobs = tuple[tuple[BaseRetriever, QueryBundle], ...]
 
 
-def _check_unit(name: str, value: Any, hint: str = "") -> float:
+@dataclass(frozen=True)
+class Search:
+    """A step: run ``jobs`` concurrently (``pool_top_k`` deep); the reply is one hit list per
+    job, followed by the lists of ``known`` (hits a previous step already has)."""
+
+    jobs: Jobs
+    known: tuple[list[NodeWithScore], ...] = ()
+
+
+@dataclass(frozen=True)
+class Embed:
+    """A step: the query embedding of ``strs`` (the reply is the vector)."""
+
+    strs: tuple[str, ...]
+
+
+Steps = Generator[Any, Any, list[NodeWithScore]]
+
+
+# ----------------------------------------------------------------------------- validation
+def check_unit(name: str, value: Any, hint: str = "") -> float:
     """``value`` as a float in [0, 1], else :class:`ConfigurationError` naming ``name``."""
     if isinstance(value, bool):
         raise ConfigurationError(f"{name}={value!r} is not a number in [0, 1]")
@@ -201,8 +157,16 @@ def _check_unit(name: str, value: Any, hint: str = "") -> float:
     return x
 
 
-def _check_scale(value: Any) -> float:
-    return _check_unit("feedback_scale", value, " (0 disables it)")
+def check_seconds(name: str, value: Any, *, positive: bool) -> float:
+    """``value`` as finite seconds, > 0 if ``positive`` else >= 0; else ConfigurationError."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{name}={value!r} is not a number of seconds") from exc
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        bound = "a positive number of seconds" if positive else ">= 0"
+        raise ConfigurationError(f"{name}={value!r} must be {bound}")
+    return seconds
 
 
 def _check_feedback_source(lexical: Any) -> None:
@@ -215,9 +179,11 @@ def _check_feedback_source(lexical: Any) -> None:
         )
 
 
+# ----------------------------------------------------------------------------- fusion helper
 @dataclass(frozen=True)
-class _FeedbackPlan:
-    """What the feedback channel adds to one query (``bundle`` is None when it adds nothing)."""
+class FeedbackPlan:
+    """What the feedback channel adds to one query (``bundle`` is None when it adds nothing):
+    its share ``p``, the router signal ``s``, the top-5 agreement ``a`` and the terms."""
 
     share: float
     signal: float
@@ -225,69 +191,127 @@ class _FeedbackPlan:
     terms: tuple[str, ...]
     bundle: QueryBundle | None
 
-
-def _validated(hypothesis: Any) -> CriterionHypothesis:
-    """The hypothesis if usable, else :class:`HypothesisError` ("garbage")."""
-    if not isinstance(hypothesis, CriterionHypothesis):
-        raise HypothesisError(
-            f"hypothesizer returned {type(hypothesis).__name__}, not a CriterionHypothesis"
-        )
-    if hypothesis.is_empty:
-        raise HypothesisError("hypothesizer returned an empty hypothesis")
-    return hypothesis
+    @property
+    def hypothesis(self) -> CriterionHypothesis | None:
+        """The terms as a hypothesis (source ``"feedback"``), ``None`` without terms."""
+        if not self.terms:
+            return None
+        return CriterionHypothesis(text=" ".join(self.terms), criteria=self.terms,
+                                   source="feedback")
 
 
-def _check_seconds(name: str, value: Any, *, positive: bool) -> float:
-    """``value`` as finite seconds, > 0 if ``positive`` else >= 0; else ConfigurationError."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"{name}={value!r} is not a number of seconds") from exc
-    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        bound = "a positive number of seconds" if positive else ">= 0"
-        raise ConfigurationError(f"{name}={value!r} must be {bound}")
-    return seconds
+def plan_feedback(
+    query: str,
+    dense_hits: Sequence[NodeWithScore],
+    lexical_hits: Sequence[NodeWithScore],
+    *,
+    lexical: Any,
+    router: LexicalOverlapRouter,
+    scale: float,
+) -> FeedbackPlan:
+    """Signal, agreement, share ``p = scale·(1 − s)·(1 − a)`` and feedback terms of one query
+    (the ``idf × tf`` top terms of the top dense hits, read from the BM25 index ``lexical``;
+    :mod:`llama_index_car.hypothesizers.feedback`). No retrieval here."""
+    signal = router.signal(query, lexical_hits)
+    agreement = top_agreement(
+        [h.node.node_id for h in dense_hits], [h.node.node_id for h in lexical_hits]
+    )
+    share = feedback_share(signal, agreement, scale)
+    if share <= 0:
+        return FeedbackPlan(share, signal, agreement, (), None)
+    counts = []
+    for hit in dense_hits[:DEFAULT_FEEDBACK_DOCS]:
+        try:
+            counts.append(lexical.token_counts(hit.node.node_id))
+        except ConfigurationError:  # a dense hit the lexical index does not hold
+            continue
+    bm25 = lexical.bm25
+    candidates = {t for c in counts for t in c}
+    idf = {t: float(bm25.idf[bm25.vocab[t]]) for t in candidates if t in bm25.vocab}
+    terms = feedback_terms(lexical.tokenizer.tokenize(query), counts, idf)
+    if not terms:
+        return FeedbackPlan(0.0, signal, agreement, (), None)
+    bundle = QueryBundle(query_str=query + " " + " ".join(terms))
+    return FeedbackPlan(share, signal, agreement, tuple(terms), bundle)
 
 
+def fusion_weights(
+    alpha: float, alpha_overlap: float, plan: FeedbackPlan | None
+) -> tuple[tuple[str, ...], list[float]]:
+    """Channel names and weights: ``[α, 1 − α]``, with ``α = alpha − (alpha − alpha_overlap)·s``
+    under a feedback plan, and ``[α(1 − p), (1 − α)(1 − p), p]`` when the plan adds a channel."""
+    a = alpha if plan is None else alpha - (alpha - alpha_overlap) * plan.signal
+    if plan is None or plan.bundle is None:
+        return CHANNEL_NAMES, [a, 1.0 - a]
+    p = plan.share  # taken from both channels alike (docs/RESULTS.md: measured)
+    return FEEDBACK_CHANNEL_NAMES, [a * (1.0 - p), (1.0 - a) * (1.0 - p), p]
+
+
+def explain_fields(
+    hypothesis: CriterionHypothesis | None,
+    *,
+    fallback: bool,
+    routed: str,
+    signal: float | None,
+    error: str | None,
+    plan: FeedbackPlan | None,
+) -> dict[str, Any]:
+    """The CAR fields of ``car_explain`` (the fusion adds channels, weights and ``rrf_k``)."""
+    explain: dict[str, Any] = {
+        "hypothesis": hypothesis.text if hypothesis is not None else None,
+        "criteria": list(hypothesis.criteria) if hypothesis is not None else [],
+        "hypothesis_source": hypothesis.source if hypothesis is not None else None,
+        "hypothesis_cached": hypothesis.cached if hypothesis is not None else None,
+        "fallback": fallback,
+        "routed": routed,
+        "router_signal": signal,
+        "error": error,
+    }
+    if plan is not None:
+        explain["feedback"] = {
+            "share": plan.share if plan.bundle is not None else 0.0,
+            "agreement": plan.agreement,
+            "terms": list(plan.terms),
+        }
+    return explain
+
+
+class _Call:
+    """One query's driver state: a speculative search in flight (a future or a task)."""
+
+    pending: Any = None
+
+    def cancel(self) -> None:
+        if self.pending is not None and not self.pending.done():
+            self.pending.cancel()
+        self.pending = None
+
+
+# ----------------------------------------------------------------------------- the base
 class CriterionAwareRetriever(StoreChannels, BaseRetriever):
-    """Criterion-aware retrieval: weighted RRF of hypothesis-expanded dense and lexical channels.
+    """Criterion-aware retrieval: the common base of the two CAR retrievers (module docstring).
 
-    Over a ``VectorStoreIndex`` (``from_defaults(index=...)``, ``from_persist_dir``) it also
-    has ``persist``, ``insert_nodes`` / ``delete_nodes`` / ``delete_ref_doc`` and ``filters``
-    (see :mod:`llama_index_car.retrievers._store`).
+    Build one with :meth:`from_defaults` (with ``llm``/``hypothesizer``: the hypothesis CAR)
+    or construct ``OfflineCriterionRetriever`` / ``HypothesisCriterionRetriever`` from
+    channels. Over a ``VectorStoreIndex`` it also has ``persist``, ``insert_nodes`` /
+    ``delete_nodes`` / ``delete_ref_doc`` and ``filters`` (:mod:`~llama_index_car.retrievers._store`).
 
-    Args:
+    Args (shared by both):
         dense_retriever: a retriever over a vector index (honours ``custom_embedding_strs``).
         lexical_retriever: ``KiwiBM25Retriever`` or any retriever taking a query string.
-        hypothesizer: a :class:`BaseCriterionHypothesizer` (e.g. ``LLMCriterionHypothesizer``).
-            ``None`` (the offline default): no hypothesis; the plain dense and lexical channels
-            plus the feedback channel (see the module docstring).
-        alpha: weight of the dense channel in [0, 1]; lexical gets ``1 - alpha``. ``None``
-            (default): :data:`DEFAULT_OFFLINE_ALPHA` offline (at router signal 0, see
-            ``alpha_overlap``), 0.5 with a hypothesizer.
+        alpha: weight of the dense channel in [0, 1]; lexical gets ``1 - alpha``.
         rrf_k: RRF constant (default 60, ranks 1-based).
         pool_top_k: candidates per channel (default 50).
         similarity_top_k: fused results returned (default 10).
-        route: ``"always"`` (default) or ``"auto"`` (call the hypothesizer only when the router
-            predicts low lexical overlap).
-        strict: raise ``HypothesisError`` instead of falling back to the hybrid.
-        hypothesis_timeout: seconds for the hypothesis, LLM retries included (default
-            :data:`~llama_index_car.llms.deadline.DEFAULT_LLM_DEADLINE` = 30).
-        router: the router for ``route="auto"`` (default ``LexicalOverlapRouter()``).
-        speculative_hybrid: run the plain hybrid concurrently with the hypothesis (``True``),
-            only on failure (``False``), or ``"auto"`` (default): ``True`` with a hypothesizer
-            (unused offline).
-        speculation_delay: seconds to wait for the hypothesis before starting the speculative
-            hybrid (default 0.005): a cached hypothesis arrives within it, so no hybrid is run
-            in vain; an uncached LLM call pays at most this delay.
-        feedback_scale: ``scale`` of :func:`~llama_index_car.retrievers.routing.feedback_share`
-            for the pseudo-relevance-feedback channel; ``0`` or ``None`` (default) disables it
-            (module docstring: cross-validated); :data:`DEFAULT_FEEDBACK_SCALE` is its measured
-            scale. Needs a lexical retriever with ``tokenizer``, ``bm25`` and ``token_counts``
-            (``KiwiBM25Retriever``).
-        criterion_spans: spans attached to each hit as ``metadata["criterion_spans"]``
-            (module docstring); ``None`` (default): :data:`DEFAULT_CRITERION_SPANS` (3) with a
-            ``span_index``, 0 (off) without; > 0 needs a ``span_index``.
+        router: the :class:`LexicalOverlapRouter` giving the router signal.
+        feedback_scale: ``scale`` of :func:`plan_feedback`'s share; ``0``/``None`` (default):
+            no feedback channel; :data:`DEFAULT_FEEDBACK_SCALE` is its measured scale. Needs
+            a lexical retriever with ``tokenizer``, ``bm25``, ``token_counts`` (Kiwi BM25).
+        span_index: a :class:`~llama_index_car.span_index.SpanIndex` over the nodes.
+        criterion_spans: spans attached to each hit as ``metadata["criterion_spans"]``;
+            ``None`` (default): :data:`DEFAULT_CRITERION_SPANS` (3) with a ``span_index``, 0
+            (off) without; > 0 needs a ``span_index``.
+        embed_model: the index's embedding (default: the dense retriever's).
     """
 
     dense_retriever = channel_property(0, "The dense channel (of the pinned snapshot).")
@@ -295,123 +319,93 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     hypothesizer = channel_property(None, "The hypothesizer (of the pinned snapshot).")
     span_index = channel_property("spans", "The span index (of the pinned snapshot).")
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> CriterionAwareRetriever:
+        if cls is CriterionAwareRetriever:
+            raise ConfigurationError(
+                "CriterionAwareRetriever is the base of OfflineCriterionRetriever (no LLM) and "
+                "HypothesisCriterionRetriever (with a hypothesizer): construct one of them, or "
+                "use CriterionAwareRetriever.from_defaults(...) / .from_channels(...)"
+            )
+        return super().__new__(cls)
+
     def __init__(
         self,
         dense_retriever: BaseRetriever,
         lexical_retriever: BaseRetriever,
-        hypothesizer: BaseCriterionHypothesizer | None = None,
-        alpha: float | None = None,
-        rrf_k: int = DEFAULT_RRF_K,
-        pool_top_k: int = 50,
-        similarity_top_k: int = 10,
-        route: Literal["always", "auto"] = "always",
-        strict: bool = False,
-        hypothesis_timeout: float = DEFAULT_LLM_DEADLINE,
-        router: LexicalOverlapRouter | None = None,
-        speculative_hybrid: bool | Literal["auto"] = "auto",
-        speculation_delay: float = 0.005,
-        feedback_scale: float | None = None,
-        span_index: SpanIndex | None = None,
-        span_weight: float | None = None,
-        span_pool: int = DEFAULT_SPAN_POOL,
-        alpha_overlap: float | None = None,
-        bm25_lead: float | None = None,
-        criterion_spans: int | None = None,
-        embed_model: Any | None = None,
-        callback_manager: CallbackManager | None = None,
-        verbose: bool = False,
+        *,
+        alpha: float,
+        rrf_k: int,
+        pool_top_k: int,
+        similarity_top_k: int,
+        router: LexicalOverlapRouter | None,
+        feedback_scale: float | None,
+        span_index: SpanIndex | None,
+        criterion_spans: int | None,
+        embed_model: Any | None,
+        callback_manager: CallbackManager | None,
+        verbose: bool,
     ) -> None:
         self.dense_retriever = check_retriever("dense_retriever", dense_retriever)
         self.lexical_retriever = check_retriever("lexical_retriever", lexical_retriever)
-        if alpha is None:
-            alpha = DEFAULT_OFFLINE_ALPHA if hypothesizer is None else 0.5
         self.alpha = check_alpha(alpha)
         self.rrf_k = check_rrf_k(rrf_k)
         self.pool_top_k = check_int("pool_top_k", pool_top_k)
         self.similarity_top_k = check_int("similarity_top_k", similarity_top_k)
-        if route not in ("always", "auto"):
-            raise ConfigurationError(f"route={route!r} is invalid; use 'always' or 'auto'")
-        self.route = route
-        if not isinstance(strict, bool):
-            raise ConfigurationError(f"strict={strict!r} must be True or False")
-        self.strict = strict
-        self.hypothesis_timeout = _check_seconds(
-            "hypothesis_timeout", hypothesis_timeout, positive=True
-        )
         if router is not None and not isinstance(router, LexicalOverlapRouter):
             raise ConfigurationError(
                 f"router is a {type(router).__name__}; pass a LexicalOverlapRouter"
             )
         self.router = router if router is not None else LexicalOverlapRouter()
-        if hypothesizer is not None and not isinstance(hypothesizer, BaseCriterionHypothesizer):
-            raise ConfigurationError(
-                f"hypothesizer is a {type(hypothesizer).__name__}; pass a "
-                "BaseCriterionHypothesizer such as LLMCriterionHypothesizer(llm=...), or None"
-            )
-        if hypothesizer is None and route != "always":
-            raise ConfigurationError(
-                "route='auto' routes queries to the hypothesizer; without one (offline) the "
-                "feedback channel is weighted by the router signal already: use route='always'"
-            )
-        self.hypothesizer = hypothesizer
-        self.feedback_scale = _check_scale(feedback_scale or 0.0)
+        self.feedback_scale = check_unit("feedback_scale", feedback_scale or 0.0,
+                                         " (0 disables it)")
         if self.feedback_scale > 0:
             _check_feedback_source(self.lexical_retriever)
-        if speculative_hybrid not in (True, False, "auto"):
-            raise ConfigurationError(
-                f"speculative_hybrid={speculative_hybrid!r} is invalid; use True, False or 'auto'"
-            )
-        if speculative_hybrid == "auto":
-            speculative_hybrid = hypothesizer is not None
-        self.speculative_hybrid = bool(speculative_hybrid)
-        self.speculation_delay = _check_seconds(
-            "speculation_delay", speculation_delay, positive=False
-        )
         self.weights = [self.alpha, 1.0 - self.alpha]
         if span_index is not None and not isinstance(span_index, SpanIndex):
             raise ConfigurationError(
                 f"span_index is a {type(span_index).__name__}; pass a SpanIndex or None"
             )
         self.span_index = span_index
-        offline = hypothesizer is None
-        if span_weight is None:
-            span_weight = DEFAULT_SPAN_WEIGHT if offline and span_index is not None else 0.0
-        self.span_weight = _check_unit("span_weight", span_weight)
-        self.span_pool = check_int("span_pool", span_pool)
-        if alpha_overlap is None:
-            alpha_overlap = DEFAULT_ALPHA_OVERLAP if offline else self.alpha
-        self.alpha_overlap = _check_unit("alpha_overlap", alpha_overlap)
-        if bm25_lead is None:
-            bm25_lead = DEFAULT_BM25_LEAD if offline else 0.0
-        self.bm25_lead = _check_unit("bm25_lead", bm25_lead, " (0 = off)")
         self.embed_model: Any = embed_model or getattr(dense_retriever, "_embed_model", None)
-        if self.span_weight > 0 and span_index is None:
-            raise ConfigurationError("span_weight > 0 needs a span_index (or pass span_weight=0)")
-        if self.span_weight > 0 and self.embed_model is None:
-            raise ConfigurationError(
-                "span ranking needs the query vector: pass embed_model (the index's embedding)"
-            )
         if criterion_spans is None:
             criterion_spans = DEFAULT_CRITERION_SPANS if span_index is not None else 0
         self.criterion_spans = check_int("criterion_spans", criterion_spans, minimum=0)
-        self._span_post: CriterionSpanPostprocessor | None = None
-        if self.criterion_spans > 0:
-            if span_index is None:
-                raise ConfigurationError(
-                    "criterion_spans > 0 needs a span_index (or pass criterion_spans=0)"
-                )
-            if self.embed_model is None:
-                raise ConfigurationError(
-                    "criterion spans need the query vector: pass embed_model (the index's "
-                    "embedding)"
-                )
-            tokenizer = getattr(self.lexical_retriever, "tokenizer", None)
-            self._span_post = CriterionSpanPostprocessor(
-                span_index, self.embed_model, tokenizer=tokenizer, top_n=self.criterion_spans
-            )
+        self._span_post = _span_postprocessor(
+            self.criterion_spans, span_index, self.embed_model, self.lexical_retriever
+        )
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     # ------------------------------------------------------------------ construction
+    @classmethod
+    def _manifest_kind(cls) -> str:
+        return "CriterionAwareRetriever"  # both persist as one kind; retriever.json names which
+
+    @classmethod
+    def from_channels(
+        cls,
+        dense_retriever: BaseRetriever,
+        lexical_retriever: BaseRetriever,
+        hypothesizer: BaseCriterionHypothesizer | None = None,
+        **kwargs: Any,
+    ) -> CriterionAwareRetriever:
+        """``OfflineCriterionRetriever(dense, lexical, **kwargs)`` without a hypothesizer,
+        ``HypothesisCriterionRetriever(dense, lexical, hypothesizer, **kwargs)`` with one.
+
+        Raises:
+            ConfigurationError: an option of the other retriever (e.g. ``route`` offline).
+        """
+        from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever as Hyp
+        from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever as Off
+
+        if cls is not CriterionAwareRetriever and (cls is Off) != (hypothesizer is None):
+            need = "without" if cls is Off else "with"
+            raise ConfigurationError(f"{cls.__name__} is built {need} a hypothesizer/llm")
+        if hypothesizer is None:
+            _check_options(Off, Hyp, kwargs)
+            return Off(dense_retriever, lexical_retriever, **kwargs)
+        _check_options(Hyp, Off, kwargs)
+        return Hyp(dense_retriever, lexical_retriever, hypothesizer, **kwargs)
+
     @classmethod
     def from_defaults(
         cls,
@@ -427,7 +421,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         spans: bool | None = None,
         **kwargs: Any,
     ) -> CriterionAwareRetriever:
-        """Build the whole thing in one line.
+        """Build the whole thing in one line (:meth:`from_channels` picks the retriever).
 
         * ``index``: an existing ``VectorStoreIndex`` (its embed model and docstore nodes are
           used); otherwise a ``VectorStoreIndex`` is built over ``nodes`` with ``embed_model``
@@ -435,15 +429,15 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
           else the offline ``MultilingualE5Embedding``).
         * lexical channel: ``KiwiBM25Retriever.from_defaults(nodes=..., tokenizer=tokenizer)``.
         * hypothesizer: ``hypothesizer`` if given; else ``LLMCriterionHypothesizer(llm=llm)``
-          when ``llm`` is given; else none: the offline configuration (plain dense and lexical
-          channels plus the feedback channel, nothing built at index time).
+          when ``llm`` is given (a ``HypothesisCriterionRetriever``); else none: an
+          ``OfflineCriterionRetriever`` (nothing built at index time).
         * ``filters``: LlamaIndex ``MetadataFilters`` applied by the store (dense) and by
           BM25 on node metadata (lexical); ``token_cache``: BM25's token cache (a shared
           dict tokenizes each text once across builds).
         * ``spans``: build a :class:`~llama_index_car.span_index.SpanIndex` over the nodes
-          (embeds every span once more, ≈ the corpus again) and re-rank by it; ``None``
-          (default): only offline (with an LLM hypothesizer span ranking is not measured yet).
-          A ``span_index`` in ``kwargs`` is used as given.
+          (embeds every span once more, ≈ the corpus again); ``None`` (default): only
+          offline (span ranking is not measured with a hypothesizer). A ``span_index`` in
+          ``kwargs`` is used as given.
         * ``**kwargs`` go to the constructor (``alpha``, ``route``, ``strict`` …).
 
         The result is bound to the index: ``persist``/``insert_nodes``/``delete_nodes`` work.
@@ -451,41 +445,12 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         if nodes is None and index is None:
             raise ConfigurationError("pass nodes=[...] or index=<VectorStoreIndex>")
         pool_top_k = kwargs.get("pool_top_k", 50)
-        if index is None:
-            from llama_index.core import VectorStoreIndex
-
-            if embed_model is None:
-                from llama_index_car.providers import resolve_embed_model
-
-                embed_model = resolve_embed_model()  # $CAR_EMBED_MODEL, else offline e5
-            node_list = list(nodes or [])
-            if not node_list:
-                raise ConfigurationError("nodes is empty; pass the nodes to index")
-            index = VectorStoreIndex(
-                nodes=node_list, embed_model=embed_model, show_progress=show_progress
-            )
-        else:
-            if embed_model is None:
-                embed_model = getattr(index, "_embed_model", None)
-            if nodes is None:
-                docstore = getattr(index, "docstore", None)
-                nodes = list(getattr(docstore, "docs", {}).values()) if docstore else []
-            node_list = list(nodes)
-            if not node_list:
-                from llama_index_car._errors import EmptyIndexError
-
-                raise EmptyIndexError(
-                    "the index's docstore holds no nodes (a store-backed index keeps them in "
-                    "the store); pass nodes=[...] along with index="
-                )
+        index, node_list, embed_model = _index_and_nodes(nodes, index, embed_model, show_progress)
         dense, lexical = index_channels(
             index, node_list, pool_top_k, filters=filters, tokenizer=tokenizer,
             show_progress=show_progress, token_cache=token_cache,
         )
-        if hypothesizer is None and llm is not None:
-            from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
-
-            hypothesizer = LLMCriterionHypothesizer(llm=llm)
+        hypothesizer = _hypothesizer(hypothesizer, llm)
         if spans is None:
             spans = hypothesizer is None
         if spans and kwargs.get("span_index") is None:
@@ -493,7 +458,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
                 node_list, embed_model, show_progress=show_progress
             )
         kwargs.setdefault("embed_model", embed_model)
-        car = cls(dense, lexical, hypothesizer=hypothesizer, **kwargs)
+        car = cls.from_channels(dense, lexical, hypothesizer, **kwargs)
         car._bind(index, filters)
         return car
 
@@ -508,11 +473,12 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         tokenizer: Any | None = None,
         **overrides: Any,
     ) -> CriterionAwareRetriever:
-        """Reopen what :meth:`persist` wrote, over ``index`` (the same vector store).
+        """Reopen what :meth:`persist` wrote, over ``index`` (the same vector store), as the
+        retriever that was persisted (``retriever.json`` names it).
 
-        Offline CAR (no hypothesizer) needs nothing else; an LLM hypothesizer is not
-        persisted: pass ``hypothesizer`` or ``llm`` again. ``overrides`` replace
-        persisted constructor arguments (e.g. ``similarity_top_k``).
+        The offline CAR needs nothing else; a hypothesizer (an LLM client) is not persisted:
+        pass ``hypothesizer`` or ``llm`` again for a ``HypothesisCriterionRetriever``.
+        ``overrides`` replace persisted constructor arguments (e.g. ``similarity_top_k``).
 
         The span index persisted in ``spans/`` is loaded with it. A ``retriever.json`` whose
         ``span_weight`` is > 0 without a ``spans/`` folder is refused (span ranking would be
@@ -522,174 +488,94 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         Raises:
             IndexPersistError: missing, damaged or foreign files (named), or span ranking
                 configured without a persisted span index.
+            ConfigurationError: a hypothesis CAR reopened without ``hypothesizer``/``llm``,
+                or an offline one with it.
         """
         spec, lexical, spans = cls._load_parts(persist_dir, tokenizer)
-        if hypothesizer is None and llm is not None:
-            from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
-
-            hypothesizer = LLMCriterionHypothesizer(llm=llm)
-        config = dict(spec.get("config") or {}) | overrides
-        router = config.pop("router", None)
-        if isinstance(router, dict):
-            router = LexicalOverlapRouter(**router)
+        hypothesizer = _hypothesizer(hypothesizer, llm)
+        _check_persisted_kind(spec, hypothesizer is not None, persist_dir)
+        config, router = _persisted_config(spec, spans, overrides, persist_dir)
         filters = cls._store_filters(spec)
-        weight = config.get("span_weight")
-        if spans is None and isinstance(weight, int | float) and weight > 0:
-            raise IndexPersistError(
-                f"{persist_dir}: retriever.json has span_weight={weight} but no spans/ folder "
-                "is persisted; persist the retriever again, or pass span_weight=0"
-            )
-        if spans is None and "criterion_spans" not in overrides:
-            config.pop("criterion_spans", None)  # off without a span index, as when built
         pool = int(config.get("pool_top_k", 50))
         ids = frozenset(n.node_id for n in lexical.nodes)
         config.setdefault("span_index", spans)
-        car = cls(
-            IndexDense(index, pool, filters, ids), lexical,
-            hypothesizer=hypothesizer, router=router, **config,
-        )
+        dense = IndexDense(index, pool, filters, ids)
+        car = cls.from_channels(dense, lexical, hypothesizer, router=router, **config)
         car._bind(index, filters)
         return car
 
-    # ------------------------------------------------------------------ helpers
-    def _car_bundles(self, query: str, h: CriterionHypothesis) -> tuple[QueryBundle, QueryBundle]:
-        text = h.text.strip() or h.expansion_terms()
-        terms = h.expansion_terms().strip() or text
-        dense = QueryBundle(query_str=query, custom_embedding_strs=[query + "\n" + text])
-        lexical = QueryBundle(query_str=query + " " + terms)
-        return dense, lexical
+    # ------------------------------------------------------------------ one path, two drivers
+    def _steps(self, query_bundle: QueryBundle) -> Steps:
+        """The retrieval of one query as a generator of :class:`Search` / :class:`Embed`
+        steps returning the hits (each retriever writes it once)."""
+        raise NotImplementedError
 
-    def _fuse(
-        self,
-        results: Sequence[Sequence[NodeWithScore]],
-        *,
-        hypothesis: CriterionHypothesis | None,
-        fallback: bool,
-        routed: str,
-        decision: RouteDecision | None,
-        error: str | None,
-        feedback: _FeedbackPlan | None = None,
-        query_vector: Sequence[float] | None = None,
-    ) -> list[NodeWithScore]:
-        names: Sequence[str] = CHANNEL_NAMES
-        alpha = self.alpha
-        if feedback is not None:  # offline: the dense weight follows the router signal
-            alpha = self.alpha - (self.alpha - self.alpha_overlap) * feedback.signal
-        weights = [alpha, 1.0 - alpha]
-        if feedback is not None and feedback.bundle is not None:
-            names = FEEDBACK_CHANNEL_NAMES
-            p = feedback.share  # taken from both channels alike (README Results: measured)
-            weights = [alpha * (1.0 - p), (1.0 - alpha) * (1.0 - p), p]
-        explain: dict[str, Any] = {
-            "hypothesis": hypothesis.text if hypothesis is not None else None,
-            "criteria": list(hypothesis.criteria) if hypothesis is not None else [],
-            "hypothesis_source": hypothesis.source if hypothesis is not None else None,
-            "hypothesis_cached": hypothesis.cached if hypothesis is not None else None,
-            "fallback": fallback,
-            "routed": routed,
-            "router_signal": decision.signal if decision is not None else None,
-            "error": error,
-        }
-        if feedback is not None:
-            explain["router_signal"] = feedback.signal
-            explain["feedback"] = {
-                "share": feedback.share if feedback.bundle is not None else 0.0,
-                "agreement": feedback.agreement,
-                "terms": list(feedback.terms),
-            }
-        lexical = results[1] if len(results) > 1 else []
-        gap = score_gap([h.score for h in lexical[:2]])
-        lead = feedback is not None and self.bm25_lead > 0 and gap >= self.bm25_lead
-        spans = query_vector is not None and self.span_index is not None and self.span_weight > 0
-        depth = self.similarity_top_k
-        if lead:  # the lead hit may rank anywhere in the fusion
-            depth = sum(len(r) for r in results)
-        elif spans:
-            depth = max(self.similarity_top_k, self.span_pool)
-        fused = fuse_channel_results(results, names, weights, self.rrf_k, depth, explain)
-        if spans and query_vector is not None:
-            explain["span_weight"] = self.span_weight
-            fused = rerank_by_spans(
-                fused, self.span_index, query_vector, weight=self.span_weight,
-                pool=self.span_pool, rrf_k=self.rrf_k,
-            )
-        if lead:
-            fused = _lead_first(fused, lexical[0].node.node_id, gap, self.bm25_lead)
-        return fused[: self.similarity_top_k]
+    @guarded_retrieve
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self._drive(self._steps(query_bundle))
+
+    @guarded_retrieve
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return await self._adrive(self._steps(query_bundle))
+
+    def _drive(self, steps: Steps) -> list[NodeWithScore]:
+        call, reply = _Call(), None
+        try:
+            while True:
+                reply = self._serve(steps.send(reply), call)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            steps.close()
+            call.cancel()
+
+    async def _adrive(self, steps: Steps) -> list[NodeWithScore]:
+        call, reply = _Call(), None
+        try:
+            while True:
+                reply = await self._aserve(steps.send(reply), call)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            steps.close()
+            call.cancel()
+
+    def _serve(self, step: Any, call: _Call) -> Any:
+        if isinstance(step, Embed):
+            return self.embed_model.get_agg_embedding_from_queries(list(step.strs))
+        return retrieve_channels(step.jobs, self.pool_top_k) + list(step.known)
+
+    async def _aserve(self, step: Any, call: _Call) -> Any:
+        if isinstance(step, Embed):
+            return await self.embed_model.aget_agg_embedding_from_queries(list(step.strs))
+        return await aretrieve_channels(step.jobs, self.pool_top_k) + list(step.known)
+
+    # ------------------------------------------------------------------ shared steps
+    def _wants_query_vector(self) -> bool:
+        return self.criterion_spans > 0
+
+    def _with_query_vector(
+        self, query_bundle: QueryBundle
+    ) -> Generator[Any, Any, QueryBundle]:
+        """``query_bundle`` with its embedding computed once (the dense channel, span ranking
+        and criterion spans share it); unchanged when no span step needs it."""
+        if not self._wants_query_vector() or query_bundle.embedding is not None:
+            return query_bundle
+        vector = yield Embed(tuple(query_bundle.embedding_strs))
+        return dataclasses.replace(query_bundle, embedding=vector)
 
     def _plan_feedback(
         self, query: str, dense_hits: Sequence[NodeWithScore], lexical_hits: Sequence[NodeWithScore]
-    ) -> _FeedbackPlan:
-        """Signal, agreement, share and feedback terms of one query (no retrieval here)."""
-        signal = self.router.signal(query, lexical_hits)
-        agreement = top_agreement(
-            [h.node.node_id for h in dense_hits], [h.node.node_id for h in lexical_hits]
-        )
-        share = feedback_share(signal, agreement, self.feedback_scale)
-        if share <= 0:
-            return _FeedbackPlan(share, signal, agreement, (), None)
-        lexical: Any = self.lexical_retriever
-        counts = []
-        for hit in dense_hits[:DEFAULT_FEEDBACK_DOCS]:
-            try:
-                counts.append(lexical.token_counts(hit.node.node_id))
-            except ConfigurationError:  # a dense hit the lexical index does not hold
-                continue
-        bm25 = lexical.bm25
-        candidates = {t for c in counts for t in c}
-        idf = {t: float(bm25.idf[bm25.vocab[t]]) for t in candidates if t in bm25.vocab}
-        terms = feedback_terms(lexical.tokenizer.tokenize(query), counts, idf)
-        if not terms:
-            return _FeedbackPlan(0.0, signal, agreement, (), None)
-        bundle = QueryBundle(query_str=query + " " + " ".join(terms))
-        return _FeedbackPlan(share, signal, agreement, tuple(terms), bundle)
-
-    def _offline_explained(
-        self,
-        query: str,
-        results: list[list[NodeWithScore]],
-        plan: _FeedbackPlan,
-        started: float,
-        query_vector: Sequence[float] | None,
-    ) -> list[NodeWithScore]:
-        hypothesis = (
-            CriterionHypothesis(text=" ".join(plan.terms), criteria=plan.terms, source="feedback")
-            if plan.terms
-            else None
-        )
-        if hypothesis is not None:
-            emit_hypothesis_event(query, "feedback", hypothesis, time.perf_counter() - started)
-        return self._fuse(
-            results, hypothesis=hypothesis, fallback=False, routed="car", decision=None,
-            error=None, feedback=plan, query_vector=query_vector,
-        )
-
-    def _needs_query_vector(self, query_bundle: QueryBundle) -> bool:
-        spans = self.span_weight > 0 or self.criterion_spans > 0
-        return spans and query_bundle.embedding is None
-
-    def _with_query_vector(self, query_bundle: QueryBundle) -> QueryBundle:
-        """``query_bundle`` with its embedding computed once (the dense channel, span ranking
-        and criterion spans share it); unchanged when both span steps are off."""
-        if not self._needs_query_vector(query_bundle):
-            return query_bundle
-        vector = self.embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs)
-        return dataclasses.replace(query_bundle, embedding=vector)
-
-    async def _awith_query_vector(self, query_bundle: QueryBundle) -> QueryBundle:
-        if not self._needs_query_vector(query_bundle):
-            return query_bundle
-        vector = await self.embed_model.aget_agg_embedding_from_queries(
-            query_bundle.embedding_strs
-        )
-        return dataclasses.replace(query_bundle, embedding=vector)
+    ) -> FeedbackPlan:
+        return plan_feedback(query, dense_hits, lexical_hits, lexical=self.lexical_retriever,
+                             router=self.router, scale=self.feedback_scale)
 
     def _with_criterion_spans(
         self, hits: list[NodeWithScore], query_bundle: QueryBundle
     ) -> list[NodeWithScore]:
-        """``hits`` with ``criterion_spans`` attached (copies), or as they are when off. An LLM
-        hypothesis's criterion terms join the query in the lexical part (the offline feedback
-        terms do not: they are mined from other hits, not a guess at the criterion)."""
+        """``hits`` with ``criterion_spans`` attached (copies), or as they are when off. A
+        hypothesis's criterion terms join the query in the lexical part (feedback terms do
+        not: they are mined from other hits, not a guess at the criterion)."""
         post, spans = self._span_post, self.span_index
         if post is None or spans is None or not hits:
             return hits
@@ -699,247 +585,116 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             text = text + " " + " ".join(str(c) for c in explain["criteria"])
         return post.attach(hits, query_bundle.embedding, text, span_index=spans)
 
-    def _offline_sync(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query_bundle = self._with_query_vector(query_bundle)
-        query = query_bundle.query_str
-        dense, lexical = retrieve_channels(
-            [(self.dense_retriever, query_bundle), (self.lexical_retriever, QueryBundle(query))],
-            self.pool_top_k,
-        )
-        started = time.perf_counter()
-        plan = self._plan_feedback(query, dense, lexical)
-        results = [dense, lexical]
-        if plan.bundle is not None:
-            results += retrieve_channels([(self.lexical_retriever, plan.bundle)], self.pool_top_k)
-        return self._offline_explained(query, results, plan, started, query_bundle.embedding)
 
-    async def _offline_async(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query_bundle = await self._awith_query_vector(query_bundle)
-        query = query_bundle.query_str
-        dense, lexical = await aretrieve_channels(
-            [(self.dense_retriever, query_bundle), (self.lexical_retriever, QueryBundle(query))],
-            self.pool_top_k,
+def _hypothesizer(
+    hypothesizer: BaseCriterionHypothesizer | None, llm: Any | None
+) -> BaseCriterionHypothesizer | None:
+    """``hypothesizer``, else ``LLMCriterionHypothesizer(llm=llm)`` when ``llm`` is given."""
+    if hypothesizer is None and llm is not None:
+        from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
+
+        return LLMCriterionHypothesizer(llm=llm)
+    return hypothesizer
+
+
+def _index_and_nodes(
+    nodes: Sequence[BaseNode] | None, index: Any | None, embed_model: Any | None,
+    show_progress: bool,
+) -> tuple[Any, list[BaseNode], Any]:
+    """``(index, nodes, embed_model)`` for :meth:`CriterionAwareRetriever.from_defaults`: a
+    ``VectorStoreIndex`` built over ``nodes``, or ``index`` with its docstore nodes."""
+    if index is None:
+        from llama_index.core import VectorStoreIndex
+
+        if embed_model is None:
+            from llama_index_car.providers import resolve_embed_model
+
+            embed_model = resolve_embed_model()  # $CAR_EMBED_MODEL, else offline e5
+        node_list = list(nodes or [])
+        if not node_list:
+            raise ConfigurationError("nodes is empty; pass the nodes to index")
+        index = VectorStoreIndex(
+            nodes=node_list, embed_model=embed_model, show_progress=show_progress
         )
-        started = time.perf_counter()
-        plan = self._plan_feedback(query, dense, lexical)
-        results = [dense, lexical]
-        if plan.bundle is not None:
-            results += await aretrieve_channels(
-                [(self.lexical_retriever, plan.bundle)], self.pool_top_k
+    else:
+        if embed_model is None:
+            embed_model = getattr(index, "_embed_model", None)
+        if nodes is None:
+            docstore = getattr(index, "docstore", None)
+            nodes = list(getattr(docstore, "docs", {}).values()) if docstore else []
+        node_list = list(nodes)
+        if not node_list:
+            from llama_index_car._errors import EmptyIndexError
+
+            raise EmptyIndexError(
+                "the index's docstore holds no nodes (a store-backed index keeps them in "
+                "the store); pass nodes=[...] along with index="
             )
-        return self._offline_explained(query, results, plan, started, query_bundle.embedding)
+    return index, node_list, embed_model
 
-    def _hypothesis_feedback_sync(
-        self, query: str, results: list[list[NodeWithScore]]
-    ) -> _FeedbackPlan | None:
-        if self.feedback_scale <= 0:
-            return None
-        plan = self._plan_feedback(query, results[0], results[1])
-        if plan.bundle is not None:
-            results += retrieve_channels([(self.lexical_retriever, plan.bundle)], self.pool_top_k)
-        return plan
 
-    async def _hypothesis_feedback_async(
-        self, query: str, results: list[list[NodeWithScore]]
-    ) -> _FeedbackPlan | None:
-        if self.feedback_scale <= 0:
-            return None
-        plan = self._plan_feedback(query, results[0], results[1])
-        if plan.bundle is not None:
-            results += await aretrieve_channels(
-                [(self.lexical_retriever, plan.bundle)], self.pool_top_k
-            )
-        return plan
+def _check_options(target: type, other: type, kwargs: dict[str, Any]) -> None:
+    """Refuse options ``target`` does not take, naming the retriever they belong to."""
+    wrong = sorted(set(kwargs) - set(inspect.signature(target).parameters))
+    if not wrong:
+        return
+    hint = "check the spelling"
+    if set(wrong) <= set(inspect.signature(other).parameters):
+        hint = f"{'it applies' if len(wrong) == 1 else 'they apply'} only " + (
+            "with a hypothesizer (pass llm= or hypothesizer=)"
+            if target.__name__ == "OfflineCriterionRetriever"
+            else "offline (without a hypothesizer)")
+    raise ConfigurationError(f"{', '.join(wrong)}: not an option of {target.__name__}; {hint}")
 
-    def _failed(self, exc: BaseException) -> str:
-        if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)):
-            message = f"hypothesizer timed out after {self.hypothesis_timeout:g} s"
-        else:
-            message = f"hypothesizer failed: {type(exc).__name__}: {sanitize_text(str(exc), 500)}"
-        if self.strict:
-            if isinstance(exc, HypothesisError):
-                raise exc
-            raise HypothesisError(message) from exc
-        logger.warning("CriterionAwareRetriever: %s; returning the hybrid result", message)
-        return message
 
-    # ------------------------------------------------------------------ sync
-    @guarded_retrieve
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query_bundle = self._with_query_vector(query_bundle)
-        return self._with_criterion_spans(self._retrieve_fused(query_bundle), query_bundle)
-
-    def _retrieve_fused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if self.hypothesizer is None:
-            return self._offline_sync(query_bundle)
-        hypothesizer = self.hypothesizer
-        query = query_bundle.query_str
-        plain_lexical = QueryBundle(query_str=query)
-        decision: RouteDecision | None = None
-        lexical_hits: list[NodeWithScore] | None = None
-        if self.route == "auto":
-            lexical_hits = retrieve_channels(
-                [(self.lexical_retriever, plain_lexical)], self.pool_top_k
-            )[0]
-            decision = self.router.decide(query, lexical_hits)
-            if not decision.use_car:
-                dense_hits = retrieve_channels(
-                    [(self.dense_retriever, query_bundle)], self.pool_top_k
-                )[0]
-                return self._fuse(
-                    [dense_hits, lexical_hits], hypothesis=None, fallback=False,
-                    routed="hybrid", decision=decision, error=None,
-                )
-        started = time.perf_counter()
-        executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=3, thread_name_prefix="car"
+def _persisted_config(
+    spec: dict[str, Any], spans: SpanIndex | None, overrides: dict[str, Any], persist_dir: Any
+) -> tuple[dict[str, Any], LexicalOverlapRouter | None]:
+    """The persisted constructor arguments with ``overrides``, and the router."""
+    config = dict(spec.get("config") or {}) | overrides
+    router = config.pop("router", None)
+    if isinstance(router, dict):
+        router = LexicalOverlapRouter(**router)
+    weight = config.get("span_weight")
+    if spans is None and isinstance(weight, int | float) and weight > 0:
+        raise IndexPersistError(
+            f"{persist_dir}: retriever.json has span_weight={weight} but no spans/ folder "
+            "is persisted; persist the retriever again, or pass span_weight=0"
         )
-        try:
-            # a daemon thread, not the pool: a hung hypothesizer never holds the process;
-            # a bounded LLM client in it ends its request by the same deadline
-            with llm_deadline(self.hypothesis_timeout):
-                hyp_future = submit_daemon(
-                    contextvars.copy_context().run, hypothesizer.hypothesize, query
-                )
-            hybrid_future = None
-            if self.speculative_hybrid and self.speculation_delay > 0:
-                concurrent.futures.wait([hyp_future], timeout=self.speculation_delay)
-            if self.speculative_hybrid and not hyp_future.done():
-                hybrid_future = executor.submit(
-                    contextvars.copy_context().run,
-                    self._hybrid_results_sync, query_bundle, lexical_hits,
-                )
-            try:
-                hypothesis = _validated(hyp_future.result(timeout=self.hypothesis_timeout))
-            except Exception as exc:
-                error = self._failed(exc)
-                emit_hypothesis_event(
-                    query, hypothesizer, None, time.perf_counter() - started, error
-                )
-                hybrid = (
-                    hybrid_future.result()
-                    if hybrid_future is not None
-                    else self._hybrid_results_sync(query_bundle, lexical_hits)
-                )
-                return self._fuse(
-                    hybrid, hypothesis=None, fallback=True, routed="hybrid",
-                    decision=decision, error=error,
-                )
-            emit_hypothesis_event(
-                query, hypothesizer, hypothesis, time.perf_counter() - started
-            )
-            if hybrid_future is not None:
-                hybrid_future.cancel()
-        finally:
-            executor.shutdown(wait=False, cancel_futures=True)
-        dense_q, lexical_q = self._car_bundles(query, hypothesis)
-        results = retrieve_channels(
-            [(self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q)], self.pool_top_k
-        )
-        plan = self._hypothesis_feedback_sync(query, results)
-        return self._fuse(
-            results, hypothesis=hypothesis, fallback=False, routed="car",
-            decision=decision, error=None, feedback=plan,
-        )
+    if spans is None and "criterion_spans" not in overrides:
+        config.pop("criterion_spans", None)  # off without a span index, as when built
+    return config, router
 
-    def _hybrid_results_sync(
-        self, query_bundle: QueryBundle, lexical_hits: list[NodeWithScore] | None
-    ) -> list[list[NodeWithScore]]:
-        if lexical_hits is not None:
-            dense = retrieve_channels([(self.dense_retriever, query_bundle)], self.pool_top_k)[0]
-            return [dense, lexical_hits]
-        return retrieve_channels(
-            [
-                (self.dense_retriever, query_bundle),
-                (self.lexical_retriever, QueryBundle(query_str=query_bundle.query_str)),
-            ],
-            self.pool_top_k,
-        )
 
-    # ------------------------------------------------------------------ async
-    async def _hybrid_results_async(
-        self, query_bundle: QueryBundle, lexical_hits: list[NodeWithScore] | None
-    ) -> list[list[NodeWithScore]]:
-        if lexical_hits is not None:
-            dense = (
-                await aretrieve_channels([(self.dense_retriever, query_bundle)], self.pool_top_k)
-            )[0]
-            return [dense, lexical_hits]
-        return await aretrieve_channels(
-            [
-                (self.dense_retriever, query_bundle),
-                (self.lexical_retriever, QueryBundle(query_str=query_bundle.query_str)),
-            ],
-            self.pool_top_k,
+def _span_postprocessor(
+    n: int, span_index: SpanIndex | None, embed_model: Any, lexical: Any
+) -> CriterionSpanPostprocessor | None:
+    """The postprocessor attaching ``n`` criterion spans per hit (``None`` when ``n`` is 0)."""
+    if n == 0:
+        return None
+    if span_index is None:
+        raise ConfigurationError(
+            "criterion_spans > 0 needs a span_index (or pass criterion_spans=0)"
         )
+    if embed_model is None:
+        raise ConfigurationError(
+            "criterion spans need the query vector: pass embed_model (the index's embedding)"
+        )
+    tokenizer = getattr(lexical, "tokenizer", None)
+    return CriterionSpanPostprocessor(span_index, embed_model, tokenizer=tokenizer, top_n=n)
 
-    @guarded_retrieve
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query_bundle = await self._awith_query_vector(query_bundle)
-        hits = await self._aretrieve_fused(query_bundle)
-        return self._with_criterion_spans(hits, query_bundle)
 
-    async def _aretrieve_fused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if self.hypothesizer is None:
-            return await self._offline_async(query_bundle)
-        hypothesizer = self.hypothesizer
-        query = query_bundle.query_str
-        decision: RouteDecision | None = None
-        lexical_hits: list[NodeWithScore] | None = None
-        if self.route == "auto":
-            lexical_hits = (
-                await aretrieve_channels(
-                    [(self.lexical_retriever, QueryBundle(query_str=query))], self.pool_top_k
-                )
-            )[0]
-            decision = self.router.decide(query, lexical_hits)
-            if not decision.use_car:
-                hybrid = await self._hybrid_results_async(query_bundle, lexical_hits)
-                return self._fuse(
-                    hybrid, hypothesis=None, fallback=False, routed="hybrid",
-                    decision=decision, error=None,
-                )
-        started = time.perf_counter()
-        with llm_deadline(self.hypothesis_timeout):  # the task copies the context now
-            hyp_task = asyncio.ensure_future(
-                asyncio.wait_for(hypothesizer.ahypothesize(query), self.hypothesis_timeout)
-            )
-        if self.speculative_hybrid and self.speculation_delay > 0:
-            await asyncio.wait({hyp_task}, timeout=self.speculation_delay)
-        hybrid_task = (
-            asyncio.ensure_future(self._hybrid_results_async(query_bundle, lexical_hits))
-            if self.speculative_hybrid and not hyp_task.done()
-            else None
+def _check_persisted_kind(
+    spec: dict[str, Any], with_hypothesizer: bool, persist_dir: Any
+) -> None:
+    """``retriever.json`` names one of the two CAR retrievers, the one being reopened."""
+    kinds = {"OfflineCriterionRetriever": False, "HypothesisCriterionRetriever": True}
+    kind = spec.get("kind")
+    if kind not in kinds:
+        raise IndexPersistError(
+            f"{persist_dir}: retriever.json names kind {kind!r}, not one of "
+            f"{', '.join(kinds)}; persist the retriever again"
         )
-        try:
-            try:
-                hypothesis = _validated(await hyp_task)
-            except Exception as exc:
-                error = self._failed(exc)
-                emit_hypothesis_event(
-                    query, hypothesizer, None, time.perf_counter() - started, error
-                )
-                hybrid = (
-                    await hybrid_task
-                    if hybrid_task is not None
-                    else await self._hybrid_results_async(query_bundle, lexical_hits)
-                )
-                hybrid_task = None
-                return self._fuse(
-                    hybrid, hypothesis=None, fallback=True, routed="hybrid",
-                    decision=decision, error=error,
-                )
-        finally:
-            for task in (hyp_task, hybrid_task):
-                if task is not None and not task.done():
-                    task.cancel()
-        emit_hypothesis_event(query, hypothesizer, hypothesis, time.perf_counter() - started)
-        dense_q, lexical_q = self._car_bundles(query, hypothesis)
-        results = await aretrieve_channels(
-            [(self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q)], self.pool_top_k
-        )
-        plan = await self._hypothesis_feedback_async(query, results)
-        return self._fuse(
-            results, hypothesis=hypothesis, fallback=False, routed="car",
-            decision=decision, error=None, feedback=plan,
-        )
+    if kinds[kind] != with_hypothesizer:
+        fix = "pass hypothesizer= or llm=" if kinds[kind] else "do not pass hypothesizer/llm"
+        raise ConfigurationError(f"{persist_dir} holds a {kind}: {fix}")

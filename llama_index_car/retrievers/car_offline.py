@@ -1,0 +1,213 @@
+"""``OfflineCriterionRetriever``: the offline CAR (no LLM; nothing is learnt at index time).
+
+What :meth:`CriterionAwareRetriever.from_defaults
+<llama_index_car.retrievers.criterion_aware.CriterionAwareRetriever.from_defaults>` builds
+without an LLM. Channels:
+
+* dense: ``dense(query)``; lexical: ``lexical(query)`` (both ``pool_top_k`` deep);
+* feedback (off by default): ``lexical(query + " " + terms)`` where ``terms`` are the 10
+  terms with the largest ``idf × tf`` summed over the top-5 dense hits
+  (:mod:`llama_index_car.hypothesizers.feedback`, read from the BM25 index's own counts):
+  dense retrieval bridges the paraphrase, its best hits supply the vocabulary of the standards;
+* fusion weights ``[α(1 − p), (1 − α)(1 − p), p]`` — the feedback channel takes the share
+  ``p`` of the total weight from both plain channels alike — with the per-query feedback share
+  ``p = feedback_scale · (1 − s) · (1 − a)`` (:func:`~llama_index_car.retrievers.routing.feedback_share`):
+  ``s`` is the router signal (share of the query's content morphemes in its top-3 BM25 hits)
+  and ``a`` the top-5 agreement of the dense and lexical rankings. When the query's words are
+  all in its best BM25 hits (``s = 1``) or both channels agree (``a = 1``), ``p = 0``. Without
+  the feedback channel the weights are ``[α, 1 − α]``. The dense weight follows the router
+  signal: ``α(s) = alpha − (alpha − alpha_overlap)·s`` (``alpha_overlap`` default
+  :data:`~llama_index_car.retrievers.criterion_aware.DEFAULT_ALPHA_OVERLAP`);
+  ``alpha_overlap=alpha`` keeps it fixed;
+* with a :class:`~llama_index_car.span_index.SpanIndex` the fused pool (``span_pool``) is then
+  re-ranked by its best spans (:func:`~llama_index_car.fusion.span_fusion`, weight
+  ``span_weight``), and BM25's top hit goes first when its score leads the second's by
+  ``bm25_lead`` of itself (:func:`~llama_index_car.fusion.score_gap`; its ``car_explain``
+  records ``bm25_lead``: gap, threshold, moved_from).
+
+Every default (``alpha`` 0.3 → ``alpha_overlap`` 0, span weight 0.5 over a 20-node pool,
+``bm25_lead`` 0.2, and the feedback channel **off**) was chosen by 5-fold cross-validation
+over the queries of three developer sets and checked leave-one-set-out
+(``benchmarks/span_cv.py``, ``docs/results/span_cv.md``): the feedback channel added nothing
+on top of span ranking there, so ``feedback_scale`` defaults to 0; pass
+``feedback_scale=DEFAULT_FEEDBACK_SCALE`` (0.7, its measured scale) to turn it on.
+
+``car_explain`` carries ``feedback`` (share, agreement, terms) and the router signal; the
+feedback terms are reported as the hypothesis (source ``"feedback"``), and a feedback step
+that produced terms dispatches a
+:class:`~llama_index_car.hypothesizers.events.CriterionHypothesisEvent`.
+
+>>> from llama_index_car.retrievers.criterion_aware import FeedbackPlan, fusion_weights
+>>> plan = FeedbackPlan(share=0.0, signal=1.0, agreement=0.2, terms=(), bundle=None)
+>>> fusion_weights(0.3, 0.0, plan)  # α(s) at router signal 1: all weight on BM25
+(('dense', 'lexical'), [0.0, 1.0])
+>>> car = OfflineCriterionRetriever(dense, bm25)  # doctest: +SKIP
+>>> car.retrieve("비 오는 날 압접 작업")[0].node.metadata["car_explain"]["feedback"]  # doctest: +SKIP
+{'share': 0.0, 'agreement': 0.2, 'terms': []}
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from llama_index_car._errors import ConfigurationError
+from llama_index_car.fusion import DEFAULT_RRF_K, score_gap
+from llama_index_car.hypothesizers.events import emit_hypothesis_event
+from llama_index_car.postprocessors.span_rerank import (
+    DEFAULT_SPAN_POOL,
+    DEFAULT_SPAN_WEIGHT,
+    rerank_by_spans,
+)
+from llama_index_car.retrievers.criterion_aware import (
+    DEFAULT_ALPHA_OVERLAP,
+    DEFAULT_BM25_LEAD,
+    DEFAULT_OFFLINE_ALPHA,
+    CriterionAwareRetriever,
+    FeedbackPlan,
+    Search,
+    Steps,
+    check_unit,
+    explain_fields,
+    fusion_weights,
+)
+from llama_index_car.retrievers.routing import LexicalOverlapRouter
+from llama_index_car.retrievers.weighted_rrf import check_int, fuse_channel_results
+from llama_index_car.span_index import SpanIndex
+
+__all__ = ["OfflineCriterionRetriever"]
+
+
+def _lead_first(
+    hits: list[NodeWithScore], node_id: str, gap: float, threshold: float
+) -> list[NodeWithScore]:
+    """``hits`` with ``node_id`` moved to the front (score raised just above the first's, so
+    any sort by score keeps the order); its ``car_explain`` records the lead (``bm25_lead``)."""
+    at = next((i for i, h in enumerate(hits) if h.node.node_id == node_id), None)
+    if at is None or at == 0:
+        if at == 0:
+            hits[0].node.metadata.setdefault("car_explain", {})["bm25_lead"] = {
+                "gap": gap, "threshold": threshold, "moved_from": 1}
+        return hits
+    hit = hits[at]
+    explain = hit.node.metadata.setdefault("car_explain", {})
+    explain["bm25_lead"] = {"gap": gap, "threshold": threshold, "moved_from": at + 1,
+                            "fused_score": hit.score}
+    hit.score = math.nextafter(float(hits[0].score or 0.0), math.inf)  # strictly first
+    return [hit] + hits[:at] + hits[at + 1 :]
+
+
+class OfflineCriterionRetriever(CriterionAwareRetriever):
+    """The offline CAR: dense ⊕ lexical (⊕ feedback) with α(s), span re-ranking, BM25 lead.
+
+    Args (besides the shared ones of
+    :class:`~llama_index_car.retrievers.criterion_aware.CriterionAwareRetriever`):
+        alpha: dense weight at router signal 0 (default
+            :data:`~llama_index_car.retrievers.criterion_aware.DEFAULT_OFFLINE_ALPHA`).
+        alpha_overlap: dense weight at router signal 1 (default 0; ``alpha`` keeps α fixed).
+        span_index: re-rank the fused pool by its best spans, and attach criterion spans.
+        span_weight: weight of the span order (default 0.5 with a ``span_index``, else 0);
+            > 0 needs a ``span_index`` and the embedding.
+        span_pool: fused nodes re-ranked by spans (default 20).
+        bm25_lead: BM25's top hit goes first when its score gap to the second is at least
+            this share of its score (default 0.2; 0 = off).
+        feedback_scale: the feedback channel's scale (default 0: off).
+    """
+
+    def __init__(
+        self,
+        dense_retriever: BaseRetriever,
+        lexical_retriever: BaseRetriever,
+        alpha: float | None = None,
+        rrf_k: int = DEFAULT_RRF_K,
+        pool_top_k: int = 50,
+        similarity_top_k: int = 10,
+        router: LexicalOverlapRouter | None = None,
+        feedback_scale: float | None = None,
+        span_index: SpanIndex | None = None,
+        span_weight: float | None = None,
+        span_pool: int = DEFAULT_SPAN_POOL,
+        alpha_overlap: float | None = None,
+        bm25_lead: float | None = None,
+        criterion_spans: int | None = None,
+        embed_model: Any | None = None,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        super().__init__(
+            dense_retriever, lexical_retriever,
+            alpha=DEFAULT_OFFLINE_ALPHA if alpha is None else alpha, rrf_k=rrf_k,
+            pool_top_k=pool_top_k, similarity_top_k=similarity_top_k, router=router,
+            feedback_scale=feedback_scale, span_index=span_index,
+            criterion_spans=criterion_spans, embed_model=embed_model,
+            callback_manager=callback_manager, verbose=verbose,
+        )
+        if span_weight is None:
+            span_weight = DEFAULT_SPAN_WEIGHT if span_index is not None else 0.0
+        self.span_weight = check_unit("span_weight", span_weight)
+        self.span_pool = check_int("span_pool", span_pool)
+        self.alpha_overlap = check_unit(
+            "alpha_overlap", DEFAULT_ALPHA_OVERLAP if alpha_overlap is None else alpha_overlap
+        )
+        self.bm25_lead = check_unit(
+            "bm25_lead", DEFAULT_BM25_LEAD if bm25_lead is None else bm25_lead, " (0 = off)"
+        )
+        if self.span_weight > 0 and span_index is None:
+            raise ConfigurationError("span_weight > 0 needs a span_index (or pass span_weight=0)")
+        if self.span_weight > 0 and self.embed_model is None:
+            raise ConfigurationError(
+                "span ranking needs the query vector: pass embed_model (the index's embedding)"
+            )
+
+    def _wants_query_vector(self) -> bool:
+        return self.span_weight > 0 or super()._wants_query_vector()
+
+    def _steps(self, query_bundle: QueryBundle) -> Steps:
+        query_bundle = yield from self._with_query_vector(query_bundle)
+        query = query_bundle.query_str
+        lexical = self.lexical_retriever
+        jobs = ((self.dense_retriever, query_bundle), (lexical, QueryBundle(query)))
+        results = yield Search(jobs)
+        started = time.perf_counter()
+        plan = self._plan_feedback(query, results[0], results[1])
+        if plan.bundle is not None:
+            results += yield Search(((lexical, plan.bundle),))
+        hypothesis = plan.hypothesis
+        if hypothesis is not None:
+            emit_hypothesis_event(query, "feedback", hypothesis, time.perf_counter() - started)
+        fused = self._fuse(results, plan, query_bundle.embedding)
+        return self._with_criterion_spans(fused, query_bundle)
+
+    def _fuse(
+        self,
+        results: Sequence[Sequence[NodeWithScore]],
+        plan: FeedbackPlan,
+        query_vector: Sequence[float] | None,
+    ) -> list[NodeWithScore]:
+        names, weights = fusion_weights(self.alpha, self.alpha_overlap, plan)
+        explain = explain_fields(plan.hypothesis, fallback=False, routed="car",
+                                 signal=plan.signal, error=None, plan=plan)
+        lexical = results[1]
+        gap = score_gap([h.score for h in lexical[:2]])
+        lead = self.bm25_lead > 0 and gap >= self.bm25_lead
+        spans = query_vector is not None and self.span_index is not None and self.span_weight > 0
+        depth = self.similarity_top_k
+        if lead:  # the lead hit may rank anywhere in the fusion
+            depth = sum(len(r) for r in results)
+        elif spans:
+            depth = max(self.similarity_top_k, self.span_pool)
+        fused = fuse_channel_results(results, names, weights, self.rrf_k, depth, explain)
+        if spans and query_vector is not None:
+            fused = rerank_by_spans(
+                fused, self.span_index, query_vector, weight=self.span_weight,
+                pool=self.span_pool, rrf_k=self.rrf_k,
+            )
+        if lead:
+            fused = _lead_first(fused, lexical[0].node.node_id, gap, self.bm25_lead)
+        return fused[: self.similarity_top_k]
