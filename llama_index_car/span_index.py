@@ -161,22 +161,14 @@ class SpanIndex:
             raise ConfigurationError(
                 f"SpanIndex: {len(vectors)} vector lists for {len(nodes)} nodes"
             )
-        ids: list[str] = []
-        spans: list[Span] = []
-        rows: list[Sequence[float]] = []
-        offsets = [0]
-        for node, vecs in zip(nodes, vectors, strict=True):
-            cut = node_spans(node)
-            if len(cut) != len(vecs):
+        cut = cut_nodes(nodes)
+        counts = np.diff(cut.offsets)
+        for node, count, vecs in zip(nodes, counts, vectors, strict=True):
+            if count != len(vecs):
                 raise ConfigurationError(
-                    f"SpanIndex: node {node.node_id} has {len(cut)} spans but {len(vecs)} vectors"
+                    f"SpanIndex: node {node.node_id} has {count} spans but {len(vecs)} vectors"
                 )
-            ids.append(node.node_id)
-            spans.extend(cut)
-            rows.extend(vecs)
-            offsets.append(len(spans))
-        matrix = _unit(np.asarray(rows, dtype=np.float32)) if rows else np.zeros((0, 1))
-        return cls(ids, np.asarray(offsets), spans, matrix)
+        return cls.from_cut(cut, [v for vecs in vectors for v in vecs])
 
     def with_nodes(self, nodes: Sequence[Any], embed_model: Any) -> SpanIndex:
         """A new index with ``nodes`` added (a node id already present is replaced)."""
