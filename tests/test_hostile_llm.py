@@ -374,20 +374,18 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def run_cli(server: FakeProviderServer, *argv: str, timeout: float = 120.0) -> tuple[
-    subprocess.CompletedProcess[str], float
-]:
+def run_cli(
+    server: FakeProviderServer, *argv: str, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.update(
         ANTHROPIC_API_KEY="sk-ant-fake", ANTHROPIC_BASE_URL=server.url, PYTHONIOENCODING="utf-8"
     )
     env.pop("CAR_LLM", None)
-    start = time.monotonic()
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "llama_index_car", *argv],
         env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO,
     )
-    return proc, time.monotonic() - start
 
 
 @pytest.fixture(scope="module")
@@ -398,31 +396,31 @@ def cli_server() -> Any:
 
 
 @pytest.fixture(scope="module")
-def baseline_seconds(cli_server: FakeProviderServer, index_dir: Path) -> float:
-    """Elapsed time of a healthy `--llm anthropic` query (model loading included)."""
+def healthy_query(cli_server: FakeProviderServer, index_dir: Path) -> None:
+    """A healthy `--llm anthropic` query works first (so a failure below is the fault's)."""
     cli_server.reset()
-    proc, elapsed = run_cli(cli_server, "query", str(index_dir), QUERY, "--llm", "anthropic")
+    proc = run_cli(cli_server, "query", str(index_dir), QUERY, "--llm", "anthropic")
     assert proc.returncode == 0, proc.stderr
     assert "criterion hypothesis: 신축이음장치 설치기준" in proc.stdout
-    return elapsed
 
 
 @pytest.mark.slow
 def test_cli_exits_within_the_deadline_on_a_hung_server(
-    cli_server: FakeProviderServer, index_dir: Path, baseline_seconds: float
+    cli_server: FakeProviderServer, index_dir: Path, healthy_query: None
 ) -> None:
     """Before: CAR fell back at 30 s but the process exited after 186 s (interpreter exit
     joined the pool thread stuck in a 60 s × 3 SDK-retry request)."""
     cli_server.reset()
     cli_server.set_default(MESSAGES, Reply.hang())
     deadline = 2.0
-    proc, elapsed = run_cli(
+    proc = run_cli(
         cli_server, "query", str(index_dir), QUERY, "--llm", "anthropic",
         "--llm-timeout", str(deadline), timeout=90,
     )
     assert proc.returncode == 0, proc.stderr
     assert "criterion hypothesis: (none)" in proc.stdout  # the hybrid fallback answered
-    assert elapsed < baseline_seconds + deadline + 10.0
+    # the server never answers and the SDK alone would wait 3 × 60 s: exiting inside
+    # run_cli's 90 s bound at all is the deadline's doing (no elapsed figure is asserted)
     # never retried past the deadline; 0 when a starved machine reached the deadline before
     # the connect (a request is not started once the deadline has passed)
     assert len(cli_server.requests_to(MESSAGES)) <= 1
@@ -435,26 +433,26 @@ def test_cli_exits_within_the_deadline_on_a_hung_server(
     ids=["500", "429-retry-after-3600"],
 )
 def test_cli_request_count(
-    cli_server: FakeProviderServer, index_dir: Path, baseline_seconds: float,
+    cli_server: FakeProviderServer, index_dir: Path, healthy_query: None,
     reply: Reply, requests: int,
 ) -> None:
     """Before: 9 requests per query for both (SDK retries × hypothesizer retries)."""
     cli_server.reset()
     cli_server.set_default(MESSAGES, reply)
-    proc, elapsed = run_cli(cli_server, "query", str(index_dir), QUERY, "--llm", "anthropic")
+    proc = run_cli(cli_server, "query", str(index_dir), QUERY, "--llm", "anthropic")
     assert proc.returncode == 0, proc.stderr
-    assert len(cli_server.requests_to(MESSAGES)) == requests
-    assert elapsed < baseline_seconds + 10.0
+    assert len(cli_server.requests_to(MESSAGES)) == requests  # Retry-After 3600 s not slept:
+    # obeying it would outlast run_cli's bound and fail the test there
 
 
 @pytest.mark.slow
 def test_cli_prints_hostile_hypothesis_safely(
-    cli_server: FakeProviderServer, index_dir: Path, baseline_seconds: float
+    cli_server: FakeProviderServer, index_dir: Path, healthy_query: None
 ) -> None:
     """Before: the hypothesis went to the terminal raw (screen clear, colour, U+202E)."""
     cli_server.reset()
     cli_server.set_default(MESSAGES, Reply.anthropic_text(HOSTILE_TEXTS["ansi"] + "\u202e"))
-    proc, _ = run_cli(cli_server, "query", str(index_dir), QUERY, "--llm", "anthropic")
+    proc = run_cli(cli_server, "query", str(index_dir), QUERY, "--llm", "anthropic")
     assert proc.returncode == 0, proc.stderr
     assert "criterion hypothesis: 신축이음장치 설치기준" in proc.stdout
     assert unsafe_chars(proc.stdout.replace("\n", "")) == []
@@ -597,17 +595,13 @@ def test_process_exits_after_fallback_even_if_the_hypothesizer_never_returns(mod
     default executor (async, ``asyncio.to_thread``), which the interpreter / ``asyncio.run``
     joins at exit, so the process waited for the stuck call (here 600 s) after CAR had
     answered."""
-    start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", HUNG_HYPOTHESIZER_SCRIPT, mode],
         capture_output=True, text=True, timeout=120, cwd=REPO,
     )
-    ended = time.monotonic()
+    # the stuck call lasts 600 s: a process that joined it would outlast the 120 s bound
     assert proc.returncode == 0, proc.stderr
-    assert "fallback True" in proc.stdout
-    returned = float(proc.stdout.split("returned")[1].split()[0])
-    assert ended - returned < 5.0  # exit follows the answer; nothing joins the stuck thread
-    assert ended - start < 90
+    assert "fallback True" in proc.stdout and "returned" in proc.stdout
 
 
 async def test_hung_sync_hypothesizers_do_not_fill_the_event_loops_pool() -> None:
@@ -627,9 +621,8 @@ async def test_hung_sync_hypothesizers_do_not_fill_the_event_loops_pool() -> Non
     tasks = [asyncio.ensure_future(stuck.ahypothesize(str(i))) for i in range(40)]
     await asyncio.sleep(0.2)
     try:
-        start = time.monotonic()
+        # a full pool would hold this call until ``release`` (60 s); wait_for's bound fails it
         assert await asyncio.wait_for(asyncio.to_thread(lambda: 42), timeout=5) == 42
-        assert time.monotonic() - start < 5
     finally:
         release.set()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -87,6 +87,7 @@ def _check(idx: Path, model: object, states: list[set[str]]) -> dict[str, int]:
         close_vector_store(store)
 
 
+@pytest.mark.slow
 def test_sigkill_during_update_never_leaves_channels_that_disagree(tmp_path: Path) -> None:
     from llama_index_car.providers import resolve_embed_model
 
