@@ -52,6 +52,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -427,13 +428,44 @@ class BM25Okapi:
         return [self.top_k(q, k) for q in queries]
 
     # ------------------------------------------------------------------ persistence
-    def write_to(self, root: str | os.PathLike[str]) -> None:
-        """Write the arrays and ``manifest.json`` into the existing empty directory ``root``
-        (no generations: for embedding in a caller's own crash-safe directory)."""
+    def write_to(
+        self, root: str | os.PathLike[str], *, prefix: str = "", manifest: bool = True
+    ) -> dict[str, Any]:
+        """Write the arrays (``prefix + name + .npy``) and, with ``manifest``,
+        ``manifest.json`` into the existing directory ``root`` (no generations: for
+        embedding in a caller's own crash-safe directory). Returns the manifest's ``meta``
+        (parameters and sizes): a caller writing its own single manifest keeps it for
+        :meth:`load_bound`."""
         p = self._index
         params = (self.k1, self.b, self.epsilon)
         meta = index_meta(params, self.corpus_size, p.n_terms, p.nnz, p.tf.dtype)
-        write_index(Path(root), p.arrays(), meta)
+        write_index(Path(root), p.arrays(), meta, prefix=prefix, manifest=manifest)
+        return meta
+
+    @classmethod
+    def load_bound(
+        cls,
+        root: str | os.PathLike[str],
+        files: dict[str, Any],
+        meta: Any,
+        *,
+        prefix: str = "",
+        mmap: bool = True,
+        verify: Verify = "auto",
+        backend: Backend = "auto",
+    ) -> BM25Okapi:
+        """Load arrays written by ``write_to(root, prefix=prefix, manifest=False)``, bound by
+        the caller's manifest (its ``files`` table, already read, and the ``meta`` that
+        ``write_to`` returned); checks as :meth:`load`."""
+        if verify not in ("auto", "full", "lazy"):
+            raise ConfigurationError(f"verify must be 'auto', 'full' or 'lazy', got {verify!r}")
+        got = read_index(Path(root), mmap, verify, prefix=prefix, bound=(files, meta))
+        try:
+            params = _check_params(*got.params)
+        except ConfigurationError as exc:
+            raise IndexPersistError(f"{Path(root) / 'manifest.json'}: {exc}") from exc
+        check_backend(backend)
+        return cls._of(got.postings, params, backend, checked=got.full)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Persist to the directory ``path`` (crash-safe generation swap, see ``_persist``).
