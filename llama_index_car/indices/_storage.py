@@ -15,7 +15,7 @@ and fsynced, then switched atomically), which holds::
     manifest.json       every file's size and sha256, written last — the only manifest
 
 Reading checks the manifest once: every file is hashed except the BM25 arrays, which
-:meth:`BM25Okapi.load_bound <llama_index_car.bm25.BM25Okapi.load_bound>` checks per its
+:meth:`BM25Okapi.load <llama_index_car.bm25.BM25Okapi.load>` (``bound``) checks per its
 ``verify`` mode (memory-mapped). No pickle; format 3 folders and older are not read (rebuild).
 """
 
@@ -163,8 +163,8 @@ def read_generation(
         tokenizer = KiwiTokenizer.from_dict(saved)
     same_analysis = _check_spec(saved, tokenizer, root)
     try:
-        bm25 = BM25Okapi.load_bound(root, manifest["files"], spec["bm25"], prefix=BM25_PREFIX,
-                                    verify=verify)
+        bm25 = BM25Okapi.load(root, verify=verify, prefix=BM25_PREFIX,
+                              bound=(manifest["files"], spec["bm25"]))
     except IndexPersistError as exc:  # its arrays are part of this index: rebuilt with it
         raise IndexPersistError(str(exc).replace("save the index again", "rebuild the index")
                                 .replace("save it again", "rebuild the index")) from exc

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.schema import BaseNode
+from llama_index.core.schema import BaseNode, MetadataMode
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car._lexical import Lexical, check_unique
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex, IndexSnapshot
     from llama_index_car.span_index import SpanIndex
 
-__all__ = ["UpdatePlan", "plan_update"]
+__all__ = ["UpdatePlan", "embed", "plan_update"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def plan_update(
     again_ids = {n.node_id for n in again}
     removed = sorted(set(delete_ids) | again_ids)
     store = index.vector_index is not None
-    vectors = index.embed(nodes) if store and nodes else {}
+    vectors = embed(index, nodes) if store and nodes else {}
     added = _added_spans(index, old, nodes, spans)
     plain = [n.model_copy(update={"embedding": None}) for n in nodes]
     toks, hashes = index.tokens.of(plain)
@@ -94,6 +94,20 @@ def plan_update(
         mid = IndexSnapshot.of(mid_lex, with_spans(fresh))
         final = IndexSnapshot.of(plus(mid_lex, again), with_spans(fresh + again))
     return UpdatePlan(fresh, again, removed, vectors, mid, final)
+
+
+def embed(index: CriterionAwareIndex, nodes: Sequence[BaseNode]) -> dict[str, list[float]]:
+    """``{node_id: vector}``: a node's own ``embedding`` if set, else the index's model's."""
+    out = {n.node_id: list(n.embedding) for n in nodes if n.embedding is not None}
+    todo = [n for n in nodes if n.node_id not in out]
+    if todo:
+        if index.embed_model is None:
+            raise ConfigurationError("this index has no embed_model to embed new nodes")
+        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in todo]
+        vecs = index.embed_model.get_text_embedding_batch(texts)
+        for node, vec in zip(todo, vecs, strict=True):
+            out[node.node_id] = list(vec)
+    return out
 
 
 def _added_spans(

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.schema import BaseNode
 
 from llama_index_car._errors import ConfigurationError, EmptyIndexError
 from llama_index_car._lexical import Lexical, Tokens, check_unique
@@ -177,30 +177,8 @@ class CriterionAwareIndex:
             EmptyIndexError: no nodes (a store-backed index keeps them in the store: pass
                 ``nodes=`` along with ``vector_index=``).
         """
-        if vector_index is None:
-            from llama_index.core import VectorStoreIndex
-
-            if embed_model is None:
-                from llama_index_car.providers import resolve_embed_model
-
-                embed_model = resolve_embed_model()  # $CAR_EMBED_MODEL, else offline e5
-            node_list = list(nodes or [])
-            if not node_list:
-                raise ConfigurationError("nodes is empty; pass the nodes to index")
-            vector_index = VectorStoreIndex(node_list, embed_model=embed_model,
-                                            show_progress=show_progress)
-        else:
-            if embed_model is None:
-                embed_model = getattr(vector_index, "_embed_model", None)
-            if nodes is None:
-                docstore = getattr(vector_index, "docstore", None)
-                nodes = list(getattr(docstore, "docs", {}).values()) if docstore else []
-            node_list = list(nodes)
-            if not node_list:
-                raise EmptyIndexError(
-                    "the index's docstore holds no nodes (a store-backed index keeps them in "
-                    "the store); pass nodes=[...] along with the index"
-                )
+        node_list, vector_index, embed_model = _bind_vectors(
+            nodes, vector_index, embed_model, show_progress)
         span_index = spans if not isinstance(spans, bool) else None
         if spans is True:
             from llama_index_car.span_index import SpanIndex
@@ -355,19 +333,6 @@ class CriterionAwareIndex:
                 )
             self._older = [s for s in self._older if s.readers[0]]
 
-    def embed(self, nodes: Sequence[BaseNode]) -> dict[str, list[float]]:
-        """``{node_id: vector}``: a node's own ``embedding`` if set, else ``embed_model``'s."""
-        out = {n.node_id: list(n.embedding) for n in nodes if n.embedding is not None}
-        todo = [n for n in nodes if n.node_id not in out]
-        if todo:
-            if self._embed_model is None:
-                raise ConfigurationError("this index has no embed_model to embed new nodes")
-            texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in todo]
-            vecs = self._embed_model.get_text_embedding_batch(texts)
-            for node, vec in zip(todo, vecs, strict=True):
-                out[node.node_id] = list(vec)
-        return out
-
     # ------------------------------------------------------------------ views
     def as_retriever(self, kind: str = "car", **kwargs: Any) -> BaseRetriever:
         """A retriever of ``kind`` over this index (``car``, ``hybrid``, ``bm25``, ``dense``);
@@ -411,3 +376,34 @@ class CriterionAwareIndex:
         from llama_index_car.indices._storage import read
 
         return read(cls, Path(persist_dir), **kwargs)
+
+
+def _bind_vectors(
+    nodes: Sequence[BaseNode] | None, vector_index: Any, embed_model: Any, show_progress: bool
+) -> tuple[list[BaseNode], Any, Any]:
+    """``(nodes, vector_index, embed_model)`` of :meth:`CriterionAwareIndex.from_defaults`: a
+    ``VectorStoreIndex`` built over ``nodes``, or ``vector_index`` with its docstore's nodes."""
+    if vector_index is None:
+        from llama_index.core import VectorStoreIndex
+
+        if embed_model is None:
+            from llama_index_car.providers import resolve_embed_model
+
+            embed_model = resolve_embed_model()  # $CAR_EMBED_MODEL, else offline e5
+        node_list = list(nodes or [])
+        if not node_list:
+            raise ConfigurationError("nodes is empty; pass the nodes to index")
+        return node_list, VectorStoreIndex(node_list, embed_model=embed_model,
+                                           show_progress=show_progress), embed_model
+    if embed_model is None:
+        embed_model = getattr(vector_index, "_embed_model", None)
+    if nodes is None:
+        docstore = getattr(vector_index, "docstore", None)
+        nodes = list(getattr(docstore, "docs", {}).values()) if docstore else []
+    node_list = list(nodes)
+    if not node_list:
+        raise EmptyIndexError(
+            "the index's docstore holds no nodes (a store-backed index keeps them in "
+            "the store); pass nodes=[...] along with the index"
+        )
+    return node_list, vector_index, embed_model
