@@ -803,6 +803,7 @@ def update_index(
     cache_dir: str | Path | None = None,
     use_cache: bool = True,
     store: str | None = None,
+    index: CriterionAwareIndex | None = None,
 ) -> BuildSummary:
     """Bring ``persist_dir`` up to date with ``source``: files whose sha256 changed (or that
     are new) are read, parsed and embedded again; the nodes of vanished or changed files are
@@ -822,7 +823,8 @@ def update_index(
 
     Options left ``None`` come from the folder's manifest; given ones must match it. A store
     outside the folder needs its URI again (``store``; the folder never says where to
-    connect).
+    connect). ``index``: the folder's loaded index, updated in place (its views see the
+    update at once: :meth:`CriterionAwareIndex.update_from`); default: loaded here.
 
     Raises:
         ConfigurationError: ``chunk_size``/``chunk_overlap``/``embed`` differ from the
@@ -867,7 +869,7 @@ def update_index(
     if not changed and not vanished:
         return _summary(out, manifest, [], start, updated=0, removed=0, unchanged=len(files))
 
-    local = load_index(out, embed_model=embed_model, store=store)
+    local = index if index is not None else load_index(out, embed_model=embed_model, store=store)
     model: Any = local.embed_model
     _check_engine(model, recorded, root)
     documents, failures = read_documents(changed, show_progress=show_progress, on_error=on_error)
@@ -915,6 +917,7 @@ def update_index(
         store_garbage=garbage, spans=local.spans,
     )
     _write_folder(out, new_manifest, local)  # (2) the commit point
+    local.metadata = new_manifest
     if garbage:
         local.purge_store(garbage)  # (3)
     if record is not None:

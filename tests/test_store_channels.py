@@ -305,3 +305,26 @@ def test_one_index_gives_either_car(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="OfflineCriterionRetriever"):
         OfflineCriterionRetriever.from_channels(again.dense_retriever, again.lexical_retriever,
                                                 Fixed())
+
+
+def test_only_snapshots_still_read_are_kept() -> None:
+    """The index remembers a replaced snapshot only while a query reads it (what a store
+    deletion waits for): a long series of updates keeps no old BM25 arrays alive."""
+    car = _car()
+    index = car.index
+    for k in range(5):
+        index.insert_nodes([NEW.model_copy(update={"id_": f"x{k}"})])
+    assert index._older == []
+    with index.pinned() as snap:
+        index.insert_nodes([NEW])
+        assert index._older == [snap]
+    index.delete_nodes(["n"])  # nobody reads the old snapshots: nothing to wait for
+    assert index._older == []
+
+
+def test_a_view_is_built_over_an_index_or_over_nodes_not_both() -> None:
+    car = _car()
+    with pytest.raises(ConfigurationError, match="not both"):
+        KiwiBM25Retriever(_nodes(), index=car.index)
+    view = KiwiBM25Retriever(index=car.index, similarity_top_k=2)
+    assert view.index is car.index and view.tokenizer is car.index.tokenizer

@@ -26,7 +26,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex, IndexSnapshot
 
-__all__ = ["IndexDense", "bound_channels", "check_view_filters", "citation_engine", "view"]
+__all__ = [
+    "IndexDense", "bound_channels", "check_view_filters", "citation_engine",
+    "span_postprocessor", "view",
+]
 
 
 def check_view_filters(filters: Any) -> MetadataFilters | None:
@@ -163,6 +166,16 @@ def view(
         dense, lexical, hypothesizer, alpha=alpha, rrf_k=rrf_k, pool_top_k=pool,
         similarity_top_k=similarity_top_k, **kwargs,
     )
+
+
+def span_postprocessor(index: CriterionAwareIndex, top_n: int = 3) -> Any:
+    """:meth:`CriterionAwareIndex.span_postprocessor`."""
+    if index.spans is None:
+        return None
+    from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
+
+    return CriterionSpanPostprocessor(index.spans, index.embed_model,
+                                      tokenizer=index.tokenizer, top_n=top_n)
 
 
 def citation_engine(

@@ -318,8 +318,9 @@ class CriterionAwareIndex:
 
     def _publish(self, snap: IndexSnapshot) -> None:
         with self._cond:
-            if self._snap is not snap:
-                self._older.append(self._snap)
+            # a replaced snapshot gains no readers: keep only those still read (for _drain)
+            self._older = [s for s in (*self._older, self._snap)
+                           if s.readers[0] and s is not snap]
             self._snap = snap
 
     def _drain(self) -> None:
@@ -333,6 +334,17 @@ class CriterionAwareIndex:
                 )
             self._older = [s for s in self._older if s.readers[0]]
 
+    def update_from(self, source: Any, **kwargs: Any) -> Any:
+        """Bring the folder this index was loaded from (``load_index``; else
+        :class:`ConfigurationError`) up to date with the source folder ``source``, as one
+        update of this index (its views see it at once) and one new generation of the folder
+        (:func:`llama_index_car.pipeline.update_index`, ``kwargs`` go to it)."""
+        if self.persist_dir is None or not self.metadata:
+            raise ConfigurationError("update_from needs an index loaded by pipeline.load_index")
+        from llama_index_car.pipeline import update_index
+
+        return update_index(source, self.persist_dir, index=self, **kwargs)
+
     # ------------------------------------------------------------------ views
     def as_retriever(self, kind: str = "car", **kwargs: Any) -> BaseRetriever:
         """A retriever of ``kind`` over this index (``car``, ``hybrid``, ``bm25``, ``dense``);
@@ -344,12 +356,9 @@ class CriterionAwareIndex:
     def span_postprocessor(self, top_n: int = 3) -> CriterionSpanPostprocessor | None:
         """A :class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor`
         over the current span index, the embedding and the tokenizer (``None``: no spans)."""
-        if self.spans is None:
-            return None
-        from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
+        from llama_index_car.indices._views import span_postprocessor
 
-        return CriterionSpanPostprocessor(self.spans, self._embed_model,
-                                          tokenizer=self.tokenizer, top_n=top_n)
+        return span_postprocessor(self, top_n)
 
     def as_citation_engine(self, llm: Any, kind: str = "car", **kwargs: Any) -> Any:
         """A :class:`~llama_index_car.query_engines.SpanCitationQueryEngine` over the ``kind``

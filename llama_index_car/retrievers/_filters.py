@@ -1,7 +1,7 @@
 """Metadata filters checked before they reach BM25 or a vector store.
 
-Filters come from callers and from persisted ``config.json``/``retriever.json`` files, which
-are untrusted. Each store client has its own rules (and its own errors, some of them deep
+Filters come from callers (views of an index take them per retriever; they are never read
+from an index folder) and are untrusted. Each store client has its own rules (and its own errors, some of them deep
 inside the client) for what a filter may hold, so :func:`check_filters` enforces the common
 subset every store and the BM25 channel agree on, and names the offending filter:
 

@@ -107,6 +107,11 @@ class KiwiBM25Retriever(BaseRetriever):
         if index is None:
             index = CriterionAwareIndex(nodes, tokenizer=tokenizer, k1=k1, b=b, epsilon=epsilon,
                                         token_cache=token_cache, show_progress=show_progress)
+        elif list(nodes) or tokenizer is not None:
+            raise ConfigurationError(
+                "pass nodes=/tokenizer= to build a private index, or index= to view one "
+                "(its nodes and tokenizer), not both"
+            )
         self.index = index
         self.similarity_top_k = similarity_top_k
         self.snapshot: IndexSnapshot | None = None

@@ -9,7 +9,7 @@ Pool size. Each channel is asked for ``pool_top_k`` candidates. When a channel e
 ``similarity_top_k`` attribute (``VectorIndexRetriever``, ``KiwiBM25Retriever``, ``BM25Retriever``
 …), every query runs on a *shallow copy* of it with ``similarity_top_k = pool_top_k``: the
 caller's retriever is never mutated (so it is safe to share between threads and engines) and the
-copy is taken per query, so later ``insert_nodes``/``delete_nodes`` on the original are seen.
+copy is taken per query (of the channel bound to the query's snapshot, for index views).
 Whatever a channel returns is then truncated to ``pool_top_k``.
 
 Explanations. Results are new ``NodeWithScore`` objects over *copies* of the nodes; each copy's
