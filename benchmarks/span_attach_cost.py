@@ -68,8 +68,8 @@ def measure(corpus: Path, embed_name: str, repeat: int) -> tuple[str, dict[str, 
         car0 = local.as_retriever("car", similarity_top_k=TOP_K, criterion_spans=0)
         car3 = local.as_retriever("car", similarity_top_k=TOP_K, criterion_spans=3)
         hybrid = local.as_retriever("hybrid", similarity_top_k=TOP_K)
-        embed = local.index._embed_model
-        tokenizer = local.bm25.tokenizer
+        embed = local.embed_model
+        tokenizer = local.tokenizer
         for q in questions[:2]:  # warm-up: model load, Kiwi load
             car0.retrieve(q)
             car3.retrieve(q)

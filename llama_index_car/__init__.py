@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "BM25Okapi": "llama_index_car.bm25",
     "weighted_rrf": "llama_index_car.fusion",
     # retrievers
+    "CriterionAwareIndex": "llama_index_car.indices.criterion_aware",
     "KiwiBM25Retriever": "llama_index_car.retrievers.kiwi_bm25",
     "WeightedRRFRetriever": "llama_index_car.retrievers.weighted_rrf",
     "CriterionAwareRetriever": "llama_index_car.retrievers.criterion_aware",

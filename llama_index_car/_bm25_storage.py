@@ -91,9 +91,9 @@ _NPY_ERRORS = (
 )
 
 
-def npy_name(name: str) -> str:
-    """The file name of array ``name``."""
-    return name + ".npy"
+def npy_name(name: str, prefix: str = "") -> str:
+    """The file name of array ``name`` (``prefix`` + name + ``.npy``)."""
+    return prefix + name + ".npy"
 
 
 # ----------------------------------------------------------------------------- writing
@@ -161,24 +161,33 @@ def write_index(
     arrays: Mapping[str, np.ndarray | Reserved],
     meta: dict[str, Any],
     fill: Callable[[dict[str, np.ndarray]], None] | None = None,
+    *,
+    prefix: str = "",
+    manifest: bool = True,
 ) -> None:
-    """Write ``arrays`` and ``manifest.json`` (with ``meta``) into the directory ``root``.
+    """Write ``arrays`` (files ``prefix + name + .npy``) and, with ``manifest``,
+    ``manifest.json`` (with ``meta``) into the directory ``root``; without it the caller's
+    own manifest binds the files (and keeps ``meta`` for :func:`read_index`'s ``bound``).
 
     :class:`Reserved` entries are allocated as writable memory maps and passed, by name, to
     ``fill``, which writes their contents; they are then flushed and fsynced like the others.
     """
     reserved = {k: v for k, v in arrays.items() if isinstance(v, Reserved)}
     if reserved:
-        maps = {k: _out_memmap(root / npy_name(k), r.dtype, r.count) for k, r in reserved.items()}
+        maps = {
+            k: _out_memmap(root / npy_name(k, prefix), r.dtype, r.count)
+            for k, r in reserved.items()
+        }
         if fill is not None:
             fill(maps)
         for name, m in maps.items():
-            _sync_mapped(root / npy_name(name), m)
+            _sync_mapped(root / npy_name(name, prefix), m)
         del maps
     for name, arr in arrays.items():
         if not isinstance(arr, Reserved):
-            write_npy(root / npy_name(name), arr)
-    write_manifest(root, kind=KIND, format_version=BM25_FORMAT_VERSION, meta=meta)
+            write_npy(root / npy_name(name, prefix), arr)
+    if manifest:
+        write_manifest(root, kind=KIND, format_version=BM25_FORMAT_VERSION, meta=meta)
 
 
 def index_meta(
@@ -198,7 +207,7 @@ def index_meta(
 
 
 # ----------------------------------------------------------------------------- reading
-def _load_npy(root: Path, name: str, mmap: bool) -> np.ndarray:
+def _load_npy(root: Path, name: str, mmap: bool, prefix: str = "") -> np.ndarray:
     """One 1-D ``.npy`` array of ``root``, memory-mapped or read.
 
     The file is opened non-blocking and must be a regular file; its header is parsed with
@@ -207,7 +216,7 @@ def _load_npy(root: Path, name: str, mmap: bool) -> np.ndarray:
     memory is allocated or mapped (a header declaring 2**40 entries is refused, not a
     ``MemoryError``). No pickle.
     """
-    path = root / npy_name(name)
+    path = root / npy_name(name, prefix)
     fmt = np.lib.format
     try:
         fh = open_regular(path)
@@ -291,10 +300,10 @@ class Loaded:
     full: bool
 
 
-def _checked_sizes(root: Path, files: dict[str, Any]) -> int:
+def _checked_sizes(root: Path, files: dict[str, Any], prefix: str = "") -> int:
     """Total bytes of the files the reader reads, each matching its manifest entry."""
     total = 0
-    for name in map(npy_name, ARRAYS):
+    for name in (npy_name(a, prefix) for a in ARRAYS):
         fp = root / name
         try:
             st = os.stat(fp)
@@ -309,21 +318,37 @@ def _checked_sizes(root: Path, files: dict[str, Any]) -> int:
     return total
 
 
-def read_index(root: Path, mmap: bool, verify: Verify) -> Loaded:
+def read_index(
+    root: Path,
+    mmap: bool,
+    verify: Verify,
+    *,
+    prefix: str = "",
+    bound: tuple[dict[str, Any], Any] | None = None,
+) -> Loaded:
     """Read and check the index directory ``root`` (see the module docstring).
 
     ``verify``: ``"full"`` (sha256 of every file and every posting), ``"lazy"`` (sizes,
     dtypes, shapes, O(V + N) structure; postings are checked per column on first use by the
     caller) or ``"auto"`` (``"full"`` up to :data:`AUTO_VERIFY_BYTES` of files).
+    ``bound``: ``(files, meta)`` of the caller's manifest, already read (arrays named
+    ``prefix + name + .npy`` in a directory with one manifest); default: ``root``'s own
+    ``manifest.json``.
     """
-    required = [npy_name(a) for a in ARRAYS]
-    manifest = read_manifest(
-        root, kind=KIND, format_versions=(BM25_FORMAT_VERSION,), verify=False, required=required
-    )
-    files: dict[str, Any] = manifest["files"]
+    required = [npy_name(a, prefix) for a in ARRAYS]
+    if bound is None:
+        manifest = read_manifest(
+            root, kind=KIND, format_versions=(BM25_FORMAT_VERSION,), verify=False,
+            required=required,
+        )
+        bound = (manifest["files"], manifest.get("meta"))
+    files: dict[str, Any] = bound[0]
+    missing = [name for name in required if name not in files]
+    if missing:
+        raise IndexPersistError(f"{root / 'manifest.json'} does not list {missing}; save again")
     # decide and check from the files this reader reads, never from what the manifest
     # merely lists (a padding entry cannot push a small index to "lazy")
-    total = _checked_sizes(root, files)
+    total = _checked_sizes(root, files, prefix)
     full = verify == "full" or (verify == "auto" and total <= AUTO_VERIFY_BYTES)
     if full:
         for name in required:
@@ -332,7 +357,7 @@ def read_index(root: Path, mmap: bool, verify: Verify) -> Loaded:
                     f"{root / name} is corrupt (sha256 differs from manifest.json); "
                     "save the index again"
                 )
-    meta = manifest.get("meta")
+    meta = bound[1]
     mpath = root / "manifest.json"
     if not isinstance(meta, dict):
         raise IndexPersistError(f"{mpath} has no meta table; save the index again")
@@ -341,8 +366,8 @@ def read_index(root: Path, mmap: bool, verify: Verify) -> Loaded:
     nnz = _int_field(meta, "nnz", mpath)
     if n > np.iinfo(np.int32).max:
         raise IndexPersistError(f"{mpath}: corpus_size {n} exceeds int32 document ids")
-    a = {name: _load_npy(root, name, mmap) for name in ARRAYS}
-    p = {name: root / npy_name(name) for name in ARRAYS}
+    a = {name: _load_npy(root, name, mmap, prefix) for name in ARRAYS}
+    p = {name: root / npy_name(name, prefix) for name in ARRAYS}
     _expect(p["indptr"], a["indptr"], (np.int64,), v + 1)
     _expect(p["indices"], a["indices"], (np.int32,), nnz)
     _expect(p["tf"], a["tf"], (np.uint8, np.uint16, np.uint32), nnz)
@@ -376,26 +401,27 @@ def read_index(root: Path, mmap: bool, verify: Verify) -> Loaded:
         raise IndexPersistError(f"{p['term_hash']} / term_order.npy: not a valid term index")
     table = MappedTerms(a["terms"], off, hashes, order)
     if full:
-        _check_all(root, a, table, n, indptr)
+        _check_all(root, a, table, n, indptr, prefix)
     params = tuple(_float_field(meta, key, mpath) for key in ("k1", "b", "epsilon"))
     postings = Postings(indptr, a["indices"], a["tf"], doc_len, table)
     return Loaded(params, postings, full)  # type: ignore[arg-type]
 
 
 def _check_all(
-    root: Path, a: dict[str, np.ndarray], table: MappedTerms, n: int, indptr: np.ndarray
+    root: Path, a: dict[str, np.ndarray], table: MappedTerms, n: int, indptr: np.ndarray,
+    prefix: str = "",
 ) -> None:
     """``verify="full"``'s content checks: every posting, the lengths, the term hashes."""
     indices = np.asarray(a["indices"])
     problem = check_postings(indices, a["tf"], n, indptr[1:-1])
     if problem is not None:
-        name = "tf.npy" if problem == "zero term counts" else "indices.npy"
+        name = npy_name("tf" if problem == "zero term counts" else "indices", prefix)
         raise IndexPersistError(f"{root / name}: {problem}")
     tf = np.asarray(a["tf"])
     sums = np.bincount(indices, weights=tf, minlength=n) if n else np.zeros(0)
     if not np.array_equal(sums.astype(np.int64), np.asarray(a["doc_len"])):
         raise IndexPersistError(
-            f"{root / 'doc_len.npy'}: lengths differ from the sums of the term counts"
+            f"{root / npy_name('doc_len', prefix)}: lengths differ from the sums of the term counts"
         )
     # every term's hash must be where the sorted index says it is
     raw = bytes(table.blob)
@@ -406,5 +432,5 @@ def _check_all(
         count=len(table),
     )
     if not np.array_equal(got, np.asarray(table.hashes)):
-        raise IndexPersistError(f"{root / 'term_hash.npy'}: term hashes do not match terms")
+        raise IndexPersistError(f"{root / npy_name('term_hash', prefix)}: term hashes do not match terms")
     table.terms()  # decodes, or raises IndexPersistError

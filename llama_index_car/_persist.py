@@ -83,6 +83,9 @@ _HASH_CHUNK = 1 << 22
 MAX_CURRENT_BYTES = 4096
 #: Largest ``manifest.json`` read (one ~100-byte entry per file of a generation).
 MAX_MANIFEST_BYTES = 64 << 20
+#: Called with the path of every ``manifest.json`` :func:`read_manifest` reads (e.g. a test
+#: counting how many manifests a load reads); empty by default.
+MANIFEST_OBSERVERS: list[Callable[[Path], None]] = []
 #: Deepest JSON nesting read from an index folder (the formats use at most 4).
 MAX_JSON_DEPTH = 32
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(
@@ -323,6 +326,8 @@ def read_manifest(
         IndexPersistError: naming the manifest or the first offending file and the fix.
     """
     mpath = root / MANIFEST_NAME
+    for observe in MANIFEST_OBSERVERS:
+        observe(mpath)
     try:
         manifest = read_json(mpath)
     except FileNotFoundError:

@@ -52,6 +52,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -427,13 +428,19 @@ class BM25Okapi:
         return [self.top_k(q, k) for q in queries]
 
     # ------------------------------------------------------------------ persistence
-    def write_to(self, root: str | os.PathLike[str]) -> None:
-        """Write the arrays and ``manifest.json`` into the existing empty directory ``root``
-        (no generations: for embedding in a caller's own crash-safe directory)."""
+    def write_to(
+        self, root: str | os.PathLike[str], *, prefix: str = "", manifest: bool = True
+    ) -> dict[str, Any]:
+        """Write the arrays (``prefix + name + .npy``) and, with ``manifest``,
+        ``manifest.json`` into the existing directory ``root`` (no generations: for
+        embedding in a caller's own crash-safe directory). Returns the manifest's ``meta``
+        (parameters and sizes): a caller writing its own single manifest keeps it for
+        :meth:`load`'s ``bound``."""
         p = self._index
         params = (self.k1, self.b, self.epsilon)
         meta = index_meta(params, self.corpus_size, p.n_terms, p.nnz, p.tf.dtype)
-        write_index(Path(root), p.arrays(), meta)
+        write_index(Path(root), p.arrays(), meta, prefix=prefix, manifest=manifest)
+        return meta
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Persist to the directory ``path`` (crash-safe generation swap, see ``_persist``).
@@ -453,6 +460,8 @@ class BM25Okapi:
         mmap: bool = True,
         verify: Verify = "auto",
         backend: Backend = "auto",
+        prefix: str = "",
+        bound: tuple[dict[str, Any], Any] | None = None,
     ) -> BM25Okapi:
         """Load an index written by :meth:`save` (or :meth:`write_to`); integrity is checked
         here, once, never again per query.
@@ -467,6 +476,9 @@ class BM25Okapi:
                 Document ids are bounds-checked where used, so files altered after loading
                 give ``IndexPersistError``, never an out-of-bounds access (truncating a mapped
                 file raises SIGBUS, inherent to mmap: keep index files read-only).
+            prefix, bound: arrays written by ``write_to(path, prefix=prefix,
+                manifest=False)`` into a caller's directory ``path``, bound by the caller's
+                manifest: ``bound`` = its ``files`` table (already read) and ``write_to``'s meta.
 
         Raises:
             IndexPersistError: naming the file and the problem (format 1 indices included:
@@ -474,17 +486,9 @@ class BM25Okapi:
         """
         if verify not in ("auto", "full", "lazy"):
             raise ConfigurationError(f"verify must be 'auto', 'full' or 'lazy', got {verify!r}")
-        return load_live(path, lambda root: cls._load_dir(root, mmap, verify, backend))
-
-    @classmethod
-    def _load_dir(cls, root: Path, mmap: bool, verify: Verify, backend: Backend) -> BM25Okapi:
-        got = read_index(root, mmap, verify)
-        try:
-            params = _check_params(*got.params)
-        except ConfigurationError as exc:
-            raise IndexPersistError(f"{root / 'manifest.json'}: {exc}") from exc
-        check_backend(backend)
-        return cls._of(got.postings, params, backend, checked=got.full)
+        if bound is not None:  # arrays inside a caller's directory, bound by its manifest
+            return _load_dir(cls, Path(path), mmap, verify, backend, prefix, bound)
+        return load_live(path, lambda root: _load_dir(cls, root, mmap, verify, backend))
 
     # ------------------------------------------------------------------ misc
     def __len__(self) -> int:
@@ -496,3 +500,22 @@ class BM25Okapi:
             f"k1={self.k1}, b={self.b}, epsilon={self.epsilon})"
         )
 
+
+
+def _load_dir(
+    cls: type[BM25Okapi],
+    root: Path,
+    mmap: bool,
+    verify: Verify,
+    backend: Backend,
+    prefix: str = "",
+    bound: tuple[dict[str, Any], Any] | None = None,
+) -> BM25Okapi:
+    """:meth:`BM25Okapi.load` of one directory: read and checked once by ``read_index``."""
+    got = read_index(root, mmap, verify, prefix=prefix, bound=bound)
+    try:
+        params = _check_params(*got.params)
+    except ConfigurationError as exc:
+        raise IndexPersistError(f"{root / 'manifest.json'}: {exc}") from exc
+    check_backend(backend)
+    return cls._of(got.postings, params, backend, checked=got.full)

@@ -493,10 +493,10 @@ def build_index_ray(
             f"no text could be indexed from {len(res.files)} file(s) "
             f"({len(res.failures)} failed to parse); check the files listed above"
         )
-    return finish_build(  # the same format-2 folder as build_index
+    return finish_build(  # the same folder as build_index
         out, model=model, provider=provider, nodes=nodes,
         vectors={n.node_id: e for n, e in zip(nodes, res.embeddings, strict=True)},
-        bm25=KiwiBM25Retriever.from_bm25(nodes, res.bm25), spans=res.spans,
+        lexical=KiwiBM25Retriever.from_bm25(nodes, res.bm25).index, spans=res.spans,
         keys=source_keys(source, [Path(f) for f in res.files]),
         hashes={str(f): _sha256_file(Path(f)) for f in res.files},
         documents=res.documents, failures=res.failures, chunk_size=chunk_size,

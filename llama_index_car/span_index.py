@@ -299,15 +299,18 @@ class SpanIndex:
         return out
 
     # ------------------------------------------------------------------ persistence
-    def persist(self, folder: str | os.PathLike[str]) -> None:
-        """Write ``spans.json`` and ``vectors.npy`` into ``folder`` (created; files fsynced
-        by the caller's generation, see :mod:`llama_index_car._persist`)."""
+    def persist(
+        self, folder: str | os.PathLike[str], *, names: tuple[str, str] = (RECORDS_NAME, VECTORS_NAME)
+    ) -> None:
+        """Write ``spans.json`` and ``vectors.npy`` (or the two ``names``) into ``folder``
+        (created; files fsynced by the caller's generation, see :mod:`llama_index_car._persist`)."""
         from llama_index_car._persist import fsync_write, write_json
 
+        records_name, vectors_name = names
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         write_json(
-            out / RECORDS_NAME,
+            out / records_name,
             {
                 "format_version": SPAN_FORMAT_VERSION,
                 "dim": self.dim,
@@ -320,15 +323,17 @@ class SpanIndex:
 
         buf = io.BytesIO()
         np.save(buf, self._vectors, allow_pickle=False)
-        fsync_write(out / VECTORS_NAME, buf.getvalue())
+        fsync_write(out / vectors_name, buf.getvalue())
 
     @classmethod
-    def load(cls, folder: str | os.PathLike[str]) -> SpanIndex:
+    def load(
+        cls, folder: str | os.PathLike[str], *, names: tuple[str, str] = (RECORDS_NAME, VECTORS_NAME)
+    ) -> SpanIndex:
         """Read what :meth:`persist` wrote; every field is checked (module docstring)."""
         from llama_index_car._persist import read_json
 
         root = Path(folder)
-        records_path = root / RECORDS_NAME
+        records_path = root / names[0]
         try:
             data = read_json(records_path, max_bytes=MAX_RECORDS_BYTES)
         except FileNotFoundError as exc:
@@ -354,7 +359,7 @@ class SpanIndex:
         ):
             raise IndexPersistError(f"{records_path}: offsets do not match the node ids and spans")
         spans = [_record(r, records_path) for r in records]
-        vectors = _load_vectors(root / VECTORS_NAME, len(spans), dim)
+        vectors = _load_vectors(root / names[1], len(spans), dim)
         return cls(ids, off, spans, vectors)
 
 

@@ -172,18 +172,20 @@ def oracle_data(demo: dict[str, Any]) -> dict[str, Any]:
 
     keep: Path = demo["keep"]
     from llama_index_car.pipeline import read_vectors
-    from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
     stored = read_vectors(keep)
     vectors = {"embedding_dict": stored}
     ids = sorted(stored)
-    bm25_nodes = KiwiBM25Retriever.from_persist_dir(live_dir(keep) / "bm25").nodes
+    from llama_index.core.storage.docstore.utils import json_to_doc
+
+    bm25_nodes = [json_to_doc(d) for d in json.loads(
+        (live_dir(keep) / "nodes.json").read_text(encoding="utf-8"))]
     nodes = {n.node_id: n for n in bm25_nodes}
-    records = json.loads((live_dir(keep) / "spans" / "spans.json").read_text(encoding="utf-8"))
+    records = json.loads((live_dir(keep) / "spans.json").read_text(encoding="utf-8"))
     offsets = records["offsets"]
     spans = {
         "rows": {d: (offsets[i], offsets[i + 1]) for i, d in enumerate(records["node_ids"])},
-        "vectors": np.load(live_dir(keep) / "spans" / "vectors.npy", allow_pickle=False),
+        "vectors": np.load(live_dir(keep) / "span_vectors.npy", allow_pickle=False),
     }
     return {
         "ids": ids,

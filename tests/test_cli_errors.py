@@ -177,7 +177,7 @@ def test_filters_a_store_would_choke_on_are_refused_before_any_store(
         index = VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(
             vector_store=store), embed_model=HashedBigramEmbedding())
         with pytest.raises(ConfigurationError, match="filters"):
-            WeightedRRFRetriever.from_index(index, nodes=nodes, filters=filters)
+            WeightedRRFRetriever.from_defaults(nodes, index=index, filters=filters)
     finally:
         close_vector_store(store)
 
@@ -192,18 +192,20 @@ def test_good_filters_pass_and_filter() -> None:
     assert sorted(h.node.node_id for h in hits) == ["n1", "n2"]
 
 
-def test_bad_filters_in_a_persisted_config_are_a_typed_error(tmp_path: Path) -> None:
+def test_a_hostile_index_spec_is_a_typed_error(tmp_path: Path) -> None:
+    """Filters are options of a view and are not persisted; the index's own ``index.json``,
+    re-bound by an attacker, is checked field by field before anything is loaded."""
     from llama_index_car import _persist
+    from llama_index_car.indices import CriterionAwareIndex
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
     nodes = [TextNode(text=f"배수 기준 {i}", id_=f"n{i}") for i in range(3)]
-    KiwiBM25Retriever.from_defaults(nodes=nodes).persist(str(tmp_path / "bm25"))
+    KiwiBM25Retriever.from_defaults(nodes=nodes).index.persist(tmp_path / "bm25")
     gen = _persist.live_dir(tmp_path / "bm25")
-    config = json.loads((gen / "config.json").read_text(encoding="utf-8"))
-    config["filters"] = {"filters": [{"key": "year", "value": "f5", "operator": ">"}]}
-    (gen / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    spec = json.loads((gen / "index.json").read_text(encoding="utf-8"))
+    spec["vectors"] = "elsewhere"
+    (gen / "index.json").write_text(json.dumps(spec), encoding="utf-8")
     bound = json.loads((gen / _persist.MANIFEST_NAME).read_text(encoding="utf-8"))
-    _persist.write_manifest(gen, kind=bound["kind"], format_version=bound["format_version"],
-                            meta=bound.get("meta"))  # re-bound, as an attacker can
-    with pytest.raises(IndexPersistError, match="config.json: bad filters"):
-        KiwiBM25Retriever.from_persist_dir(str(tmp_path / "bm25"))
+    _persist.write_manifest(gen, kind=bound["kind"], format_version=bound["format_version"])
+    with pytest.raises(IndexPersistError, match="index.json: malformed"):
+        CriterionAwareIndex.load(tmp_path / "bm25")

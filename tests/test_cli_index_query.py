@@ -80,16 +80,34 @@ def test_index_skips_bad_files_and_summarises(index_run: dict[str, Any]) -> None
 def test_index_manifest_and_layout(index_run: dict[str, Any]) -> None:
     out: Path = index_run["out"]
     manifest = json.loads((live_dir(out) / "car_index.json").read_text(encoding="utf-8"))
-    assert manifest["format_version"] == 3
+    assert manifest["format_version"] == 4
     assert manifest["embed"]["provider"] == "e5"  # the offline default
     assert manifest["embed"]["class_name"] == "MultilingualE5Embedding"
     assert manifest["embed"]["dimensions"] == 384
     assert sorted(Path(f["path"]).name for f in manifest["failures"]) == sorted(BAD)
     assert manifest["documents"] == 3
     assert not (live_dir(out) / "hypothesizer").exists()  # nothing learnt at index time
-    for sub in ("vector", "bm25"):
-        assert (live_dir(out) / sub).is_dir(), sub
+    # one generation of flat files bound by one manifest (no nested generation or manifest)
+    assert not [p for p in live_dir(out).iterdir() if p.is_dir()]
+    assert [p.parent for p in out.rglob("manifest.json")] == [live_dir(out)]
+    for name in ("embeddings.npy", "bm25.indices.npy", "nodes.json", "index.json"):
+        assert (live_dir(out) / name).is_file(), name
     assert not list(out.rglob("*.pkl")) and not list(out.rglob("*.pickle"))
+
+
+def test_query_reads_exactly_one_manifest(
+    index_run: dict[str, Any], capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 18: ``llama-car query`` on an index folder reads one manifest (the generation's;
+    counted by the hook every ``manifest.json`` read goes through), not three nested ones."""
+    from llama_index_car import _persist
+
+    reads: list[Path] = []
+    monkeypatch.setattr(_persist, "MANIFEST_OBSERVERS", [reads.append])
+    rc, stdout, _ = _query(capsys, str(index_run["out"]), "교량 점검통로 폭", "--retriever", "car")
+    assert rc == 0 and stdout
+    assert reads == [live_dir(index_run["out"]) / "manifest.json"]
 
 
 def test_index_refuses_non_empty_folder(
@@ -120,11 +138,12 @@ def test_index_missing_source_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
 
 # ----------------------------------------------------------------------------- query
 def _embed_texts(out: Path) -> tuple[list[str], dict[str, str]]:
+    from llama_index.core.embeddings import MockEmbedding
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+    from llama_index_car.indices import CriterionAwareIndex
 
-    nodes = KiwiBM25Retriever.from_persist_dir(live_dir(out) / "bm25").nodes  # one copy each
+    nodes = CriterionAwareIndex.load(out, embed_model=MockEmbedding(embed_dim=384)).nodes
     texts = {n.node_id: n.get_content(MetadataMode.EMBED) for n in nodes}
     return sorted(texts), texts
 
@@ -338,9 +357,9 @@ def test_damaged_index_folder_is_named(
 ) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(index_run["out"], copy)
-    shutil.rmtree(live_dir(copy) / "bm25")
+    (live_dir(copy) / "bm25.indices.npy").unlink()
     rc, _, stderr = _query(capsys, str(copy), "질문")
-    assert rc == 2 and "bm25" in stderr and "rebuild" in stderr
+    assert rc == 2 and "bm25.indices.npy" in stderr and "rebuild" in stderr
 
     manifest = json.loads((live_dir(copy) / "car_index.json").read_text(encoding="utf-8"))
     manifest["format_version"] = 99
@@ -362,7 +381,7 @@ def test_a_folder_never_mixes_two_corpora(
 
     copy = tmp_path / "mixed"
     shutil.copytree(index_run["out"], copy)
-    vectors = live_dir(copy) / "vector" / "embeddings.npy"
+    vectors = live_dir(copy) / "embeddings.npy"
     other = np.load(vectors)[::-1].copy()  # "another corpus": same shape, other rows
     np.save(vectors, other)
     rc, stdout, stderr = _query(capsys, str(copy), "교량 점검통로 폭")
@@ -403,9 +422,9 @@ def test_load_retriever_kinds_share_one_folder(index_run: dict[str, Any]) -> Non
     assert names["bm25"] == "KiwiBM25Retriever"
     with pytest.raises(ConfigurationError, match="car, hybrid, bm25, dense"):
         local.as_retriever("splade")
-    before = local.bm25.similarity_top_k
-    assert local.bm25_retriever(before + 1).similarity_top_k == before + 1
-    assert local.bm25.similarity_top_k == before  # a copy; the loaded retriever is untouched
+    first, second = local.as_retriever("bm25", similarity_top_k=3), local.as_retriever("bm25")
+    assert (first.similarity_top_k, second.similarity_top_k) == (3, 10)  # views, own options
+    assert first.index is second.index is local
 
 
 def test_cli_help_imports_no_heavy_modules() -> None:
@@ -514,7 +533,7 @@ def test_index_reads_hwp_hwpx_and_hml_in_one_folder(
     manifest = json.loads((live_dir(out) / "car_index.json").read_text(encoding="utf-8"))
     assert sorted(manifest["sources"]) == sorted(MIXED_FORMATS)
     assert all(s["node_ids"] and not s["failed"] for s in manifest["sources"].values())
-    nodes = load_index(out).bm25.nodes
+    nodes = load_index(out).nodes
     got: dict[str, list[str]] = {}
     for node in nodes:
         got.setdefault(doc_key(node.ref_doc_id), []).append(node.get_content())

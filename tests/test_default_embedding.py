@@ -135,7 +135,7 @@ def test_use_built_index_is_still_queried_with_use(
     if env:
         monkeypatch.setenv("CAR_EMBED_MODEL", env)
     local = load_index(use_index)
-    assert type(local.index._embed_model).__name__ == USE
+    assert type(local.embed_model).__name__ == USE
     from llama_index_car.pipeline import read_vectors
 
     store = {"embedding_dict": read_vectors(use_index)}

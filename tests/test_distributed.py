@@ -242,7 +242,7 @@ def test_failures_are_recorded_not_fatal(built: dict[str, Any], corpus: Path) ->
 def test_same_nodes_ids_texts_metadata(built: dict[str, Any]) -> None:
     a, b = _load(built["out"] / "local"), _load(built["out"] / "ray")
     assert [doc_to_json(n) for n in b.nodes] == [doc_to_json(n) for n in a.nodes]
-    assert [n.node_id for n in b.bm25.nodes] == [n.node_id for n in a.bm25.nodes]
+    assert [n.node_id for n in b.as_retriever("bm25").nodes] == [n.node_id for n in a.as_retriever("bm25").nodes]
     assert json.loads((live_dir(built["out"] / "ray") / "car_index.json").read_text()) == json.loads(
         (live_dir(built["out"] / "local") / "car_index.json").read_text())
     assert sorted(p.name for p in live_dir(built["out"] / "ray").iterdir()) == sorted(
@@ -253,13 +253,13 @@ def test_same_nodes_ids_texts_metadata(built: dict[str, Any]) -> None:
 @pytest.mark.slow
 def test_same_embeddings(built: dict[str, Any]) -> None:
     a, b = _load(built["out"] / "local"), _load(built["out"] / "ray")
-    ea = a.index.vector_store.data.embedding_dict
-    eb = b.index.vector_store.data.embedding_dict
+    ea = a.vector_index.vector_store.data.embedding_dict
+    eb = b.vector_index.vector_store.data.embedding_dict
     assert eb == ea  # exact: float32 values on both paths
     # span vectors: embedded on the workers, the same files as the single-process build
-    for name in ("spans.json", "vectors.npy"):
-        ray_file = live_dir(built["out"] / "ray") / "spans" / name
-        assert ray_file.read_bytes() == (live_dir(built["out"] / "local") / "spans" / name).read_bytes()
+    for name in ("spans.json", "span_vectors.npy"):
+        ray_file = live_dir(built["out"] / "ray") / name
+        assert ray_file.read_bytes() == (live_dir(built["out"] / "local") / name).read_bytes()
     assert b.spans is not None and b.spans.n_spans > len(b.nodes)
     assert not (live_dir(built["out"] / "ray") / "hypothesizer").exists()  # nothing else learnt
 
@@ -269,15 +269,15 @@ def test_same_bm25_statistics_and_scores(built: dict[str, Any]) -> None:
     from rank_bm25 import BM25Okapi as RankBM25
 
     a, b = _load(built["out"] / "local"), _load(built["out"] / "ray")
-    assert b.bm25.bm25.terms == a.bm25.bm25.terms
-    assert (b.bm25.bm25.counts != a.bm25.bm25.counts).nnz == 0
-    tok = a.bm25.tokenizer
+    assert b.as_retriever("bm25").bm25.terms == a.as_retriever("bm25").bm25.terms
+    assert (b.as_retriever("bm25").bm25.counts != a.as_retriever("bm25").bm25.counts).nnz == 0
+    tok = a.as_retriever("bm25").tokenizer
     oracle = RankBM25(
-        [tok.tokenize(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in a.bm25.nodes]
+        [tok.tokenize(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in a.as_retriever("bm25").nodes]
     )
     for q in QUERIES:
         qt = tok.tokenize(q)
-        np.testing.assert_allclose(b.bm25.bm25.get_scores(qt), oracle.get_scores(qt), rtol=1e-9)
+        np.testing.assert_allclose(b.as_retriever("bm25").bm25.get_scores(qt), oracle.get_scores(qt), rtol=1e-9)
         hits_a = [(h.node.node_id, h.score) for h in a.as_retriever("bm25").retrieve(q)]
         hits_b = [(h.node.node_id, h.score) for h in b.as_retriever("bm25").retrieve(q)]
         assert hits_b == hits_a
@@ -300,10 +300,13 @@ def test_cli_index_ray_writes_the_same_folder(
     assert "skipped" in printed.err and "d_broken.hwpx" in printed.err
     manifest = json.loads((live_dir(out) / "car_index.json").read_text())
     assert manifest["embed"]["provider"] == "use"
-    from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+    from llama_index.core.embeddings import MockEmbedding
 
-    cli_bm25 = KiwiBM25Retriever.from_persist_dir(live_dir(out) / "bm25")
-    ref = KiwiBM25Retriever.from_persist_dir(live_dir(built["out"] / "local") / "bm25")
+    from llama_index_car.indices import CriterionAwareIndex
+
+    mock = MockEmbedding(embed_dim=8)
+    cli_bm25 = CriterionAwareIndex.load(out, embed_model=mock).as_retriever("bm25")
+    ref = CriterionAwareIndex.load(built["out"] / "local", embed_model=mock).as_retriever("bm25")
     assert [doc_to_json(n) for n in cli_bm25.nodes] == [doc_to_json(n) for n in ref.nodes]
     assert (cli_bm25.bm25.counts != ref.bm25.counts).nnz == 0
 

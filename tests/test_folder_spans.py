@@ -107,7 +107,7 @@ def test_no_spans_builds_none_and_update_keeps_that(
     idx = tmp_path / "idx"
     _index(capsys, src, idx, "--embed", "use", "--no-spans")
     assert read_manifest(idx)["spans"] is None
-    assert not (live_dir(idx) / "spans").exists()
+    assert not (live_dir(idx) / "spans.json").exists()
     local = load_index(idx)
     assert local.spans is None
     car = local.as_retriever("car")
@@ -124,7 +124,7 @@ def test_store_backed_folder_keeps_its_spans_in_the_folder(
     pytest.importorskip("qdrant_client", reason="the [stores] extra is not installed")
     idx = tmp_path / "idx"
     _index(capsys, src, idx, "--embed", "use", "--store", "qdrant")
-    assert (live_dir(idx) / "spans" / "vectors.npy").is_file()
+    assert (live_dir(idx) / "span_vectors.npy").is_file()
     local = load_index(idx)
     assert local.spans is not None
     assert sorted(local.spans.node_ids) == sorted(n.node_id for n in local.nodes)
@@ -142,17 +142,30 @@ def test_spans_of_other_nodes_are_refused_on_load(
 ) -> None:
     """A consistent generation whose span index does not cover the BM25 nodes (e.g. written
     by a buggy tool): a named error, not spans silently missing for some hits."""
-    from llama_index_car.pipeline import _write_folder
+    import json
+
+    from llama_index_car import _persist
+    from llama_index_car.indices._storage import SPAN_NAMES
 
     idx = tmp_path / "idx"
     _index(capsys, src, idx, "--embed", "use")
     local = load_index(idx)
     assert local.spans is not None
     fewer = local.spans.without(local.spans.node_ids[:1])
-    manifest = read_manifest(idx) | {"spans": {"spans": fewer.n_spans, "dim": fewer.dim}}
-    _write_folder(idx, manifest, local.index, local.bm25, fewer)
+    gen = _persist.live_dir(idx)
+
+    def rebind() -> None:  # a consistent generation, as a buggy tool could write one
+        (gen / "manifest.json").unlink()
+        _persist.write_manifest(gen, kind="CriterionAwareIndex", format_version=4)
+
+    fewer.persist(gen, names=SPAN_NAMES)
+    spec = json.loads((gen / "index.json").read_text(encoding="utf-8"))
+    (gen / "index.json").write_text(json.dumps(
+        spec | {"spans": {"spans": fewer.n_spans, "dim": fewer.dim}}), encoding="utf-8")
+    rebind()
     with pytest.raises(IndexPersistError, match="spans of .* nodes"):
         load_index(idx)
-    _write_folder(idx, manifest | {"spans": None}, local.index, local.bm25, local.spans)
+    (gen / "index.json").write_text(json.dumps(spec | {"spans": None}), encoding="utf-8")
+    rebind()
     with pytest.raises(IndexPersistError, match="records no span index"):
         load_index(idx)

@@ -148,7 +148,7 @@ def test_a_megabyte_query_is_refused_with_the_limit_named(
 def test_the_cap_applies_before_tokenization(nodes: list[TextNode]) -> None:
     bm25 = KiwiBM25Retriever.from_defaults(nodes=nodes)
     calls: list[str] = []
-    bm25._tokenizer = _Counting(bm25.tokenizer, calls)  # type: ignore[assignment]
+    bm25.index.tokens.tokenizer = _Counting(bm25.tokenizer, calls)  # the index's tokenizer
     with pytest.raises(QueryError):
         bm25.retrieve("가" * (DEFAULT_MAX_QUERY_CHARS + 1))
     assert calls == []

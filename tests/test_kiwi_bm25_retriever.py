@@ -21,9 +21,11 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
+from llama_index_car import _persist
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
 from llama_index_car._persist import live_dir
-from llama_index_car.retrievers import kiwi_bm25 as kb
+from llama_index_car.indices import CriterionAwareIndex
+from llama_index_car.indices import _storage as storage
 from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
@@ -69,6 +71,11 @@ def retriever(tokenizer: KiwiTokenizer) -> KiwiBM25Retriever:
 def oracle_scores(nodes: list[TextNode], tok: KiwiTokenizer, query: str) -> np.ndarray:
     corpus = [tok.tokenize(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in nodes]
     return np.asarray(rank_bm25.BM25Okapi(corpus).get_scores(tok.tokenize(query)))
+
+
+def load(d: Path, **kw: object) -> KiwiBM25Retriever:
+    """The BM25 view of the index persisted in ``d``."""
+    return CriterionAwareIndex.load(d, **kw).as_retriever("bm25")  # type: ignore[return-value]
 
 
 def all_scores(r: KiwiBM25Retriever, query: str) -> dict[str, float]:
@@ -188,12 +195,12 @@ def test_metadata_filters(
 def test_insert_and_delete_equal_fresh_build(tokenizer: KiwiTokenizer) -> None:
     nodes = make_nodes()
     r = KiwiBM25Retriever.from_defaults(nodes=nodes[:6], tokenizer=tokenizer)
-    r.insert_nodes(nodes[6:])
-    r.delete_nodes(["n01", "n07"])
+    r.index.insert_nodes(nodes[6:])
+    r.index.delete_nodes(["n01", "n07"])
     changed = TextNode(
         text="배수시설 설치기준 개정안 300 mm", id_="n03", metadata={"category": "x"}
     )
-    r.insert_nodes([changed])  # upsert: replaces n03, appended at the end
+    r.index.insert_nodes([changed])  # upsert: replaces n03, appended at the end
     expected_nodes = [n for n in nodes if n.node_id not in {"n01", "n07", "n03"}] + [changed]
     assert [n.node_id for n in r.nodes] == [n.node_id for n in expected_nodes]
     fresh = KiwiBM25Retriever.from_defaults(nodes=expected_nodes, tokenizer=tokenizer)
@@ -202,7 +209,7 @@ def test_insert_and_delete_equal_fresh_build(tokenizer: KiwiTokenizer) -> None:
         assert r.bm25.get_scores(toks).tolist() == fresh.bm25.get_scores(toks).tolist()
         assert all_scores(r, q) == all_scores(fresh, q)
     with pytest.raises(ConfigurationError, match="unknown node ids"):
-        r.delete_nodes(["nope"])
+        r.index.delete_nodes(["nope"])
 
 
 def test_updates_never_show_queries_half_an_update(tokenizer: KiwiTokenizer) -> None:
@@ -223,8 +230,8 @@ def test_updates_never_show_queries_half_an_update(tokenizer: KiwiTokenizer) -> 
     def write() -> None:
         try:
             for _ in range(150):
-                r.delete_nodes([n.node_id for n in moving])
-                r.insert_nodes(moving)
+                r.index.delete_nodes([n.node_id for n in moving])
+                r.index.insert_nodes(moving)
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
         finally:
@@ -252,23 +259,20 @@ def test_updates_never_show_queries_half_an_update(tokenizer: KiwiTokenizer) -> 
 
 
 def test_persist_roundtrip(tmp_path: Path, retriever: KiwiBM25Retriever) -> None:
+    """The index of a BM25 view persists as one generation of flat files, one manifest."""
     d = tmp_path / "idx"
-    retriever.persist(d)
+    retriever.index.persist(d)
     gen = live_dir(d)
     assert sorted(p.name for p in gen.iterdir()) == [
-        "bm25",
-        "config.json",
-        "manifest.json",
-        "nodes.json",
+        "bm25.doc_len.npy", "bm25.indices.npy", "bm25.indptr.npy", "bm25.term_hash.npy",
+        "bm25.term_offsets.npy", "bm25.term_order.npy", "bm25.terms.npy", "bm25.tf.npy",
+        "index.json", "manifest.json", "nodes.json",
     ]
-    assert sorted(p.name for p in (gen / "bm25").iterdir()) == [
-        "doc_len.npy", "indices.npy", "indptr.npy", "manifest.json", "term_hash.npy",
-        "term_offsets.npy", "term_order.npy", "terms.npy", "tf.npy",
-    ]
-    config = json.loads((gen / "config.json").read_text(encoding="utf-8"))
-    assert config["format_version"] == kb.FORMAT_VERSION
-    assert config["tokenizer"]["spec_hash"] == retriever.tokenizer.spec_hash
-    loaded = KiwiBM25Retriever.from_persist_dir(d)
+    spec = json.loads((gen / "index.json").read_text(encoding="utf-8"))
+    assert spec["format_version"] == storage.FORMAT_VERSION == 4
+    assert spec["tokenizer"]["spec_hash"] == retriever.tokenizer.spec_hash
+    assert spec["vectors"] == "none"  # BM25 only: no vector store bound
+    loaded = load(d)
     for q in QUERIES:
         assert all_scores(loaded, q) == all_scores(retriever, q)
     got = loaded.retrieve("콘크리트 강도")[0].node
@@ -277,26 +281,31 @@ def test_persist_roundtrip(tmp_path: Path, retriever: KiwiBM25Retriever) -> None
     assert not list(tmp_path.glob(".idx.*"))  # no temp dirs left behind
 
 
-def test_persist_keeps_filters_and_top_k(tmp_path: Path, tokenizer: KiwiTokenizer) -> None:
+def test_views_keep_their_own_filters_and_top_k(tmp_path: Path, tokenizer: KiwiTokenizer) -> None:
+    """Filters and ``similarity_top_k`` are options of a view, not state of the index: a view
+    of the reloaded index with the same options scores the same."""
     filters = MetadataFilters(filters=[MetadataFilter(key="category", value="road")])
     r = KiwiBM25Retriever.from_defaults(
         nodes=make_nodes(), tokenizer=tokenizer, filters=filters, similarity_top_k=3
     )
-    r.persist(tmp_path / "f")
-    loaded = KiwiBM25Retriever.from_persist_dir(tmp_path / "f")
+    r.index.persist(tmp_path / "f")
+    index = CriterionAwareIndex.load(tmp_path / "f")
+    loaded = index.as_retriever("bm25", similarity_top_k=3, filters=filters)
     assert loaded.similarity_top_k == 3 and loaded.filters == filters
     assert all_scores(loaded, "기준 설치") == all_scores(r, "기준 설치")
+    unfiltered = index.as_retriever("bm25")
+    assert set(all_scores(unfiltered, "기준 설치")) > set(all_scores(loaded, "기준 설치"))
 
 
 @pytest.mark.parametrize(
     "victim",
     [
         "manifest.json",
-        "bm25/indices.npy",
-        "bm25/terms.npy",
-        "bm25/manifest.json",
+        "bm25.indices.npy",
+        "bm25.terms.npy",
+        "bm25.doc_len.npy",
         "nodes.json",
-        "config.json",
+        "index.json",
     ],
 )
 @pytest.mark.parametrize("damage", ["delete", "corrupt"])
@@ -304,7 +313,7 @@ def test_damaged_directory_raises_naming_the_file(
     tmp_path: Path, retriever: KiwiBM25Retriever, victim: str, damage: str
 ) -> None:
     d = tmp_path / "idx"
-    retriever.persist(d)
+    retriever.index.persist(d)
     path = live_dir(d) / victim
     if damage == "delete":
         path.unlink()
@@ -312,19 +321,27 @@ def test_damaged_directory_raises_naming_the_file(
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0xFF
         path.write_bytes(bytes(data))
-    with pytest.raises(IndexPersistError, match=victim.split("/")[-1].replace(".", r"\.")):
-        KiwiBM25Retriever.from_persist_dir(d)
+    with pytest.raises(IndexPersistError, match=victim.replace(".", r"\.")):
+        load(d)
 
 
-def test_format_1_index_raises_a_typed_error(tmp_path: Path) -> None:
+def test_older_formats_raise_a_typed_error(tmp_path: Path, retriever: KiwiBM25Retriever) -> None:
+    """Format 1 (``counts.npz``) and the nested format 3 of the retriever's own generation
+    are not read: rebuild."""
     d = tmp_path / "old"
     d.mkdir()
     for name in ("config.json", "terms.json", "counts.npz", "nodes.json"):
         (d / name).write_bytes(b"{}")
     manifest = {"format_version": 1, "kind": "KiwiBM25Retriever", "files": {}}
     (d / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    with pytest.raises(IndexPersistError, match=r"format_version 1.*rebuild"):
-        KiwiBM25Retriever.from_persist_dir(d)
+    with pytest.raises(IndexPersistError, match="KiwiBM25Retriever"):
+        load(d)
+    retriever.index.persist(tmp_path / "new")
+    gen = live_dir(tmp_path / "new")
+    bound = json.loads((gen / "manifest.json").read_text(encoding="utf-8"))
+    _persist.write_manifest(gen, kind=bound["kind"], format_version=3)
+    with pytest.raises(IndexPersistError, match=r"format_version 3.*rebuild"):
+        load(tmp_path / "new")
 
 
 def test_crash_mid_persist_keeps_old_index(
@@ -334,11 +351,11 @@ def test_crash_mid_persist_keeps_old_index(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     d = tmp_path / "idx"
-    retriever.persist(d)
-    before = all_scores(KiwiBM25Retriever.from_persist_dir(d), "배수시설")
+    retriever.index.persist(d)
+    before = all_scores(load(d), "배수시설")
     other = KiwiBM25Retriever.from_defaults(nodes=make_nodes()[:4], tokenizer=tokenizer)
     calls = {"n": 0}
-    real = kb._fsync_write
+    real = _persist.fsync_write
 
     def flaky(path: Path, data: bytes) -> None:
         calls["n"] += 1
@@ -346,45 +363,47 @@ def test_crash_mid_persist_keeps_old_index(
             raise OSError("disk full (simulated)")
         real(path, data)
 
-    monkeypatch.setattr(kb, "_fsync_write", flaky)
+    monkeypatch.setattr(_persist, "fsync_write", flaky)
     with pytest.raises(OSError, match="simulated"):
-        other.persist(d)
-    assert all_scores(KiwiBM25Retriever.from_persist_dir(d), "배수시설") == before
+        other.index.persist(d)
+    monkeypatch.undo()
+    assert calls["n"] == 2
+    assert all_scores(load(d), "배수시설") == before
     assert [p.name for p in d.iterdir() if p.name.startswith("gen-")] == [live_dir(d).name]
     # a directory with data files but no manifest (crash before the manifest) never loads
     partial = tmp_path / "partial"
     partial.mkdir()
-    for name in ("config.json", "nodes.json"):
+    for name in ("index.json", "nodes.json"):
         (partial / name).write_bytes((live_dir(d) / name).read_bytes())
     with pytest.raises(IndexPersistError, match="manifest.json is missing"):
-        KiwiBM25Retriever.from_persist_dir(partial)
+        load(partial)
     with pytest.raises(IndexPersistError, match="no such index directory"):
-        KiwiBM25Retriever.from_persist_dir(tmp_path / "absent")
+        load(tmp_path / "absent")
 
 
 def test_tokenizer_mismatch_warns(
     tmp_path: Path, retriever: KiwiBM25Retriever, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d = tmp_path / "idx"
-    retriever.persist(d)
+    retriever.index.persist(d)
     with pytest.warns(TokenizerMismatchWarning, match="compounds"):
-        KiwiBM25Retriever.from_persist_dir(d, tokenizer=KiwiTokenizer(compounds="none"))
+        load(d, tokenizer=KiwiTokenizer(compounds="none"))
     import kiwipiepy
 
     monkeypatch.setattr(kiwipiepy, "__version__", "0.0.1")
     with pytest.warns(TokenizerMismatchWarning, match="kiwipiepy_version"):
-        other_version = KiwiBM25Retriever.from_persist_dir(d)
+        other_version = load(d)
     assert other_version.token_cache == {}  # stored tokens are not reused across versions
     assert all_scores(other_version, "배수시설") == all_scores(retriever, "배수시설")
 
 
 def test_same_tokenizer_loads_without_warning(tmp_path: Path, retriever: KiwiBM25Retriever) -> None:
-    retriever.persist(tmp_path / "idx")
+    retriever.index.persist(tmp_path / "idx")
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", TokenizerMismatchWarning)
-        KiwiBM25Retriever.from_persist_dir(tmp_path / "idx")
+        load(tmp_path / "idx")
 
 
 def test_token_cache_skips_kiwi(
@@ -393,8 +412,8 @@ def test_token_cache_skips_kiwi(
     first = KiwiBM25Retriever.from_defaults(nodes=make_nodes(), tokenizer=tokenizer)
     cache = first.token_cache
     assert cache is not None and len(cache) == len(TEXTS)
-    first.persist(tmp_path / "idx")
-    loaded = KiwiBM25Retriever.from_persist_dir(tmp_path / "idx")
+    first.index.persist(tmp_path / "idx")
+    loaded = load(tmp_path / "idx")
 
     def boom(*a: object, **k: object) -> list[list[str]]:
         raise AssertionError("Kiwi was called for a cached text")
@@ -477,7 +496,7 @@ def test_empty_retriever_and_progress(tokenizer: KiwiTokenizer) -> None:
     with pytest.warns(UserWarning, match="exceeds the 0 indexed nodes"):
         r = KiwiBM25Retriever.from_defaults(nodes=[], tokenizer=tokenizer)
     assert r.retrieve("배수") == []
-    r.insert_nodes(make_nodes())
+    r.index.insert_nodes(make_nodes())
     assert r.retrieve("배수시설")
     p = KiwiBM25Retriever.from_defaults(
         nodes=make_nodes(), tokenizer=tokenizer, show_progress=True, token_cache=False

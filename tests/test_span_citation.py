@@ -28,8 +28,9 @@ from llama_index.readers.hwpx import node_cells
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.demo import demo_corpus_dir
+from llama_index_car.indices import CriterionAwareIndex as LocalIndex
 from llama_index_car.llms import BoundedAnthropic
-from llama_index_car.pipeline import LocalIndex, build_index, load_index
+from llama_index_car.pipeline import build_index, load_index
 from llama_index_car.query_engines import Citation, SpanCitationQueryEngine
 from llama_index_car.query_engines.span_citation import (
     NO_SOURCE_ANSWER,

@@ -1,4 +1,5 @@
-"""CAR and the hybrid over a ``VectorStoreIndex``: snapshots, updates, filters, persistence.
+"""CAR and the hybrid as views of a ``CriterionAwareIndex`` over a ``VectorStoreIndex``:
+snapshots, updates, filters, persistence (the index owns all of them).
 
 Small in-code corpus, in-memory ``SimpleVectorStore`` and a deterministic hashed-bigram
 embedding; the real stores are exercised in ``tests/test_stores.py``.
@@ -6,6 +7,7 @@ embedding; the real stores are exercised in ``tests/test_stores.py``.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
 from llama_index_car import (
     ConfigurationError,
+    CriterionAwareIndex,
     CriterionAwareRetriever,
     EmptyIndexError,
     KiwiBM25Retriever,
@@ -65,32 +68,46 @@ def _ids(hits: Any) -> list[str]:
     return [h.node.node_id for h in hits]
 
 
+def _wait_for(predicate: Any) -> None:
+    """Wait (bounded) until ``predicate()``; no assertion on elapsed time."""
+    for _ in range(3000):
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
 def test_insert_and_delete_reach_both_channels() -> None:
     car = _car()
-    car.insert_nodes([NEW])
+    index = car.index
+    assert isinstance(index, CriterionAwareIndex)
+    index.insert_nodes([NEW])
     hit = car.retrieve("교량 점검통로 설치기준")[0]
     assert hit.node.node_id == "n"
     channels = hit.node.metadata["car_explain"]["channels"]
     assert channels["dense"]["rank"] == 1 and channels["lexical"]["rank"] == 1
     assert "n" in {n.node_id for n in car.lexical_retriever.nodes}
-    car.delete_ref_doc("guard.hwpx")
+    index.delete_ref_doc("guard.hwpx")
     for q in ("방호울타리 설치기준", "교량 점검통로 설치기준"):
         assert not {"c", "d"} & set(_ids(car.retrieve(q)))
-    assert not {"c", "d"} & set(_ids(car.index.as_retriever(similarity_top_k=10).retrieve("방호울타리")))
-    car.delete_nodes(["n"])
+    store = index.vector_index.as_retriever(similarity_top_k=10)
+    assert not {"c", "d"} & set(_ids(store.retrieve("방호울타리")))
+    index.delete_nodes(["n"])
     assert "n" not in _ids(car.retrieve("교량 점검통로 설치기준"))
     with pytest.raises(ConfigurationError, match="unknown node ids"):
-        car.delete_nodes(["zzz"])
+        index.delete_nodes(["zzz"])
 
 
 def test_offline_car_persists_no_hypothesizer(tmp_path: Path) -> None:
-    """Offline CAR learns nothing at index time: persist writes BM25 and the config only, and
-    the reloaded retriever is the offline configuration again (feedback channel included)."""
+    """Offline CAR learns nothing at index time: the index persists BM25, nodes and vectors
+    only, and a view of the reloaded index is the offline configuration again (feedback
+    channel included)."""
     car = _car(feedback_scale=0.7)
     assert car.hypothesizer is None and car.feedback_scale > 0
-    car.persist(tmp_path / "car")
+    car.index.persist(tmp_path / "car")
     assert not list(tmp_path.rglob("hypothesizer"))
-    again = CriterionAwareRetriever.from_persist_dir(tmp_path / "car", index=car.index)
+    loaded = CriterionAwareIndex.load(tmp_path / "car", vector_index=car.index.vector_index)
+    again = loaded.as_retriever("car", similarity_top_k=6, pool_top_k=6, feedback_scale=0.7)
     assert again.hypothesizer is None and again.feedback_scale == car.feedback_scale
     for q in ("배수시설 설치기준", "터널 조명"):
         assert _ids(again.retrieve(q)) == _ids(car.retrieve(q))
@@ -100,22 +117,25 @@ def test_a_query_in_flight_keeps_its_snapshot() -> None:
     """Readers never see half an update: a pinned query keeps the old state for both
     channels; the store deletion waits for it; the next query sees the new state."""
     car = _car()
-    with car._pinned():
-        car_thread = threading.Thread(target=car.delete_nodes, args=(["a"],))
-        car_thread.start()
-        time.sleep(0.3)
-        assert car_thread.is_alive()  # the store deletion waits for the pinned query
-        assert "a" in {n.node_id for n in car.lexical_retriever.nodes}
-        assert "a" in _ids(car.dense_retriever.retrieve("배수시설 설치기준 강우강도"))
-    car_thread.join(timeout=30)
-    assert not car_thread.is_alive()
+    index = car.index
+    with index.pinned() as snap:
+        writer = threading.Thread(target=index.delete_nodes, args=(["a"],))
+        writer.start()
+        _wait_for(lambda: index.snapshot is not snap)  # the new snapshot is published …
+        assert writer.is_alive()  # … and the store deletion waits for the pinned query
+        assert "a" not in index.snapshot.ids
+        assert "a" in {n.node_id for n in car.lexical_retriever.at(snap).nodes}
+        assert "a" in _ids(car.dense_retriever.at(snap).retrieve("배수시설 설치기준 강우강도"))
+    writer.join(timeout=30)
+    assert not writer.is_alive()
     assert "a" not in _ids(car.retrieve("배수시설 설치기준 강우강도"))
 
-    with car._pinned():  # an insert: written to the store but hidden from the old snapshot
-        car.insert_nodes([NEW])
-        assert "n" in _ids(car.index.as_retriever(similarity_top_k=10).retrieve("교량 점검통로"))
-        assert "n" not in _ids(car.dense_retriever.retrieve(QueryBundle("교량 점검통로")))
-        assert "n" not in {n.node_id for n in car.lexical_retriever.nodes}
+    with index.pinned() as snap:  # an insert: written to the store but hidden from the old snapshot
+        index.insert_nodes([NEW])
+        store = index.vector_index.as_retriever(similarity_top_k=10)
+        assert "n" in _ids(store.retrieve("교량 점검통로"))
+        assert "n" not in _ids(car.dense_retriever.at(snap).retrieve(QueryBundle("교량 점검통로")))
+        assert "n" not in {n.node_id for n in car.lexical_retriever.at(snap).nodes}
     assert _ids(car.retrieve("교량 점검통로 설치기준"))[0] == "n"
 
 
@@ -133,33 +153,43 @@ def test_filters_apply_to_both_channels() -> None:
 
 
 def test_persist_and_reload_give_the_same_results(tmp_path: Path) -> None:
+    """One index, two views; persisted as one generation with one manifest (flat files, no
+    nested generation), reloaded over the same store: the same results, and updates work."""
+    from llama_index_car._persist import live_dir
+
     nodes = _nodes()
     index = _index(nodes)
     car = CriterionAwareRetriever.from_defaults(index=index, nodes=nodes, similarity_top_k=4,
                                                 pool_top_k=6, alpha=0.7)
-    hybrid = WeightedRRFRetriever.from_index(index, nodes, alpha=0.3, similarity_top_k=4)
-    car.persist(tmp_path / "car")
-    hybrid.persist(tmp_path / "hybrid")
-    car2 = CriterionAwareRetriever.from_persist_dir(tmp_path / "car", index=index)
-    hybrid2 = WeightedRRFRetriever.from_persist_dir(tmp_path / "hybrid", index=index)
+    hybrid = car.index.as_retriever("hybrid", alpha=0.3, similarity_top_k=4)
+    assert hybrid.index is car.index
+    car.index.persist(tmp_path / "idx")
+    assert [p.relative_to(tmp_path / "idx").as_posix() for p in (tmp_path / "idx").rglob(
+        "manifest.json")] == [f"{live_dir(tmp_path / 'idx').name}/manifest.json"]
+    assert not [p for p in live_dir(tmp_path / "idx").iterdir() if p.is_dir()]
+    loaded = CriterionAwareIndex.load(tmp_path / "idx", vector_index=index)
+    car2 = loaded.as_retriever("car", similarity_top_k=4, pool_top_k=6, alpha=0.7)
+    hybrid2 = loaded.as_retriever("hybrid", alpha=0.3, similarity_top_k=4)
     assert (car2.alpha, car2.similarity_top_k, car2.pool_top_k) == (0.7, 4, 6)
     assert hybrid2.weights == [0.3, 0.7]
     for q in ("배수시설 설치기준", "터널 조명"):
         assert _ids(car2.retrieve(q)) == _ids(car.retrieve(q))
         assert [h.score for h in hybrid2.retrieve(q)] == [h.score for h in hybrid.retrieve(q)]
     assert not list(tmp_path.rglob("*.pkl"))
-    car2.insert_nodes([NEW])  # the reloaded retriever is bound to the index too
+    loaded.insert_nodes([NEW])  # the reloaded index is bound to the store too
     assert _ids(car2.retrieve("교량 점검통로 설치기준"))[0] == "n"
 
 
-def test_persist_needs_an_index_bound_retriever(tmp_path: Path) -> None:
+def test_retrievers_over_arbitrary_channels_own_no_index() -> None:
+    """Retrievers are views: they neither persist nor update; one built from arbitrary
+    channels has no index, one built over an index updates through it."""
     nodes = _nodes()
     car = _car()
-    plain = OfflineCriterionRetriever(car.index.as_retriever(), KiwiBM25Retriever(nodes))
-    with pytest.raises(ConfigurationError, match="VectorStoreIndex"):
-        plain.persist(tmp_path / "x")
-    with pytest.raises(ConfigurationError, match="VectorStoreIndex"):
-        plain.insert_nodes([NEW])
+    plain = OfflineCriterionRetriever(car.index.vector_index.as_retriever(),
+                                      KiwiBM25Retriever(nodes))
+    assert plain.index is None
+    for name in ("persist", "insert_nodes", "delete_nodes", "from_persist_dir"):
+        assert not hasattr(plain, name) and not hasattr(car, name)
 
 
 def test_bm25_over_a_store_backed_index_raises() -> None:
@@ -173,7 +203,7 @@ def test_bm25_over_a_store_backed_index_raises() -> None:
     with pytest.raises(EmptyIndexError, match="pass nodes="):
         KiwiBM25Retriever.from_defaults(index=index)
     with pytest.raises(EmptyIndexError):
-        WeightedRRFRetriever.from_index(index)
+        WeightedRRFRetriever.from_defaults(index=index)
     with pytest.raises(EmptyIndexError, match="nodes="):
         CriterionAwareRetriever.from_defaults(index=index)
 
@@ -186,65 +216,69 @@ def test_settings_embed_model_is_respected() -> None:
     try:
         assert resolve_embed_model() is emb
         car = CriterionAwareRetriever.from_defaults(nodes=_nodes(), pool_top_k=6)
-        assert car.index._embed_model is emb
+        assert car.index.embed_model is emb
         assert type(resolve_embed_model("use")).__name__ == "UniversalSentenceEncoderEmbedding"
     finally:
         Settings._embed_model = None
 
 
 def test_the_span_index_persists_reloads_and_follows_updates(tmp_path: Path) -> None:
-    """The span index is part of the snapshot: persisted under ``spans/``, listed in the
-    manifest, reloaded equal (ids, spans, vectors), and kept to the BM25 node ids by updates."""
+    """The span index is part of the snapshot: persisted in the index's generation, listed
+    in its manifest, reloaded equal (ids, spans, vectors), and kept to the BM25 node ids by
+    updates."""
     from llama_index_car._persist import live_dir
 
     car = _car()
     assert car.span_index is not None and car.span_weight > 0
-    car.insert_nodes([NEW])
-    car.delete_ref_doc("guard.hwpx")
+    car.index.insert_nodes([NEW])
+    car.index.delete_ref_doc("guard.hwpx")
     lexical_ids = {n.node_id for n in car.lexical_retriever.nodes}
     assert set(car.span_index.node_ids) == lexical_ids == {"a", "b", "e", "f", "n"}
-    car.persist(tmp_path / "car")
+    car.index.persist(tmp_path / "car")
     gen = live_dir(tmp_path / "car")
-    assert {"spans/spans.json", "spans/vectors.npy"} <= set(
-        __import__("json").loads((gen / "manifest.json").read_text())["files"]
+    assert {"spans.json", "span_vectors.npy"} <= set(
+        json.loads((gen / "manifest.json").read_text())["files"]
     )
-    again = CriterionAwareRetriever.from_persist_dir(tmp_path / "car", index=car.index)
+    loaded = CriterionAwareIndex.load(tmp_path / "car", vector_index=car.index.vector_index)
+    again = loaded.as_retriever("car", similarity_top_k=6, pool_top_k=6)
     old, new = car.span_index, again.span_index
     assert new is not None and new.node_ids == old.node_ids
     assert all(new.spans_of(i) == old.spans_of(i) for i in old.node_ids)
     assert (new._vectors == old._vectors).all()
     hit = again.retrieve("교량 점검통로 설치기준")[0]
     assert hit.node.node_id == "n" and hit.node.metadata["car_explain"]["span"]["text"]
-    again.delete_nodes(["n"])
+    loaded.delete_nodes(["n"])
     assert "n" not in again.span_index and "n" in car.span_index  # snapshots are not shared
 
 
-def test_span_weight_without_a_persisted_span_index_is_refused(tmp_path: Path) -> None:
-    """A folder whose config ranks by spans but whose manifest lists no ``spans/`` (e.g.
-    written before spans were persisted) is refused by name; ``span_weight=0`` opens it."""
-    import shutil
-
-    from llama_index_car._errors import IndexPersistError
-    from llama_index_car._persist import live_dir, write_manifest
+def test_span_weight_without_a_span_index_is_refused(tmp_path: Path) -> None:
+    """An index whose generation lists no span index reloads without one: CAR over it has
+    no span ranking, and asking for span ranking is refused by name."""
+    from llama_index_car import _persist
+    from llama_index_car._persist import live_dir
 
     car = _car()
-    car.persist(tmp_path / "car")
+    car.index.persist(tmp_path / "car")
     gen = live_dir(tmp_path / "car")
-    shutil.rmtree(gen / "spans")
+    for name in ("spans.json", "span_vectors.npy"):
+        (gen / name).unlink()
+    spec = json.loads((gen / "index.json").read_text())
+    (gen / "index.json").write_text(json.dumps(spec | {"spans": None}))
     (gen / "manifest.json").unlink()
-    write_manifest(gen, kind="CriterionAwareRetriever", format_version=1)
-    with pytest.raises(IndexPersistError, match=r"span_weight=[0-9.]+ but no spans/"):
-        CriterionAwareRetriever.from_persist_dir(tmp_path / "car", index=car.index)
-    plain = CriterionAwareRetriever.from_persist_dir(
-        tmp_path / "car", index=car.index, span_weight=0
-    )
+    _persist.write_manifest(gen, kind="CriterionAwareIndex", format_version=4)
+    loaded = CriterionAwareIndex.load(tmp_path / "car", vector_index=car.index.vector_index)
+    assert loaded.spans is None
+    with pytest.raises(ConfigurationError, match="span_weight > 0 needs a span_index"):
+        loaded.as_retriever("car", span_weight=0.5)
+    plain = loaded.as_retriever("car")
     assert plain.span_index is None
     assert "span" not in plain.retrieve("터널 조명")[0].node.metadata["car_explain"]
 
 
-def test_from_persist_dir_reopens_whichever_car_was_persisted(tmp_path: Path) -> None:
-    """Both CAR retrievers persist as one manifest kind; ``retriever.json`` names the class,
-    and ``from_persist_dir`` reopens it with its own options (a hypothesizer is passed again)."""
+def test_one_index_gives_either_car(tmp_path: Path) -> None:
+    """The index is the same for both CAR retrievers: ``as_retriever("car")`` is offline
+    without a hypothesizer and the hypothesis CAR with one (its options passed again), and a
+    retriever built with the wrong mode is refused by name."""
     from llama_index_car import HypothesisCriterionRetriever
     from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
 
@@ -256,20 +290,41 @@ def test_from_persist_dir_reopens_whichever_car_was_persisted(tmp_path: Path) ->
 
     car = _car(hypothesizer=Fixed(), route="auto", strict=True, alpha=0.6)
     assert isinstance(car, HypothesisCriterionRetriever)
-    car.persist(tmp_path / "hyp")
-    again = CriterionAwareRetriever.from_persist_dir(tmp_path / "hyp", index=car.index,
-                                                     hypothesizer=Fixed())
+    car.index.persist(tmp_path / "hyp")
+    loaded = CriterionAwareIndex.load(tmp_path / "hyp", vector_index=car.index.vector_index)
+    again = loaded.as_retriever("car", hypothesizer=Fixed(), route="auto", strict=True,
+                                alpha=0.6, similarity_top_k=6, pool_top_k=6)
     assert type(again) is HypothesisCriterionRetriever
     assert (again.route, again.strict, again.alpha) == ("auto", True, 0.6)
     for q in ("배수시설 설치기준", "터널 조명"):
         assert [(h.node.node_id, h.score) for h in again.retrieve(q)] == [
             (h.node.node_id, h.score) for h in car.retrieve(q)]
-    with pytest.raises(ConfigurationError, match="pass hypothesizer= or llm="):
-        CriterionAwareRetriever.from_persist_dir(tmp_path / "hyp", index=car.index)
-    offline = _car()
-    offline.persist(tmp_path / "off")
+    assert type(loaded.as_retriever("car")) is OfflineCriterionRetriever
+    with pytest.raises(ConfigurationError, match="only with a hypothesizer"):
+        loaded.as_retriever("car", route="auto")
     with pytest.raises(ConfigurationError, match="OfflineCriterionRetriever"):
-        CriterionAwareRetriever.from_persist_dir(tmp_path / "off", index=offline.index,
-                                                 hypothesizer=Fixed())
-    assert type(OfflineCriterionRetriever.from_persist_dir(
-        tmp_path / "off", index=offline.index)) is OfflineCriterionRetriever
+        OfflineCriterionRetriever.from_channels(again.dense_retriever, again.lexical_retriever,
+                                                Fixed())
+
+
+def test_only_snapshots_still_read_are_kept() -> None:
+    """The index remembers a replaced snapshot only while a query reads it (what a store
+    deletion waits for): a long series of updates keeps no old BM25 arrays alive."""
+    car = _car()
+    index = car.index
+    for k in range(5):
+        index.insert_nodes([NEW.model_copy(update={"id_": f"x{k}"})])
+    assert index._older == []
+    with index.pinned() as snap:
+        index.insert_nodes([NEW])
+        assert index._older == [snap]
+    index.delete_nodes(["n"])  # nobody reads the old snapshots: nothing to wait for
+    assert index._older == []
+
+
+def test_a_view_is_built_over_an_index_or_over_nodes_not_both() -> None:
+    car = _car()
+    with pytest.raises(ConfigurationError, match="not both"):
+        KiwiBM25Retriever(_nodes(), index=car.index)
+    view = KiwiBM25Retriever(index=car.index, similarity_top_k=2)
+    assert view.index is car.index and view.tokenizer is car.index.tokenizer

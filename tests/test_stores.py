@@ -3,7 +3,7 @@
 For each of Milvus Lite, PostgreSQL + pgvector (a pgserver started here), Qdrant local and
 Chroma: the good shared HWPX files → nodes → store → CAR / hybrid retrieve; insert and delete
 visible in the next retrieve in both channels; filters honoured by both channels; persist →
-a **new process** → ``from_persist_dir`` → the same top-10. A store whose packages are not
+a **new process** → ``CriterionAwareIndex.load`` → the same top-10. A store whose packages are not
 installed is skipped with the reason; nothing is faked. The embedding is a deterministic
 64-d hashed bigram (``tests/fakes/embeddings.py``), so the test measures the plumbing, fast.
 """
@@ -27,7 +27,6 @@ from llama_index.core.schema import TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
 from llama_index_car import CriterionAwareRetriever, EmptyIndexError, KiwiBM25Retriever
-from llama_index_car.retrievers.weighted_rrf import WeightedRRFRetriever
 from tests.conftest import REPO_ROOT
 from tests.fakes.embeddings import HashedBigramEmbedding
 
@@ -139,8 +138,7 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     from llama_index.core import VectorStoreIndex
-    from llama_index_car import CriterionAwareRetriever
-    from llama_index_car.retrievers.weighted_rrf import WeightedRRFRetriever
+    from llama_index_car import CriterionAwareIndex
     from llama_index_car.stores import open_vector_store
     from tests.fakes.embeddings import HashedBigramEmbedding
     from tests.test_stores import _spans
@@ -149,8 +147,9 @@ CHILD = textwrap.dedent(
     store = open_vector_store(uri)
     index = VectorStoreIndex.from_vector_store(store, embed_model=HashedBigramEmbedding())
     out = {}
-    for name, cls in (("car", CriterionAwareRetriever), ("hybrid", WeightedRRFRetriever)):
-        r = cls.from_persist_dir(f"{root}/{name}", index=index)
+    loaded = CriterionAwareIndex.load(root, vector_index=index)
+    for name in ("car", "hybrid"):
+        r = loaded.as_retriever(name)
         out[name] = {q: [h.node.node_id for h in r.retrieve(q)][:10] for q in queries}
         if name == "car":
             out["spans"] = _spans(r)
@@ -178,7 +177,7 @@ def test_car_and_hybrid_over_store(
     car = CriterionAwareRetriever.from_defaults(
         index=index, nodes=nodes, token_cache=cache
     )
-    hybrid = WeightedRRFRetriever.from_index(index, nodes, token_cache=cache)
+    hybrid = car.index.as_retriever("hybrid")  # a second view of the same index
     before = _top(car)
     assert all(len(v) == 10 for v in before.values())
     assert any(ch["dense"] and ch["lexical"] for h in car.retrieve(QUERIES[0]) for ch in [_channels(h)])
@@ -186,23 +185,19 @@ def test_car_and_hybrid_over_store(
     # insert: visible in the next retrieve, through both channels
     new = TextNode(text=NEW_TEXT, id_="00000000-0000-4000-8000-000000000001",
                    metadata={"file_name": "new.hwpx", "file_path": "new.hwpx"})
-    for r in (car, hybrid):
-        if r is car:
-            r.insert_nodes([new])
-            assert new.node_id in car.span_index and car.span_index.spans_of(new.node_id)
-            hits = r.retrieve("해저터널 비상조명 조도 기준")
-            assert hits[0].node.node_id == new.node_id
-            ranks = _channels(hits[0])
-            assert ranks["dense"] and ranks["lexical"], ranks
-    hybrid.insert_nodes([new])
+    car.index.insert_nodes([new])
+    assert new.node_id in car.span_index and car.span_index.spans_of(new.node_id)
+    hits = car.retrieve("해저터널 비상조명 조도 기준")
+    assert hits[0].node.node_id == new.node_id
+    ranks = _channels(hits[0])
+    assert ranks["dense"] and ranks["lexical"], ranks
     assert hybrid.retrieve("해저터널 비상조명 조도 기준")[0].node.node_id == new.node_id
 
     # delete a whole document: gone from both channels
     victim = next(n for n in nodes if n.metadata["file_name"] == "cm_engineer_staffing_std.hwpx")
     ref = victim.ref_doc_id
     assert ref is not None
-    car.delete_ref_doc(ref)
-    hybrid.delete_nodes([n.node_id for n in nodes if n.ref_doc_id == ref])
+    car.index.delete_ref_doc(ref)
     for r in (car, hybrid):
         for h in r.retrieve(QUERIES[0]):
             assert h.node.ref_doc_id != ref
@@ -213,7 +208,7 @@ def test_car_and_hybrid_over_store(
     assert "span" in car.retrieve(QUERIES[0])[0].node.metadata["car_explain"]
     # the same node id inserted again with new text: its spans are the new text's
     again = new.model_copy(update={"text": "터널 조명 설치 기준은 다음과 같다. 조도는 100 lx 이상."})
-    car.insert_nodes([again])
+    car.index.insert_nodes([again])
     texts = [s.text for s in car.span_index.spans_of(new.node_id)]
     assert texts and all(t in again.text for t in texts) and not any(t in NEW_TEXT for t in texts)
     assert set(car.span_index.node_ids) == {n.node_id for n in car.lexical_retriever.nodes}
@@ -232,10 +227,9 @@ def test_car_and_hybrid_over_store(
     # the unfiltered CAR does return other files for the same query
     assert {h.node.metadata["file_name"] for h in car.retrieve("품질시험 기준")} != {keep}
 
-    # persist → new process → from_persist_dir → same top-10
+    # persist (one generation, one manifest) → new process → load → same top-10
     expected = {"car": _top(car), "hybrid": _top(hybrid), "spans": _spans(car)}
-    car.persist(tmp_path / "idx" / "car")
-    hybrid.persist(tmp_path / "idx" / "hybrid")
+    car.index.persist(tmp_path / "idx")
     close_vector_store(store)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
@@ -313,8 +307,8 @@ def test_queries_racing_updates_raise_nothing(
         for k in range(12):
             node = TextNode(text=f"{NEW_TEXT} {k}", id_=f"00000000-0000-4000-8000-{k:012d}",
                             metadata={"file_name": "new.hwpx", "file_path": "new.hwpx"})
-            car.insert_nodes([node])
-            car.delete_nodes([node.node_id])
+            car.index.insert_nodes([node])
+            car.index.delete_nodes([node.node_id])
         done.set()
         for t in threads:
             t.join(timeout=120)

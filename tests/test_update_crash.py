@@ -68,7 +68,7 @@ def _check(idx: Path, model: object, states: list[set[str]]) -> dict[str, int]:
     from llama_index_car.stores import close_vector_store, fetch_embeddings
 
     local = load_index(idx, embed_model=model)  # type: ignore[arg-type]
-    store = local.index.vector_store
+    store = local.vector_index.vector_store
     try:
         ids = {n.node_id for n in local.nodes}
         vectors = fetch_embeddings(store, sorted(ids))
@@ -76,10 +76,10 @@ def _check(idx: Path, model: object, states: list[set[str]]) -> dict[str, int]:
         dense = local.as_retriever("dense", similarity_top_k=50)
         for q in QUESTIONS:
             assert {h.node.node_id for h in dense.retrieve(q)} <= ids
-        files = {Path(f).name for f in local.manifest["files"]}
+        files = {Path(f).name for f in local.metadata["files"]}
         assert files in states, files
         points = store.client.count(store.collection_name, exact=True).count
-        garbage = sorted(local.manifest.get("store_garbage", []))
+        garbage = sorted(local.metadata.get("store_garbage", []))
         return {"folder": len(ids), "store": int(points),
                 "pending": int((idx / PENDING_NAME).exists()), "garbage": len(garbage),
                 "garbage_in_store": len(fetch_embeddings(store, garbage)) if garbage else 0}

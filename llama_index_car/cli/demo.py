@@ -241,8 +241,9 @@ def run(args: argparse.Namespace) -> int:
         n = len(local.nodes)
         check_golds(questions, local.nodes)
         retrievers = {  # every node ranked: the spans of CAR's top hit only, below
-            s: local.as_retriever(s, similarity_top_k=n, pool_top_k=n, hypothesizer=hypothesizer,
-                                  criterion_spans=0)
+            s: local.as_retriever(s, similarity_top_k=n, pool_top_k=n,
+                                  **({"hypothesizer": hypothesizer, "criterion_spans": 0}
+                                     if s == "car" else {}))
             for s in SYSTEMS
         }
         span_post = local.span_postprocessor(top_n=1)

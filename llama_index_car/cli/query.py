@@ -328,7 +328,7 @@ def _query_bundle(question: str, local: Any, *, embed: bool) -> Any:
     text = clean_query(question)
     if not embed:
         return QueryBundle(text)
-    vector = local.index._embed_model.get_agg_embedding_from_queries([text])
+    vector = local.embed_model.get_agg_embedding_from_queries([text])
     return QueryBundle(text, embedding=vector)
 
 
@@ -344,7 +344,7 @@ def _car_span_option(args: argparse.Namespace, reranker: Any) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Load the folder, retrieve, optionally rerank, print."""
-    from llama_index_car.pipeline import load_index
+    from llama_index_car.pipeline import cells_for, load_index
 
     embed_model = None
     if args.embed is not None:
@@ -364,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
         hypothesizer = LLMCriterionHypothesizer(llm=llm)
 
     local = load_index(args.persist_dir, embed_model=embed_model, store=args.store)
-    manifest = local.manifest  # read and checked once, by load_index
+    manifest = local.metadata  # read and checked once, by load_index
     pool = max(50, args.top_k)
     retriever = local.as_retriever(
         args.retriever,
@@ -396,7 +396,7 @@ def run(args: argparse.Namespace) -> int:
         hits = post.postprocess_nodes(hits, query_bundle=query)
     records = [
         hit_record(
-            i, h, args.retriever, local.cells_for(h.node.metadata), own_rank.get(h.node.node_id)
+            i, h, args.retriever, cells_for(h.node.metadata), own_rank.get(h.node.node_id)
         )
         for i, h in enumerate(hits, start=1)
     ]

@@ -1,7 +1,7 @@
 """Metadata filters checked before they reach BM25 or a vector store.
 
-Filters come from callers and from persisted ``config.json``/``retriever.json`` files, which
-are untrusted. Each store client has its own rules (and its own errors, some of them deep
+Filters come from callers (views of an index take them per retriever; they are never read
+from an index folder) and are untrusted. Each store client has its own rules (and its own errors, some of them deep
 inside the client) for what a filter may hold, so :func:`check_filters` enforces the common
 subset every store and the BM25 channel agree on, and names the offending filter:
 
@@ -24,7 +24,7 @@ from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter,
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = ["check_filters", "filters_from_json"]
+__all__ = ["check_filters"]
 
 MAX_DEPTH = 8
 MAX_LEAVES = 1000
@@ -105,25 +105,3 @@ def check_filters(filters: MetadataFilters | None, where: str = "filters") -> No
         problem = _leaf_problem(node)
         if problem is not None:
             raise ConfigurationError(f"{where}: {problem}")
-
-
-def filters_from_json(raw: Any, where: str) -> MetadataFilters | None:
-    """``MetadataFilters`` persisted in the file ``where`` (``None`` for none), checked as
-    :func:`check_filters` checks them.
-
-    Raises:
-        IndexPersistError: ``raw`` is not a valid, allowed filter set (named with ``where``).
-    """
-    from pydantic import ValidationError
-
-    from llama_index_car._errors import IndexPersistError
-
-    if not raw:
-        return None
-    try:
-        filters = MetadataFilters.model_validate(raw)
-        check_filters(filters, where)
-    except (ValidationError, ConfigurationError, TypeError, ValueError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise IndexPersistError(f"{where}: bad filters: {first}; rebuild the index") from exc
-    return filters

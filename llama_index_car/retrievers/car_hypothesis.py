@@ -70,6 +70,8 @@ from llama_index_car.hypothesizers.base import (
 from llama_index_car.hypothesizers.events import emit_hypothesis_event
 from llama_index_car.llms.deadline import DEFAULT_LLM_DEADLINE, llm_deadline
 from llama_index_car.retrievers.criterion_aware import (
+    SHARED_OPTIONS,
+    Channels,
     CriterionAwareRetriever,
     FeedbackPlan,
     Search,
@@ -143,6 +145,11 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
             in vain; an uncached LLM call pays at most this delay.
     """
 
+    #: its keyword options (``from_channels`` refuses others by name)
+    OPTIONS = SHARED_OPTIONS | {
+        "route", "strict", "hypothesis_timeout", "speculative_hybrid", "speculation_delay",
+    }
+
     def __init__(
         self,
         dense_retriever: BaseRetriever,
@@ -195,45 +202,45 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
             criterion_spans=criterion_spans, embed_model=embed_model,
             callback_manager=callback_manager, verbose=verbose,
         )
-        self.hypothesizer = hypothesizer
+        self.hypothesizer: BaseCriterionHypothesizer = hypothesizer  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ the one path
-    def _steps(self, query_bundle: QueryBundle) -> Steps:
+    def _steps(self, query_bundle: QueryBundle, ch: Channels) -> Steps:
         query_bundle = yield from self._with_query_vector(query_bundle)
         query = query_bundle.query_str
         hypothesizer = self.hypothesizer
         decision: RouteDecision | None = None
-        hybrid = _Hybrid(((self.dense_retriever, query_bundle),
-                          (self.lexical_retriever, QueryBundle(query_str=query))))
+        hybrid = _Hybrid(((ch.dense, query_bundle), (ch.lexical, QueryBundle(query_str=query))))
         if self.route == "auto":
-            (lexical_hits,) = yield Search(((self.lexical_retriever, QueryBundle(query)),))
+            (lexical_hits,) = yield Search(((ch.lexical, QueryBundle(query)),))
             decision = self.router.decide(query, lexical_hits)
             hybrid = _Hybrid(hybrid.jobs[:1], known=(lexical_hits,))  # the router's hits
             if not decision.use_car:
                 results = yield hybrid
-                return self._fuse(query_bundle, results, None, decision, routed="hybrid")
+                return self._fuse(query_bundle, ch, results, None, decision, routed="hybrid")
         started = time.perf_counter()
         outcome = yield _Hypothesize(query, hybrid)
         if isinstance(outcome, Exception):
             error = self._failed(outcome)
             emit_hypothesis_event(query, hypothesizer, None, time.perf_counter() - started, error)
             results = yield hybrid
-            return self._fuse(query_bundle, results, None, decision, routed="hybrid",
+            return self._fuse(query_bundle, ch, results, None, decision, routed="hybrid",
                               fallback=True, error=error)
         emit_hypothesis_event(query, hypothesizer, outcome, time.perf_counter() - started)
         dense_q, lexical_q = car_bundles(query, outcome)
-        jobs = ((self.dense_retriever, dense_q), (self.lexical_retriever, lexical_q))
+        jobs = ((ch.dense, dense_q), (ch.lexical, lexical_q))
         results = yield Search(jobs)
         plan = None
         if self.feedback_scale > 0:
-            plan = self._plan_feedback(query, results[0], results[1])
+            plan = self._plan_feedback(query, results[0], results[1], ch)
             if plan.bundle is not None:
-                results += yield Search(((self.lexical_retriever, plan.bundle),))
-        return self._fuse(query_bundle, results, outcome, decision, plan=plan)
+                results += yield Search(((ch.lexical, plan.bundle),))
+        return self._fuse(query_bundle, ch, results, outcome, decision, plan=plan)
 
     def _fuse(
         self,
         query_bundle: QueryBundle,
+        ch: Channels,
         results: list[list[NodeWithScore]],
         hypothesis: CriterionHypothesis | None,
         decision: RouteDecision | None,
@@ -250,7 +257,7 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
         fused = fuse_channel_results(
             results, names, weights, self.rrf_k, self.similarity_top_k, explain
         )
-        return self._with_criterion_spans(fused, query_bundle)
+        return self._with_criterion_spans(fused, query_bundle, ch)
 
     def _failed(self, exc: BaseException) -> str:
         if isinstance(exc, (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)):

@@ -69,6 +69,8 @@ from llama_index_car.retrievers.criterion_aware import (
     DEFAULT_ALPHA_OVERLAP,
     DEFAULT_BM25_LEAD,
     DEFAULT_OFFLINE_ALPHA,
+    SHARED_OPTIONS,
+    Channels,
     CriterionAwareRetriever,
     FeedbackPlan,
     Search,
@@ -120,6 +122,9 @@ class OfflineCriterionRetriever(CriterionAwareRetriever):
         feedback_scale: the feedback channel's scale (default 0: off).
     """
 
+    #: its keyword options (``from_channels`` refuses others by name)
+    OPTIONS = SHARED_OPTIONS | {"span_weight", "span_pool", "alpha_overlap", "bm25_lead"}
+
     def __init__(
         self,
         dense_retriever: BaseRetriever,
@@ -168,27 +173,28 @@ class OfflineCriterionRetriever(CriterionAwareRetriever):
     def _wants_query_vector(self) -> bool:
         return self.span_weight > 0 or super()._wants_query_vector()
 
-    def _steps(self, query_bundle: QueryBundle) -> Steps:
+    def _steps(self, query_bundle: QueryBundle, ch: Channels) -> Steps:
         query_bundle = yield from self._with_query_vector(query_bundle)
         query = query_bundle.query_str
-        lexical = self.lexical_retriever
-        jobs = ((self.dense_retriever, query_bundle), (lexical, QueryBundle(query)))
+        lexical = ch.lexical
+        jobs = ((ch.dense, query_bundle), (lexical, QueryBundle(query)))
         results = yield Search(jobs)
         started = time.perf_counter()
-        plan = self._plan_feedback(query, results[0], results[1])
+        plan = self._plan_feedback(query, results[0], results[1], ch)
         if plan.bundle is not None:
             results += yield Search(((lexical, plan.bundle),))
         hypothesis = plan.hypothesis
         if hypothesis is not None:
             emit_hypothesis_event(query, "feedback", hypothesis, time.perf_counter() - started)
-        fused = self._fuse(results, plan, query_bundle.embedding)
-        return self._with_criterion_spans(fused, query_bundle)
+        fused = self._fuse(results, plan, query_bundle.embedding, ch.spans)
+        return self._with_criterion_spans(fused, query_bundle, ch)
 
     def _fuse(
         self,
         results: Sequence[Sequence[NodeWithScore]],
         plan: FeedbackPlan,
         query_vector: Sequence[float] | None,
+        span_index: SpanIndex | None,
     ) -> list[NodeWithScore]:
         names, weights = fusion_weights(self.alpha, self.alpha_overlap, plan)
         explain = explain_fields(plan.hypothesis, fallback=False, routed="car",
@@ -196,16 +202,16 @@ class OfflineCriterionRetriever(CriterionAwareRetriever):
         lexical = results[1]
         gap = score_gap([h.score for h in lexical[:2]])
         lead = self.bm25_lead > 0 and gap >= self.bm25_lead
-        spans = query_vector is not None and self.span_index is not None and self.span_weight > 0
+        spans = query_vector is not None and span_index is not None and self.span_weight > 0
         depth = self.similarity_top_k
         if lead:  # the lead hit may rank anywhere in the fusion
             depth = sum(len(r) for r in results)
         elif spans:
             depth = max(self.similarity_top_k, self.span_pool)
         fused = fuse_channel_results(results, names, weights, self.rrf_k, depth, explain)
-        if spans and query_vector is not None:
+        if spans and query_vector is not None and span_index is not None:
             fused = rerank_by_spans(
-                fused, self.span_index, query_vector, weight=self.span_weight,
+                fused, span_index, query_vector, weight=self.span_weight,
                 pool=self.span_pool, rrf_k=self.rrf_k,
             )
         if lead:

@@ -14,8 +14,11 @@ as two retrievers over one fusion helper (this module):
   fallback on any failure and optional routing (``route="auto"``).
 
 Both are ``CriterionAwareRetriever`` s: :meth:`CriterionAwareRetriever.from_defaults` builds
-the offline one without ``llm``/``hypothesizer`` and the hypothesis one with it, and
-:meth:`~CriterionAwareRetriever.from_persist_dir` reopens whichever was persisted.
+the offline one without ``llm``/``hypothesizer`` and the hypothesis one with it. Built over a
+:class:`~llama_index_car.indices.CriterionAwareIndex` (``from_defaults`` builds a private one,
+``index.as_retriever("car")`` views a given one) a query pins one snapshot of the index for
+all its channels and its span index (:func:`~llama_index_car.indices._views.bound_channels`);
+the index owns updates and persistence.
 
 Shared here: the channel weights (:func:`fusion_weights`): ``[α, 1 − α]`` for (dense,
 lexical), and with a feedback channel of share ``p`` (:class:`FeedbackPlan`,
@@ -53,10 +56,10 @@ surrogates removed, longer than ``QueryLimits.max_chars`` (2000) → ``QueryErro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import inspect
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,21 +67,16 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
-from llama_index_car._errors import ConfigurationError, IndexPersistError
+from llama_index_car._errors import ConfigurationError
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
 from llama_index_car.hypothesizers.feedback import DEFAULT_FEEDBACK_DOCS, feedback_terms
+from llama_index_car.indices._views import bound_channels
 from llama_index_car.postprocessors.criterion_spans import (
     DEFAULT_CRITERION_SPANS,
     CriterionSpanPostprocessor,
 )
 from llama_index_car.postprocessors.span_rerank import DEFAULT_SPAN_POOL, DEFAULT_SPAN_WEIGHT
 from llama_index_car.query_guard import guarded_retrieve
-from llama_index_car.retrievers._store import (
-    IndexDense,
-    StoreChannels,
-    channel_property,
-    index_channels,
-)
 from llama_index_car.retrievers.routing import LexicalOverlapRouter, feedback_share, top_agreement
 from llama_index_car.retrievers.weighted_rrf import (
     aretrieve_channels,
@@ -97,6 +95,7 @@ __all__ = [
     "DEFAULT_OFFLINE_ALPHA",
     "DEFAULT_SPAN_POOL",
     "DEFAULT_SPAN_WEIGHT",
+    "Channels",
     "CriterionAwareRetriever",
     "Embed",
     "FeedbackPlan",
@@ -141,6 +140,16 @@ class Embed:
 
 
 Steps = Generator[Any, Any, list[NodeWithScore]]
+
+
+@dataclass(frozen=True)
+class Channels:
+    """What one query reads: the dense and lexical channels and the span index, all of one
+    snapshot when the retriever is built over a ``CriterionAwareIndex``."""
+
+    dense: BaseRetriever
+    lexical: BaseRetriever
+    spans: SpanIndex | None
 
 
 # ----------------------------------------------------------------------------- validation
@@ -288,13 +297,21 @@ class _Call:
 
 
 # ----------------------------------------------------------------------------- the base
-class CriterionAwareRetriever(StoreChannels, BaseRetriever):
+#: the options both CAR retrievers take (keyword arguments besides the channels)
+SHARED_OPTIONS = frozenset({
+    "alpha", "rrf_k", "pool_top_k", "similarity_top_k", "router", "feedback_scale",
+    "span_index", "criterion_spans", "embed_model", "callback_manager", "verbose",
+})
+
+
+class CriterionAwareRetriever(BaseRetriever):
     """Criterion-aware retrieval: the common base of the two CAR retrievers (module docstring).
 
-    Build one with :meth:`from_defaults` (with ``llm``/``hypothesizer``: the hypothesis CAR)
-    or construct ``OfflineCriterionRetriever`` / ``HypothesisCriterionRetriever`` from
-    channels. Over a ``VectorStoreIndex`` it also has ``persist``, ``insert_nodes`` /
-    ``delete_nodes`` / ``delete_ref_doc`` and ``filters`` (:mod:`~llama_index_car.retrievers._store`).
+    Build one with :meth:`from_defaults` (with ``llm``/``hypothesizer``: the hypothesis CAR),
+    with ``CriterionAwareIndex.as_retriever("car")``, or construct
+    ``OfflineCriterionRetriever`` / ``HypothesisCriterionRetriever`` from channels. Over an
+    index, :attr:`index` is it (update and persist it there) and :attr:`filters` the
+    ``MetadataFilters`` both channels apply.
 
     Args (shared by both):
         dense_retriever: a retriever over a vector index (honours ``custom_embedding_strs``).
@@ -313,11 +330,6 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             (off) without; > 0 needs a ``span_index``.
         embed_model: the index's embedding (default: the dense retriever's).
     """
-
-    dense_retriever = channel_property(0, "The dense channel (of the pinned snapshot).")
-    lexical_retriever = channel_property(1, "The lexical channel (of the pinned snapshot).")
-    hypothesizer = channel_property(None, "The hypothesizer (of the pinned snapshot).")
-    span_index = channel_property("spans", "The span index (of the pinned snapshot).")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> CriterionAwareRetriever:
         if cls is CriterionAwareRetriever:
@@ -347,6 +359,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     ) -> None:
         self.dense_retriever = check_retriever("dense_retriever", dense_retriever)
         self.lexical_retriever = check_retriever("lexical_retriever", lexical_retriever)
+        self.hypothesizer: BaseCriterionHypothesizer | None = None
         self.alpha = check_alpha(alpha)
         self.rrf_k = check_rrf_k(rrf_k)
         self.pool_top_k = check_int("pool_top_k", pool_top_k)
@@ -365,7 +378,7 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
             raise ConfigurationError(
                 f"span_index is a {type(span_index).__name__}; pass a SpanIndex or None"
             )
-        self.span_index = span_index
+        self._span_index = span_index
         self.embed_model: Any = embed_model or getattr(dense_retriever, "_embed_model", None)
         if criterion_spans is None:
             criterion_spans = DEFAULT_CRITERION_SPANS if span_index is not None else 0
@@ -375,11 +388,38 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         )
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
-    # ------------------------------------------------------------------ construction
-    @classmethod
-    def _manifest_kind(cls) -> str:
-        return "CriterionAwareRetriever"  # both persist as one kind; retriever.json names which
+    # ------------------------------------------------------------------ the index viewed
+    @property
+    def index(self) -> Any | None:
+        """The ``CriterionAwareIndex`` both channels view (``None``: arbitrary channels)."""
+        dense = getattr(self.dense_retriever, "index", None)
+        lexical = getattr(self.lexical_retriever, "index", None)
+        return dense if dense is not None and dense is lexical else None
 
+    @property
+    def filters(self) -> Any | None:
+        """The ``MetadataFilters`` the channels apply (``None``: none, or unknown)."""
+        return getattr(self.lexical_retriever, "filters", None)
+
+    @property
+    def span_index(self) -> SpanIndex | None:
+        """The span index (over an index: its current one)."""
+        index = self.index
+        if self._span_index is not None and index is not None and index.spans is not None:
+            return index.spans  # type: ignore[no-any-return]
+        return self._span_index
+
+    @contextlib.contextmanager
+    def _channels(self) -> Iterator[Channels]:
+        """The channels of one query: over an index, bound to one pinned snapshot."""
+        with bound_channels([self.dense_retriever, self.lexical_retriever]) as (dense, lexical):
+            spans = self._span_index
+            snap = getattr(lexical, "snapshot", None) or getattr(dense, "snapshot", None)
+            if spans is not None and snap is not None and snap.spans is not None:
+                spans = snap.spans
+            yield Channels(dense, lexical, spans)
+
+    # ------------------------------------------------------------------ construction
     @classmethod
     def from_channels(
         cls,
@@ -423,100 +463,66 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
     ) -> CriterionAwareRetriever:
         """Build the whole thing in one line (:meth:`from_channels` picks the retriever).
 
-        * ``index``: an existing ``VectorStoreIndex`` (its embed model and docstore nodes are
-          used); otherwise a ``VectorStoreIndex`` is built over ``nodes`` with ``embed_model``
-          (default :func:`~llama_index_car.providers.resolve_embed_model`: ``$CAR_EMBED_MODEL``,
-          else the offline ``MultilingualE5Embedding``).
-        * lexical channel: ``KiwiBM25Retriever.from_defaults(nodes=..., tokenizer=tokenizer)``.
+        * the index: ``index`` if it is a
+          :class:`~llama_index_car.indices.CriterionAwareIndex`; otherwise a private one over
+          ``nodes`` and the ``VectorStoreIndex`` ``index`` (its embed model; ``nodes`` default
+          to its docstore's), or over a ``VectorStoreIndex`` built over ``nodes`` with
+          ``embed_model`` (default :func:`~llama_index_car.providers.resolve_embed_model`:
+          ``$CAR_EMBED_MODEL``, else the offline ``MultilingualE5Embedding``); its BM25 with
+          ``tokenizer`` and ``token_cache`` (a shared dict tokenizes each text once).
         * hypothesizer: ``hypothesizer`` if given; else ``LLMCriterionHypothesizer(llm=llm)``
           when ``llm`` is given (a ``HypothesisCriterionRetriever``); else none: an
           ``OfflineCriterionRetriever`` (nothing built at index time).
         * ``filters``: LlamaIndex ``MetadataFilters`` applied by the store (dense) and by
-          BM25 on node metadata (lexical); ``token_cache``: BM25's token cache (a shared
-          dict tokenizes each text once across builds).
+          BM25 on node metadata (lexical).
         * ``spans``: build a :class:`~llama_index_car.span_index.SpanIndex` over the nodes
           (embeds every span once more, ≈ the corpus again); ``None`` (default): only
           offline (span ranking is not measured with a hypothesizer). A ``span_index`` in
           ``kwargs`` is used as given.
         * ``**kwargs`` go to the constructor (``alpha``, ``route``, ``strict`` …).
 
-        The result is bound to the index: ``persist``/``insert_nodes``/``delete_nodes`` work.
+        Update and persist the result's :attr:`index` (``car.index.insert_nodes(...)``,
+        ``car.index.persist(dir)``).
         """
+        from llama_index_car.indices.criterion_aware import CriterionAwareIndex
+
         if nodes is None and index is None:
             raise ConfigurationError("pass nodes=[...] or index=<VectorStoreIndex>")
-        pool_top_k = kwargs.get("pool_top_k", 50)
-        index, node_list, embed_model = _index_and_nodes(nodes, index, embed_model, show_progress)
-        dense, lexical = index_channels(
-            index, node_list, pool_top_k, filters=filters, tokenizer=tokenizer,
-            show_progress=show_progress, token_cache=token_cache,
-        )
         hypothesizer = _hypothesizer(hypothesizer, llm)
         if spans is None:
             spans = hypothesizer is None
-        if spans and kwargs.get("span_index") is None:
-            kwargs["span_index"] = SpanIndex.from_nodes(
-                node_list, embed_model, show_progress=show_progress
+        given = kwargs.get("span_index")
+        if isinstance(index, CriterionAwareIndex):
+            car_index = index
+        else:
+            kwargs.pop("span_index", None)  # given spans belong to the index
+            car_index = CriterionAwareIndex.from_defaults(
+                nodes, vector_index=index, embed_model=embed_model,
+                spans=given if given is not None else bool(spans), show_progress=show_progress,
+                tokenizer=tokenizer, token_cache=token_cache,
             )
-        kwargs.setdefault("embed_model", embed_model)
-        car = cls.from_channels(dense, lexical, hypothesizer, **kwargs)
-        car._bind(index, filters)
-        return car
-
-    @classmethod
-    def from_persist_dir(
-        cls,
-        persist_dir: Any,
-        index: Any,
-        *,
-        hypothesizer: BaseCriterionHypothesizer | None = None,
-        llm: Any | None = None,
-        tokenizer: Any | None = None,
-        **overrides: Any,
-    ) -> CriterionAwareRetriever:
-        """Reopen what :meth:`persist` wrote, over ``index`` (the same vector store), as the
-        retriever that was persisted (``retriever.json`` names it).
-
-        The offline CAR needs nothing else; a hypothesizer (an LLM client) is not persisted:
-        pass ``hypothesizer`` or ``llm`` again for a ``HypothesisCriterionRetriever``.
-        ``overrides`` replace persisted constructor arguments (e.g. ``similarity_top_k``).
-
-        The span index persisted in ``spans/`` is loaded with it. A ``retriever.json`` whose
-        ``span_weight`` is > 0 without a ``spans/`` folder is refused (span ranking would be
-        silently off): persist the retriever again, or pass ``span_weight=0``. Without
-        ``spans/`` the persisted ``criterion_spans`` is dropped (no spans to attach).
-
-        Raises:
-            IndexPersistError: missing, damaged or foreign files (named), or span ranking
-                configured without a persisted span index.
-            ConfigurationError: a hypothesis CAR reopened without ``hypothesizer``/``llm``,
-                or an offline one with it.
-        """
-        spec, lexical, spans = cls._load_parts(persist_dir, tokenizer)
-        hypothesizer = _hypothesizer(hypothesizer, llm)
-        _check_persisted_kind(spec, hypothesizer is not None, persist_dir)
-        config, router = _persisted_config(spec, spans, overrides, persist_dir)
-        filters = cls._store_filters(spec)
-        pool = int(config.get("pool_top_k", 50))
-        ids = frozenset(n.node_id for n in lexical.nodes)
-        config.setdefault("span_index", spans)
-        dense = IndexDense(index, pool, filters, ids)
-        car = cls.from_channels(dense, lexical, hypothesizer, router=router, **config)
-        car._bind(index, filters)
-        return car
+        if not spans and given is None:
+            kwargs["span_index"] = None
+        car = car_index.as_retriever("car", hypothesizer=hypothesizer, filters=filters,
+                                     **kwargs)
+        return car  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ one path, two drivers
-    def _steps(self, query_bundle: QueryBundle) -> Steps:
-        """The retrieval of one query as a generator of :class:`Search` / :class:`Embed`
-        steps returning the hits (each retriever writes it once)."""
+    def _steps(self, query_bundle: QueryBundle, ch: Channels) -> Steps:
+        """The retrieval of one query over the channels ``ch`` as a generator of
+        :class:`Search` / :class:`Embed` steps returning the hits (each retriever writes it
+        once)."""
         raise NotImplementedError
 
     @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._drive(self._steps(query_bundle))
+        with self._channels() as ch:
+            return self._drive(self._steps(query_bundle, ch))
 
     @guarded_retrieve
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return await self._adrive(self._steps(query_bundle))
+        with self._channels() as ch:
+            return await self._adrive(self._steps(query_bundle, ch))
 
     def _drive(self, steps: Steps) -> list[NodeWithScore]:
         call, reply = _Call(), None
@@ -565,18 +571,19 @@ class CriterionAwareRetriever(StoreChannels, BaseRetriever):
         return dataclasses.replace(query_bundle, embedding=vector)
 
     def _plan_feedback(
-        self, query: str, dense_hits: Sequence[NodeWithScore], lexical_hits: Sequence[NodeWithScore]
+        self, query: str, dense_hits: Sequence[NodeWithScore],
+        lexical_hits: Sequence[NodeWithScore], ch: Channels,
     ) -> FeedbackPlan:
-        return plan_feedback(query, dense_hits, lexical_hits, lexical=self.lexical_retriever,
+        return plan_feedback(query, dense_hits, lexical_hits, lexical=ch.lexical,
                              router=self.router, scale=self.feedback_scale)
 
     def _with_criterion_spans(
-        self, hits: list[NodeWithScore], query_bundle: QueryBundle
+        self, hits: list[NodeWithScore], query_bundle: QueryBundle, ch: Channels
     ) -> list[NodeWithScore]:
         """``hits`` with ``criterion_spans`` attached (copies), or as they are when off. A
         hypothesis's criterion terms join the query in the lexical part (feedback terms do
         not: they are mined from other hits, not a guess at the criterion)."""
-        post, spans = self._span_post, self.span_index
+        post, spans = self._span_post, ch.spans
         if post is None or spans is None or not hits:
             return hits
         text = query_bundle.query_str
@@ -597,73 +604,19 @@ def _hypothesizer(
     return hypothesizer
 
 
-def _index_and_nodes(
-    nodes: Sequence[BaseNode] | None, index: Any | None, embed_model: Any | None,
-    show_progress: bool,
-) -> tuple[Any, list[BaseNode], Any]:
-    """``(index, nodes, embed_model)`` for :meth:`CriterionAwareRetriever.from_defaults`: a
-    ``VectorStoreIndex`` built over ``nodes``, or ``index`` with its docstore nodes."""
-    if index is None:
-        from llama_index.core import VectorStoreIndex
-
-        if embed_model is None:
-            from llama_index_car.providers import resolve_embed_model
-
-            embed_model = resolve_embed_model()  # $CAR_EMBED_MODEL, else offline e5
-        node_list = list(nodes or [])
-        if not node_list:
-            raise ConfigurationError("nodes is empty; pass the nodes to index")
-        index = VectorStoreIndex(
-            nodes=node_list, embed_model=embed_model, show_progress=show_progress
-        )
-    else:
-        if embed_model is None:
-            embed_model = getattr(index, "_embed_model", None)
-        if nodes is None:
-            docstore = getattr(index, "docstore", None)
-            nodes = list(getattr(docstore, "docs", {}).values()) if docstore else []
-        node_list = list(nodes)
-        if not node_list:
-            from llama_index_car._errors import EmptyIndexError
-
-            raise EmptyIndexError(
-                "the index's docstore holds no nodes (a store-backed index keeps them in "
-                "the store); pass nodes=[...] along with index="
-            )
-    return index, node_list, embed_model
-
-
-def _check_options(target: type, other: type, kwargs: dict[str, Any]) -> None:
-    """Refuse options ``target`` does not take, naming the retriever they belong to."""
-    wrong = sorted(set(kwargs) - set(inspect.signature(target).parameters))
+def _check_options(target: Any, other: Any, kwargs: dict[str, Any]) -> None:
+    """Refuse options ``target`` does not take (its ``OPTIONS``), naming the retriever they
+    belong to."""
+    wrong = sorted(set(kwargs) - target.OPTIONS)
     if not wrong:
         return
     hint = "check the spelling"
-    if set(wrong) <= set(inspect.signature(other).parameters):
+    if set(wrong) <= other.OPTIONS:
         hint = f"{'it applies' if len(wrong) == 1 else 'they apply'} only " + (
             "with a hypothesizer (pass llm= or hypothesizer=)"
             if target.__name__ == "OfflineCriterionRetriever"
             else "offline (without a hypothesizer)")
     raise ConfigurationError(f"{', '.join(wrong)}: not an option of {target.__name__}; {hint}")
-
-
-def _persisted_config(
-    spec: dict[str, Any], spans: SpanIndex | None, overrides: dict[str, Any], persist_dir: Any
-) -> tuple[dict[str, Any], LexicalOverlapRouter | None]:
-    """The persisted constructor arguments with ``overrides``, and the router."""
-    config = dict(spec.get("config") or {}) | overrides
-    router = config.pop("router", None)
-    if isinstance(router, dict):
-        router = LexicalOverlapRouter(**router)
-    weight = config.get("span_weight")
-    if spans is None and isinstance(weight, int | float) and weight > 0:
-        raise IndexPersistError(
-            f"{persist_dir}: retriever.json has span_weight={weight} but no spans/ folder "
-            "is persisted; persist the retriever again, or pass span_weight=0"
-        )
-    if spans is None and "criterion_spans" not in overrides:
-        config.pop("criterion_spans", None)  # off without a span index, as when built
-    return config, router
 
 
 def _span_postprocessor(
@@ -682,19 +635,3 @@ def _span_postprocessor(
         )
     tokenizer = getattr(lexical, "tokenizer", None)
     return CriterionSpanPostprocessor(span_index, embed_model, tokenizer=tokenizer, top_n=n)
-
-
-def _check_persisted_kind(
-    spec: dict[str, Any], with_hypothesizer: bool, persist_dir: Any
-) -> None:
-    """``retriever.json`` names one of the two CAR retrievers, the one being reopened."""
-    kinds = {"OfflineCriterionRetriever": False, "HypothesisCriterionRetriever": True}
-    kind = spec.get("kind")
-    if kind not in kinds:
-        raise IndexPersistError(
-            f"{persist_dir}: retriever.json names kind {kind!r}, not one of "
-            f"{', '.join(kinds)}; persist the retriever again"
-        )
-    if kinds[kind] != with_hypothesizer:
-        fix = "pass hypothesizer= or llm=" if kinds[kind] else "do not pass hypothesizer/llm"
-        raise ConfigurationError(f"{persist_dir} holds a {kind}: {fix}")

@@ -9,7 +9,7 @@ Pool size. Each channel is asked for ``pool_top_k`` candidates. When a channel e
 ``similarity_top_k`` attribute (``VectorIndexRetriever``, ``KiwiBM25Retriever``, ``BM25Retriever``
 …), every query runs on a *shallow copy* of it with ``similarity_top_k = pool_top_k``: the
 caller's retriever is never mutated (so it is safe to share between threads and engines) and the
-copy is taken per query, so later ``insert_nodes``/``delete_nodes`` on the original are seen.
+copy is taken per query (of the channel bound to the query's snapshot, for index views).
 Whatever a channel returns is then truncated to ``pool_top_k``.
 
 Explanations. Results are new ``NodeWithScore`` objects over *copies* of the nodes; each copy's
@@ -39,13 +39,8 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.fusion import DEFAULT_RRF_K, validate_weights, weighted_rrf
+from llama_index_car.indices._views import bound_channels
 from llama_index_car.query_guard import guarded_retrieve
-from llama_index_car.retrievers._store import (
-    IndexDense,
-    StoreChannels,
-    channel_property,
-    index_channels,
-)
 
 __all__ = [
     "EXPLAIN_KEY",
@@ -226,12 +221,12 @@ def fuse_channel_results(
 
 
 # ----------------------------------------------------------------------------- retriever
-class WeightedRRFRetriever(StoreChannels, BaseRetriever):
+class WeightedRRFRetriever(BaseRetriever):
     """Weighted RRF over any LlamaIndex retrievers (channels run concurrently).
 
-    Built over a ``VectorStoreIndex`` with :meth:`from_index` (dense + Kiwi BM25) it also has
-    ``persist`` / :meth:`from_persist_dir`, ``insert_nodes`` / ``delete_nodes`` /
-    ``delete_ref_doc`` and ``filters`` (see :mod:`llama_index_car.retrievers._store`).
+    :meth:`from_defaults` (or ``CriterionAwareIndex.as_retriever("hybrid")``) gives the dense
+    + Kiwi BM25 hybrid over a :class:`~llama_index_car.indices.CriterionAwareIndex`: every
+    query reads one pinned snapshot of it for both channels; update and persist the index.
 
     score(d) = Σ_i w_i / (rrf_k + rank_i(d)), ranks 1-based within each channel's top
     ``pool_top_k``; absent documents contribute 0; ties by ``node_id`` ascending.
@@ -256,15 +251,6 @@ class WeightedRRFRetriever(StoreChannels, BaseRetriever):
     >>> hybrid.weights  # doctest: +SKIP
     [0.7, 0.3]
     """
-
-    def _get_retrievers(self) -> list[BaseRetriever]:
-        return list(self._current().retrievers)
-
-    def _set_retrievers(self, value: Sequence[BaseRetriever]) -> None:
-        for position, retriever in enumerate(value):
-            channel_property(position, "").__set__(self, retriever)
-
-    retrievers = property(_get_retrievers, _set_retrievers, doc="The channels (pinned snapshot).")
 
     def __init__(
         self,
@@ -328,10 +314,11 @@ class WeightedRRFRetriever(StoreChannels, BaseRetriever):
         )
 
     @classmethod
-    def from_index(
+    def from_defaults(
         cls,
-        index: Any,
         nodes: Sequence[Any] | None = None,
+        index: Any | None = None,
+        embed_model: Any | None = None,
         alpha: float = 0.5,
         rrf_k: int = DEFAULT_RRF_K,
         pool_top_k: int = 50,
@@ -341,41 +328,42 @@ class WeightedRRFRetriever(StoreChannels, BaseRetriever):
         show_progress: bool = False,
         token_cache: Any = True,
     ) -> WeightedRRFRetriever:
-        """The dense + Kiwi BM25 hybrid over a ``VectorStoreIndex`` (:meth:`from_alpha`).
-
-        BM25 indexes ``nodes`` (default: the index's docstore; a store-backed index has an
-        empty one, so pass the nodes: :class:`~llama_index_car._errors.EmptyIndexError`
-        otherwise). ``filters`` (``MetadataFilters``) apply to both channels; ``token_cache``
-        is BM25's (share a dict to tokenize each text once across builds).
+        """The dense + Kiwi BM25 hybrid (:meth:`from_alpha`) in one line, over a
+        ``CriterionAwareIndex``: ``index`` itself if it is one, else a private one over
+        ``nodes`` and the ``VectorStoreIndex`` ``index`` (``nodes`` default to its docstore:
+        a store-backed index has an empty one, so pass them, else
+        :class:`~llama_index_car._errors.EmptyIndexError`), or over a ``VectorStoreIndex``
+        built over ``nodes`` with ``embed_model``. ``filters`` (``MetadataFilters``) apply to
+        both channels; ``token_cache`` is BM25's (share a dict to tokenize each text once).
         """
-        dense, lexical = index_channels(
-            index, nodes, pool_top_k, filters=filters, tokenizer=tokenizer,
-            show_progress=show_progress, token_cache=token_cache,
-        )
-        hybrid = cls.from_alpha(
-            dense, lexical, alpha=alpha, rrf_k=rrf_k, pool_top_k=pool_top_k,
-            similarity_top_k=similarity_top_k,
-        )
-        hybrid._bind(index, filters)
-        return hybrid
+        from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
-    @classmethod
-    def from_persist_dir(
-        cls, persist_dir: Any, index: Any, *, tokenizer: Any | None = None, **overrides: Any
-    ) -> WeightedRRFRetriever:
-        """Reopen what :meth:`persist` wrote over ``index``; ``overrides`` replace persisted
-        constructor arguments. Raises :class:`IndexPersistError` on missing/damaged files."""
-        spec, lexical, _ = cls._load_parts(persist_dir, tokenizer)
-        config = dict(spec.get("config") or {}) | overrides
-        filters = cls._store_filters(spec)
-        ids = frozenset(n.node_id for n in lexical.nodes)
-        dense = IndexDense(index, int(config.get("pool_top_k", 50)), filters, ids)
-        hybrid = cls([dense, lexical], **config)
-        hybrid._bind(index, filters)
-        return hybrid
+        if nodes is None and index is None:
+            raise ConfigurationError("pass nodes=[...] or index=<VectorStoreIndex>")
+        car_index = index if isinstance(index, CriterionAwareIndex) else (
+            CriterionAwareIndex.from_defaults(
+                nodes, vector_index=index, embed_model=embed_model, tokenizer=tokenizer,
+                show_progress=show_progress, token_cache=token_cache,
+            )
+        )
+        hybrid = car_index.as_retriever(
+            "hybrid", alpha=alpha, rrf_k=rrf_k, pool_top_k=pool_top_k,
+            similarity_top_k=similarity_top_k, filters=filters,
+        )
+        return hybrid  # type: ignore[return-value]
 
-    def _jobs(self, query_bundle: QueryBundle) -> list[tuple[BaseRetriever, QueryBundle]]:
-        return [(r, query_bundle) for r in self.retrievers]
+    @property
+    def index(self) -> Any | None:
+        """The ``CriterionAwareIndex`` every channel views (``None``: arbitrary channels)."""
+        owners = {id(getattr(r, "index", None)): getattr(r, "index", None)
+                  for r in self.retrievers}
+        return next(iter(owners.values())) if len(owners) == 1 else None
+
+    @staticmethod
+    def _jobs(
+        query_bundle: QueryBundle, channels: Sequence[BaseRetriever]
+    ) -> list[tuple[BaseRetriever, QueryBundle]]:
+        return [(r, query_bundle) for r in channels]
 
     def _fuse(self, results: Sequence[Sequence[NodeWithScore]]) -> list[NodeWithScore]:
         return fuse_channel_results(
@@ -384,8 +372,12 @@ class WeightedRRFRetriever(StoreChannels, BaseRetriever):
 
     @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._fuse(retrieve_channels(self._jobs(query_bundle), self.pool_top_k))
+        with bound_channels(self.retrievers) as channels:
+            jobs = self._jobs(query_bundle, channels)
+            return self._fuse(retrieve_channels(jobs, self.pool_top_k))
 
     @guarded_retrieve
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._fuse(await aretrieve_channels(self._jobs(query_bundle), self.pool_top_k))
+        with bound_channels(self.retrievers) as channels:
+            jobs = self._jobs(query_bundle, channels)
+            return self._fuse(await aretrieve_channels(jobs, self.pool_top_k))

@@ -338,31 +338,12 @@ class KiwiTokenizer(BaseModel):
 
     # ------------------------------------------------------------------ retrieval tokens
     def _tokens_from(self, morphs: Sequence[Token]) -> list[str]:
-        keep = frozenset(self.keep_tags)
-        stop = frozenset(s.lower() if self.lowercase else s for s in self.stopwords)
-        heads = frozenset(self.compound_heads)
-        out: list[str] = []
-        run: list[Token] = []
-
-        def flush() -> None:
-            if len(run) >= 2 and (self.compounds == "all" or run[-1].form in heads):
-                out.append(_canonical("".join(t.form for t in run), self.lowercase))
-            run.clear()
-
-        for t in morphs:
-            tag = t.tag.split("-", 1)[0] if "-" in t.tag else t.tag
-            if self.compounds != "none":
-                if tag in _NOUN_TAGS and (not run or run[-1].end == t.start):
-                    run.append(t)
-                else:
-                    flush()
-                    if tag in _NOUN_TAGS:
-                        run.append(t)
-            if tag in keep:
-                form = t.lemma if t.tag in _LEMMA_TAGS else t.form
-                out.append(_canonical(form, self.lowercase))
-        flush()
-        return [t for t in out if t and t not in stop] if stop else [t for t in out if t]
+        return retrieval_tokens(
+            morphs, keep=frozenset(self.keep_tags),
+            stop=frozenset(s.lower() if self.lowercase else s for s in self.stopwords),
+            heads=frozenset(self.compound_heads), compounds=self.compounds,
+            lowercase=self.lowercase,
+        )
 
     def tokenize(self, text: str) -> list[str]:
         """Retrieval tokens of one text (see the module docstring for the steps)."""
@@ -414,7 +395,7 @@ class KiwiTokenizer(BaseModel):
         procs = _resolve_workers(self.processes) if self.processes != 1 else 1
         procs = min(procs, len(items) // self.min_texts_per_process)
         if procs > 1:
-            return self._tokenize_processes(items, procs, show_progress)
+            return _tokenize_processes(self, items, procs, show_progress)
         kiwi = self.kiwi()
         pre = self._pretokenized()
         stream: Iterator[list[Token]]
@@ -427,31 +408,6 @@ class KiwiTokenizer(BaseModel):
 
             stream = iter(tqdm(stream, total=len(items), desc="Kiwi tokenize", unit="text"))
         return [self._tokens_from(m) for m in stream]
-
-    def _tokenize_processes(
-        self, items: list[str], procs: int, show_progress: bool
-    ) -> list[list[str]]:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        worker = self.model_copy(update={"processes": 1, "num_workers": 0})
-        # ~8 slices per process: balances uneven texts; order is kept by map()
-        size = max(1, -(-len(items) // (procs * 8)))
-        slices = [items[i : i + size] for i in range(0, len(items), size)]
-        out: list[list[str]] = []
-        with ProcessPoolExecutor(procs, mp_context=mp.get_context("spawn")) as pool:
-            results: Iterator[list[list[str]]] = pool.map(
-                _tokenize_slice, [worker] * len(slices), slices
-            )
-            if show_progress:
-                from tqdm.auto import tqdm
-
-                results = iter(
-                    tqdm(results, total=len(slices), desc=f"Kiwi x{procs}", unit="slice")
-                )
-            for part in results:
-                out.extend(part)
-        return out
 
     # ------------------------------------------------------------------ analysis helpers
     def _plain(self, text: str) -> list[Token]:
@@ -487,16 +443,7 @@ class KiwiTokenizer(BaseModel):
         >>> KiwiTokenizer().noun_compounds("배수시설 설치기준을 따른다")
         ['배수시설', '설치기준']
         """
-        out: list[str] = []
-        run: list[Token] = []
-        for t in [*self._plain(text), None]:
-            if t is not None and t.tag in _NOUN_TAGS and (not run or run[-1].end == t.start):
-                run.append(t)
-                continue
-            if len(run) >= 2:
-                out.append("".join(m.form for m in run))
-            run = [t] if t is not None and t.tag in _NOUN_TAGS else []
-        return out
+        return _noun_runs(self._plain(text))
 
     # ------------------------------------------------------------------ spec
     def user_dict_sha256(self) -> str:
@@ -584,3 +531,79 @@ def _pieces(text: str, limit: int) -> list[str]:
 def _tokenize_slice(tokenizer: KiwiTokenizer, texts: list[str]) -> list[list[str]]:
     """Worker-process entry of :meth:`KiwiTokenizer.tokenize_batch` (module level: picklable)."""
     return tokenizer.tokenize_batch(texts)
+
+
+def retrieval_tokens(
+    morphs: Sequence[Token],
+    *,
+    keep: frozenset[str],
+    stop: frozenset[str],
+    heads: frozenset[str],
+    compounds: str,
+    lowercase: bool,
+) -> list[str]:
+    """The retrieval tokens of one analysis: kept tags (VV/VA as lemmas), canonicalised, and
+    noun compounds (runs of >= 2 adjacent NNG/NNP; ``compounds="criterion"``: only those
+    ending in a ``heads`` noun) after their parts; ``stop`` removed."""
+    out: list[str] = []
+    run: list[Token] = []
+
+    def flush() -> None:
+        if len(run) >= 2 and (compounds == "all" or run[-1].form in heads):
+            out.append(_canonical("".join(t.form for t in run), lowercase))
+        run.clear()
+
+    for t in morphs:
+        tag = t.tag.split("-", 1)[0] if "-" in t.tag else t.tag
+        if compounds != "none":
+            if tag in _NOUN_TAGS and (not run or run[-1].end == t.start):
+                run.append(t)
+            else:
+                flush()
+                if tag in _NOUN_TAGS:
+                    run.append(t)
+        if tag in keep:
+            form = t.lemma if t.tag in _LEMMA_TAGS else t.form
+            out.append(_canonical(form, lowercase))
+    flush()
+    return [t for t in out if t and t not in stop] if stop else [t for t in out if t]
+
+
+def _noun_runs(morphs: Sequence[Token]) -> list[str]:
+    """Maximal runs of >= 2 adjacent NNG/NNP morphemes, joined, in order."""
+    out: list[str] = []
+    run: list[Token] = []
+    for t in [*morphs, None]:
+        if t is not None and t.tag in _NOUN_TAGS and (not run or run[-1].end == t.start):
+            run.append(t)
+            continue
+        if len(run) >= 2:
+            out.append("".join(m.form for m in run))
+        run = [t] if t is not None and t.tag in _NOUN_TAGS else []
+    return out
+
+
+def _tokenize_processes(
+    tokenizer: KiwiTokenizer, items: list[str], procs: int, show_progress: bool
+) -> list[list[str]]:
+    """:meth:`KiwiTokenizer.tokenize_batch` on ``procs`` spawned worker processes (contiguous
+    slices, order kept), each running ``tokenizer`` with a single-threaded Kiwi."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    worker = tokenizer.model_copy(update={"processes": 1, "num_workers": 0})
+    # ~8 slices per process: balances uneven texts; order is kept by map()
+    size = max(1, -(-len(items) // (procs * 8)))
+    slices = [items[i : i + size] for i in range(0, len(items), size)]
+    out: list[list[str]] = []
+    with ProcessPoolExecutor(procs, mp_context=mp.get_context("spawn")) as pool:
+        results: Iterator[list[list[str]]] = pool.map(
+            _tokenize_slice, [worker] * len(slices), slices
+        )
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            results = iter(tqdm(results, total=len(slices), desc=f"Kiwi x{procs}", unit="slice"))
+        for part in results:
+            out.extend(part)
+    return out

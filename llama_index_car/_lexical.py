@@ -1,0 +1,278 @@
+"""The Kiwi BM25 part of an index: one immutable state and the tokenization that feeds it.
+
+:class:`Lexical` is what a query reads — the :class:`~llama_index_car.bm25.BM25Okapi` arrays
+and their nodes, of the same version (document ``i`` is ``nodes[i]``). It is never changed:
+:meth:`Lexical.plus` and :meth:`Lexical.without` return new states over new arrays, so a
+query holding the old one keeps a consistent view. :class:`Tokens` turns node texts
+(``MetadataMode.EMBED``) into Kiwi tokens through a cache keyed by the tokenizer spec and the
+text's sha256, so re-indexing unchanged texts skips Kiwi.
+
+>>> from llama_index.core.schema import TextNode
+>>> from llama_index_car.bm25 import BM25Okapi
+>>> nodes = [TextNode(text="a b", id_="x"), TextNode(text="b", id_="y")]
+>>> lex = Lexical.of(BM25Okapi([["a", "b"], ["b"]]), nodes, ["h1", "h2"])
+>>> [n.node_id for n in lex.without(["x"]).nodes], [n.node_id for n in lex.nodes]
+(['y'], ['x', 'y'])
+>>> dict(lex.token_counts("x"))
+{'a': 1, 'b': 1}
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
+from llama_index.core.vector_stores.types import FilterCondition, MetadataFilter, MetadataFilters
+from llama_index.core.vector_stores.utils import build_metadata_filter_fn
+
+from llama_index_car._errors import ConfigurationError
+from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
+
+__all__ = ["Lexical", "Tokens", "check_unique", "matches", "text_hash"]
+
+
+def text_hash(text: str) -> str:
+    """sha256 hex digest of ``text`` (UTF-8): the token cache key and the persisted hash."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_unique(nodes: Sequence[BaseNode], existing: Iterable[str] = ()) -> None:
+    """Raise :class:`ConfigurationError` naming repeated node ids."""
+    seen = set(existing)
+    dup: list[str] = []
+    for n in nodes:
+        if n.node_id in seen:
+            dup.append(n.node_id)
+        seen.add(n.node_id)
+    if dup:
+        raise ConfigurationError(f"duplicate node ids: {dup[:5]}; node ids must be unique")
+
+
+def matches(filters: MetadataFilters, metadata: dict[str, Any]) -> bool:
+    """Evaluate (possibly nested) ``MetadataFilters`` on one metadata dict."""
+    results: list[bool] = []
+    for f in filters.filters:
+        if isinstance(f, MetadataFilters):
+            results.append(matches(f, metadata))
+        else:
+            leaf = f if isinstance(f, MetadataFilter) else MetadataFilter(key=f.key, value=f.value)
+            fn = build_metadata_filter_fn(lambda _id: metadata, MetadataFilters(filters=[leaf]))
+            results.append(fn(""))
+    cond = filters.condition or FilterCondition.AND
+    if cond == FilterCondition.AND:
+        return all(results)
+    if cond == FilterCondition.OR:
+        return any(results)
+    if cond == FilterCondition.NOT:
+        return not any(results)
+    raise ConfigurationError(f"unsupported filter condition {cond!r}; use 'and', 'or' or 'not'")
+
+
+@dataclass(frozen=True, eq=False)
+class Lexical:
+    """BM25 arrays and their nodes, one version (see the module docstring)."""
+
+    bm25: BM25Okapi
+    nodes: tuple[BaseNode, ...]
+    hashes: tuple[str, ...]
+    positions: dict[str, int] = field(repr=False)
+
+    @classmethod
+    def of(cls, bm25: BM25Okapi, nodes: Sequence[BaseNode], hashes: Sequence[str]) -> Lexical:
+        """The state whose document ``i`` is ``nodes[i]`` with text hash ``hashes[i]``."""
+        if not len(nodes) == len(hashes) == bm25.corpus_size:
+            raise ConfigurationError(
+                f"{len(nodes)} nodes for a BM25 index of {bm25.corpus_size} documents"
+            )
+        check_unique(nodes)
+        return cls(bm25, tuple(nodes), tuple(hashes), {n.node_id: i for i, n in enumerate(nodes)})
+
+    def without(self, node_ids: Iterable[str]) -> Lexical:
+        """A new state without ``node_ids`` (unknown ids: :class:`ConfigurationError`)."""
+        ids = list(node_ids)
+        missing = [i for i in ids if i not in self.positions]
+        if missing:
+            raise ConfigurationError(f"cannot delete unknown node ids: {missing[:5]}")
+        if not ids:
+            return self
+        drop = {self.positions[i] for i in ids}
+        keep = [i for i in range(len(self.nodes)) if i not in drop]
+        return Lexical.of(
+            self.bm25.remove_documents(sorted(drop)),
+            [self.nodes[i] for i in keep],
+            [self.hashes[i] for i in keep],
+        )
+
+    def plus(
+        self, nodes: Sequence[BaseNode], tokens: Sequence[Sequence[str]], hashes: Sequence[str]
+    ) -> Lexical:
+        """A new state with ``nodes`` appended (their ids must be new)."""
+        if not nodes:
+            return self
+        check_unique(nodes, self.positions)
+        return Lexical.of(
+            self.bm25.add_documents(tokens), [*self.nodes, *nodes], [*self.hashes, *hashes]
+        )
+
+    def token_counts(self, node_id: str) -> Counter[str]:
+        """The indexed token counts of one node."""
+        pos = self.positions.get(node_id)
+        if pos is None:
+            raise ConfigurationError(f"unknown node id {node_id!r}")
+        return Counter(self.bm25.doc_term_counts(pos))
+
+    def search(
+        self, tokens: Sequence[str], k: int, mask: np.ndarray | None
+    ) -> list[NodeWithScore]:
+        """The ``k`` best nonzero scores (score desc, then index asc), within ``mask``."""
+        nodes, bm25 = self.nodes, self.bm25
+        if not tokens or not nodes:
+            return []
+        k = min(k, len(nodes))
+        if mask is None:
+            # fast path (compiled top-k when numba is installed): valid when all k are > 0
+            idx, top = bm25.top_k(list(tokens), k)
+            if idx.size == k and (top > 0).all():
+                return [
+                    NodeWithScore(node=nodes[i], score=s)
+                    for i, s in zip(idx.tolist(), top.tolist(), strict=True)
+                ]
+        scores = bm25.get_scores(list(tokens))
+        keep = scores != 0
+        if mask is not None:
+            keep &= mask
+        cand = np.flatnonzero(keep)
+        order, top = top_k_from_scores(scores[cand], k)
+        return [
+            NodeWithScore(node=nodes[int(cand[i])], score=float(s))
+            for i, s in zip(order.tolist(), top.tolist(), strict=True)
+        ]
+
+    def mask(self, filters: MetadataFilters | None) -> np.ndarray | None:
+        """Which nodes pass ``filters`` (``None``: no filter)."""
+        if filters is None or not filters.filters:
+            return None
+        return np.fromiter(
+            (matches(filters, dict(n.metadata)) for n in self.nodes),
+            dtype=bool,
+            count=len(self.nodes),
+        )
+
+
+class Tokens:
+    """Kiwi tokens of node texts through a cache (``spec prefix + text sha256`` → tokens).
+
+    ``cache``: ``True`` = a new dict, ``False``/``None`` = none, or a mapping to share.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        cache: bool | MutableMapping[str, list[str]] | None = True,
+        show_progress: bool = False,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.show_progress = show_progress
+        self.cache: MutableMapping[str, list[str]] | None
+        if cache is True:
+            self.cache = {}
+        elif cache is False or cache is None:
+            self.cache = None
+        else:
+            self.cache = cache
+        self.prefix = tokenizer.spec_hash[:16] + ":"
+
+    def of(self, nodes: Sequence[BaseNode]) -> tuple[list[list[str]], list[str]]:
+        """``(tokens, text hashes)`` of each node's EMBED text, from the cache when possible."""
+        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+        hashes = [text_hash(t) for t in texts]
+        out: list[list[str] | None] = [None] * len(texts)
+        todo: list[int] = []
+        cache = self.cache
+        for i, h in enumerate(hashes):
+            hit = cache.get(self.prefix + h) if cache is not None else None
+            if hit is not None:
+                out[i] = list(hit)
+            else:
+                todo.append(i)
+        if todo:
+            fresh = self.tokenizer.tokenize_batch(
+                [texts[i] for i in todo], show_progress=self.show_progress
+            )
+            for i, toks in zip(todo, fresh, strict=True):
+                out[i] = toks
+                if cache is not None:
+                    cache[self.prefix + hashes[i]] = list(toks)
+        return [o if o is not None else [] for o in out], hashes
+
+    def answering_from(self, lexical: Lexical) -> None:
+        """Let the cache answer ``lexical``'s texts from its stored counts (a loaded index
+        analysed by the same Kiwi: BM25 only needs token multisets)."""
+        if self.cache is not None:
+            self.cache = _StoredTokens(self.cache, self.prefix, lexical.hashes, lexical.bm25)
+
+
+class _StoredTokens(MutableMapping[str, list[str]]):
+    """A token cache that also answers the texts of a loaded index from its stored counts.
+
+    Entries of ``base`` win; a miss whose key is ``prefix + text hash`` of an indexed node is
+    answered with that node's stored token multiset (built on first miss, nothing at load).
+    Writes go to ``base``.
+    """
+
+    def __init__(
+        self,
+        base: MutableMapping[str, list[str]],
+        prefix: str,
+        hashes: Sequence[str],
+        bm25: BM25Okapi,
+    ) -> None:
+        self._base, self._prefix, self._hashes, self._bm25 = base, prefix, hashes, bm25
+        self._pos: dict[str, int] | None = None
+
+    def _stored(self, key: str) -> list[str] | None:
+        if not key.startswith(self._prefix):
+            return None
+        if self._pos is None:
+            self._pos = {h: i for i, h in enumerate(self._hashes)}
+        i = self._pos.get(key[len(self._prefix) :])
+        if i is None:
+            return None
+        toks: list[str] = []
+        for t, c in self._bm25.doc_term_counts(i).items():
+            toks.extend([t] * c)
+        return toks
+
+    def __getitem__(self, key: str) -> list[str]:
+        try:
+            return self._base[key]
+        except KeyError:
+            hit = self._stored(key)
+            if hit is None:
+                raise
+            return hit
+
+    def __setitem__(self, key: str, value: list[str]) -> None:
+        self._base[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._base[key]
+
+    def __iter__(self) -> Iterator[str]:
+        seen = set(self._base)
+        yield from self._base
+        for h in self._hashes:
+            if self._prefix + h not in seen:
+                seen.add(self._prefix + h)
+                yield self._prefix + h
+
+    def __len__(self) -> int:
+        return len(set(self._base) | {self._prefix + h for h in self._hashes})
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._base or (isinstance(key, str) and self._stored(key) is not None)

@@ -1,0 +1,319 @@
+"""One generation of a :class:`~llama_index_car.indices.CriterionAwareIndex`: flat files, one
+manifest (format 4).
+
+``DIR/CURRENT`` names the live ``gen-…/`` (:func:`llama_index_car._persist.replace_dir`: written
+and fsynced, then switched atomically), which holds::
+
+    index.json          format_version, tokenizer spec, BM25 parameters and sizes, node ids,
+                        text hashes, how the vectors are kept, span counts, extra documents
+    nodes.json          doc_to_json of every node, index order
+    bm25.<array>.npy    the BM25 arrays (BM25Okapi.write_to, no manifest of their own)
+    embeddings.npy      float32, one row per node (only for an in-memory SimpleVectorStore;
+                        a store keeps its vectors, the caller opens it again)
+    spans.json, span_vectors.npy   the span index (when the index has one)
+    <documents>         extra JSON a caller adds (a folder's ``car_index.json``)
+    manifest.json       every file's size and sha256, written last — the only manifest
+
+Reading checks the manifest once: every file is hashed except the BM25 arrays, which
+:meth:`BM25Okapi.load <llama_index_car.bm25.BM25Okapi.load>` (``bound``) checks per its
+``verify`` mode (memory-mapped). No pickle; format 3 folders and older are not read (rebuild).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, MutableMapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.schema import BaseNode
+from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
+
+from llama_index_car import _persist
+from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
+from llama_index_car._lexical import Lexical, Tokens
+from llama_index_car.bm25 import BM25Okapi, Verify
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index_car.indices.criterion_aware import CriterionAwareIndex
+
+__all__ = ["FORMAT_VERSION", "KIND", "read", "read_generation", "write"]
+
+#: 4: one generation of flat files bound by one manifest (BM25 arrays included)
+FORMAT_VERSION = 4
+KIND = "CriterionAwareIndex"
+INDEX_NAME = "index.json"
+NODES_NAME = "nodes.json"
+BM25_PREFIX = "bm25."
+VECTORS_NAME = "embeddings.npy"
+SPAN_NAMES = ("spans.json", "span_vectors.npy")
+MAX_NODES_BYTES = 16 << 30
+_VECTOR_KINDS = ("none", "local", "store")
+
+#: ``bind(root, documents, embed_model, vector_index) -> (embed_model, vector_index)``: a
+#: caller's hook run once the manifest and the extra documents are read and checked
+Bind = Callable[[Path, dict[str, Any], Any, Any], tuple[Any, Any]]
+
+
+def local_vectors(vector_index: Any) -> dict[str, list[float]] | None:
+    """``{node_id: vector}`` of an in-memory ``SimpleVectorStore`` (None for other stores)."""
+    from llama_index.core.vector_stores.simple import SimpleVectorStore
+
+    store = getattr(vector_index, "vector_store", None)
+    if not isinstance(store, SimpleVectorStore):
+        return None
+    return dict(store.data.embedding_dict)
+
+
+def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]) -> None:
+    """Persist ``index``'s current snapshot to ``target`` (see the module docstring)."""
+    import numpy as np
+
+    snap = index.snapshot
+    lex = snap.lexical
+    ids = [n.node_id for n in lex.nodes]
+    vectors = None if index.vector_index is None else local_vectors(index.vector_index)
+    kind = "none" if index.vector_index is None else ("store" if vectors is None else "local")
+    if vectors is not None:
+        missing = [i for i in ids if i not in vectors]
+        if missing:
+            raise IndexPersistError(f"the vector index lacks vectors for {missing[:3]}")
+    bad = [n for n in documents if n in (INDEX_NAME, NODES_NAME, _persist.MANIFEST_NAME)]
+    if bad:
+        raise ConfigurationError(f"documents may not be named {bad}")
+    with _persist.replace_dir(target) as gen:
+        meta = lex.bm25.write_to(gen, prefix=BM25_PREFIX, manifest=False)
+        _persist.write_json(gen / NODES_NAME, [doc_to_json(n) for n in lex.nodes])
+        if vectors is not None:
+            matrix = np.asarray([vectors[i] for i in ids], dtype=np.float32)
+            if not ids:
+                matrix = matrix.reshape(0, 0)
+            with open(gen / VECTORS_NAME, "wb") as fh:
+                np.save(fh, matrix, allow_pickle=False)
+        if snap.spans is not None:
+            snap.spans.persist(gen, names=SPAN_NAMES)
+        for name, value in documents.items():
+            _persist.write_json(gen / name, value)
+        _persist.write_json(gen / INDEX_NAME, {
+            "format_version": FORMAT_VERSION,
+            "kind": KIND,
+            "tokenizer": index.tokenizer.to_dict(),
+            "bm25": meta,
+            "node_ids": ids,
+            "text_hashes": list(lex.hashes),
+            "vectors": kind,
+            "vector_store": type(getattr(index.vector_index, "vector_store", None)).__name__,
+            "spans": None if snap.spans is None else {"spans": snap.spans.n_spans,
+                                                       "dim": snap.spans.dim},
+            "documents": sorted(documents),
+        })
+        _persist.write_manifest(gen, kind=KIND, format_version=FORMAT_VERSION)
+
+
+def read(cls: type[CriterionAwareIndex], target: Path, **kwargs: Any) -> CriterionAwareIndex:
+    """Load the live generation of ``target`` (retried across a concurrent swap)."""
+    if not target.is_dir():
+        raise IndexPersistError(f"{target}: no such index directory")
+    index = _persist.load_live(target, lambda root: read_generation(cls, root, **kwargs))
+    index.persist_dir = target
+    return index
+
+
+def read_generation(
+    cls: type[CriterionAwareIndex],
+    root: Path,
+    *,
+    vector_index: Any | None = None,
+    embed_model: Any | None = None,
+    tokenizer: Any | None = None,
+    token_cache: bool | MutableMapping[str, list[str]] | None = True,
+    verify: Verify = "auto",
+    bind: Bind | None = None,
+) -> CriterionAwareIndex:
+    """One generation directory ``root`` as an index: its manifest read and checked once.
+
+    ``vector_index``: the ``VectorStoreIndex`` of a store-kept index (required then);
+    ``embed_model``: the query embedding (default for local vectors:
+    :func:`~llama_index_car.providers.resolve_embed_model`); ``tokenizer``: default the
+    persisted spec (another one warns :class:`TokenizerMismatchWarning`, as does another
+    kiwipiepy or model version).
+    """
+    manifest = _persist.read_manifest(
+        root, kind=KIND, format_versions=(FORMAT_VERSION,), required=(INDEX_NAME, NODES_NAME),
+        verify=lambda name: not name.startswith(BM25_PREFIX),
+    )
+    spec = _spec(root, manifest)
+    documents = {}
+    for name in spec["documents"]:
+        try:
+            documents[name] = _persist.read_json(root / name)
+        except FileNotFoundError as exc:
+            raise IndexPersistError(f"{root / name} is missing; rebuild the index") from exc
+    if bind is not None:
+        embed_model, vector_index = bind(root, documents, embed_model, vector_index)
+    try:
+        raw = _persist.read_json(root / NODES_NAME, max_bytes=MAX_NODES_BYTES)
+        nodes: list[BaseNode] = [json_to_doc(d) for d in raw]
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise IndexPersistError(f"{root / NODES_NAME} is damaged ({exc}); rebuild") from exc
+    saved = spec["tokenizer"]
+    if tokenizer is None:
+        from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+        tokenizer = KiwiTokenizer.from_dict(saved)
+    same_analysis = _check_spec(saved, tokenizer, root)
+    try:
+        bm25 = BM25Okapi.load(root, verify=verify, prefix=BM25_PREFIX,
+                              bound=(manifest["files"], spec["bm25"]))
+    except IndexPersistError as exc:  # its arrays are part of this index: rebuilt with it
+        raise IndexPersistError(str(exc).replace("save the index again", "rebuild the index")
+                                .replace("save it again", "rebuild the index")) from exc
+    if [n.node_id for n in nodes] != spec["node_ids"] or len(nodes) != bm25.corpus_size or len(
+            spec["text_hashes"]) != len(nodes):
+        raise IndexPersistError(
+            f"{root}: {NODES_NAME}, {INDEX_NAME} and the BM25 arrays disagree; rebuild the index"
+        )
+    lexical = Lexical.of(bm25, nodes, spec["text_hashes"])
+    tokens = Tokens(tokenizer, token_cache)
+    if same_analysis:
+        tokens.answering_from(lexical)
+    spans = _spans(root, spec, manifest, spec["node_ids"])
+    if vector_index is None and spec["vectors"] == "store":
+        raise ConfigurationError(
+            f"{root} keeps its vectors in a {spec['vector_store']}: pass vector_index= (a "
+            "VectorStoreIndex over that store)"
+        )
+    if vector_index is None and spec["vectors"] == "local":
+        if embed_model is None:
+            from llama_index_car.providers import resolve_embed_model
+
+            embed_model = resolve_embed_model()
+        vector_index = _index_from_vectors(root / VECTORS_NAME, nodes, embed_model)
+    index = cls.from_parts(lexical, tokens, vector_index=vector_index, embed_model=embed_model,
+                           spans=spans)
+    index.metadata = documents
+    return index
+
+
+def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    path = root / INDEX_NAME
+    spec = _persist.read_json(path)
+    if not isinstance(spec, dict) or spec.get("format_version") != FORMAT_VERSION:
+        raise IndexPersistError(f"{path}: not a format {FORMAT_VERSION} index; rebuild the index")
+    types = {"tokenizer": dict, "bm25": dict, "node_ids": list, "text_hashes": list,
+             "vectors": str, "documents": list}
+    wrong = [k for k, t in types.items() if not isinstance(spec.get(k), t)]
+    if wrong or spec["vectors"] not in _VECTOR_KINDS or not (
+        spec.get("spans") is None or isinstance(spec["spans"], dict)
+    ) or not all(isinstance(d, str) and d in manifest["files"] and "/" not in d
+                 for d in spec["documents"]):
+        raise IndexPersistError(f"{path}: malformed fields {wrong or ['vectors/spans/documents']}"
+                                "; rebuild the index")
+    if spec["vectors"] == "local" and VECTORS_NAME not in manifest["files"]:
+        raise IndexPersistError(f"{root / VECTORS_NAME} is not listed; rebuild the index")
+    return spec
+
+
+def _spans(
+    root: Path, spec: dict[str, Any], manifest: dict[str, Any], ids: list[str]
+) -> Any:
+    """The span index the spec records, checked against the nodes and the record."""
+    from llama_index_car.span_index import SpanIndex
+
+    recorded = spec.get("spans")
+    listed = [n for n in SPAN_NAMES if n in manifest["files"]]
+    if recorded is None:
+        if listed:
+            raise IndexPersistError(
+                f"{root / SPAN_NAMES[0]} is present but {root / INDEX_NAME} records no span "
+                "index; rebuild"
+            )
+        return None
+    if len(listed) != 2:
+        raise IndexPersistError(f"{root / SPAN_NAMES[0]} is missing; rebuild the index")
+    spans = SpanIndex.load(root, names=SPAN_NAMES)
+    if set(spans.node_ids) != set(ids) or len(spans.node_ids) != len(ids):
+        raise IndexPersistError(
+            f"{root / SPAN_NAMES[0]} holds spans of {len(spans.node_ids)} nodes, not of the "
+            f"index's {len(ids)} nodes; rebuild the index"
+        )
+    if recorded != {"spans": spans.n_spans, "dim": spans.dim}:
+        raise IndexPersistError(
+            f"{root / SPAN_NAMES[0]}: {spans.n_spans} spans of dim {spans.dim}, but "
+            f"{root / INDEX_NAME} records {recorded}; rebuild the index"
+        )
+    return spans
+
+
+def _check_spec(saved: dict[str, Any], tokenizer: Any, root: Path) -> bool:
+    """Warn when ``tokenizer`` analyses differently from the persisted spec; True when the
+    analysis is the same (stored token counts can answer the token cache)."""
+    current = tokenizer.to_dict()
+    problems: list[str] = []
+    if saved.get("spec_hash") != current["spec_hash"]:
+        diff = sorted(
+            k
+            for k in set(saved.get("config", {})) | set(current["config"])
+            if saved.get("config", {}).get(k) != current["config"].get(k)
+        )
+        if saved.get("patterns") != current["patterns"]:
+            diff.append("patterns")
+        problems.append(f"tokenizer spec differs ({', '.join(diff) or 'spec_hash'})")
+    for key in ("kiwipiepy_version", "model_version", "model_type"):
+        if saved.get(key) != current.get(key):
+            problems.append(f"{key} {saved.get(key)!r} -> {current.get(key)!r}")
+    if problems:
+        warnings.warn(
+            f"{root}: index was built with a different tokenizer: {'; '.join(problems)}. "
+            "Query tokens may not match the indexed tokens; rebuild the index to be safe.",
+            TokenizerMismatchWarning,
+            stacklevel=5,
+        )
+    return not problems
+
+
+def _index_from_vectors(path: Path, nodes: list[BaseNode], embed_model: Any) -> Any:
+    """An in-memory ``VectorStoreIndex`` over ``nodes`` with the stored vectors (no embedding)."""
+    import numpy as np
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.core.data_structs.data_structs import IndexDict
+    from llama_index.core.storage.docstore import SimpleDocumentStore
+    from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
+
+    try:
+        with _persist.open_regular(path) as fh:
+            matrix = np.load(fh, allow_pickle=False)
+    except FileNotFoundError as exc:
+        raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
+    except (OSError, ValueError, EOFError) as exc:
+        raise IndexPersistError(f"{path} is damaged ({exc}); rebuild the index") from exc
+    if matrix.ndim != 2 or matrix.shape[0] != len(nodes) or matrix.dtype != np.float32:
+        raise IndexPersistError(
+            f"{path} holds {matrix.dtype} {matrix.shape}, not one float32 row per node "
+            f"({len(nodes)}); rebuild the index"
+        )
+    vectors = {n.node_id: row.tolist() for n, row in zip(nodes, matrix, strict=True)}
+    # filled directly: VectorStoreIndex(nodes) re-serialises every node and its document's
+    # node list once per node (~1 s for 752 nodes); the stores hold the same entries
+    refs = {n.node_id: n.ref_doc_id or "None" for n in nodes}
+    data = SimpleVectorStoreData(
+        embedding_dict=vectors,
+        text_id_to_ref_doc_id=refs,
+        metadata_dict={
+            n.node_id: {**n.metadata, "_node_type": n.class_name(), "document_id": refs[n.node_id],
+                        "doc_id": refs[n.node_id], "ref_doc_id": refs[n.node_id]}
+            for n in nodes
+        },
+    )
+    docstore = SimpleDocumentStore()
+    docstore._kvstore.put_all(
+        [(n.node_id, doc_to_json(n)) for n in nodes], collection=docstore._node_collection
+    )
+    struct = IndexDict()
+    for n in nodes:
+        struct.nodes_dict[n.node_id] = n.node_id
+    storage = StorageContext.from_defaults(
+        docstore=docstore, vector_store=SimpleVectorStore(data=data)
+    )
+    return VectorStoreIndex(index_struct=struct, storage_context=storage,
+                            embed_model=embed_model)
