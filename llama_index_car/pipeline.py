@@ -1182,9 +1182,9 @@ def load_retriever(
     embed_model: BaseEmbedding | None = None,
     llm: LLM | None = None,
     similarity_top_k: int = 10,
-    pool_top_k: int = 50,
+    pool_top_k: int | None = None,
     alpha: float | None = None,
-    rrf_k: int = 60,
+    rrf_k: int | None = None,
 ) -> BaseRetriever:
     """Open ``persist_dir`` and return a ``kind`` retriever (``car|hybrid|bm25|dense``).
 
@@ -1195,11 +1195,13 @@ def load_retriever(
     """
     local = load_index(persist_dir, embed_model=embed_model)
     hypothesizer = None
-    if llm is not None and kind == "car":
+    if llm is not None:
+        if kind != "car":
+            raise ConfigurationError(f"llm is used by the 'car' retriever only, not {kind!r}")
         from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
 
         hypothesizer = LLMCriterionHypothesizer(llm=llm)
-    return local.as_retriever(
+    return local.as_retriever(  # an option ``kind`` does not use is refused there
         kind,
         similarity_top_k=similarity_top_k,
         pool_top_k=pool_top_k,

@@ -328,3 +328,41 @@ def test_a_view_is_built_over_an_index_or_over_nodes_not_both() -> None:
         KiwiBM25Retriever(_nodes(), index=car.index)
     view = KiwiBM25Retriever(index=car.index, similarity_top_k=2)
     assert view.index is car.index and view.tokenizer is car.index.tokenizer
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "named"),
+    [
+        ("bm25", {"alpha": 0.3}, "alpha"),
+        ("bm25", {"pool_top_k": 20, "rrf_k": 10}, "pool_top_k, rrf_k"),
+        ("dense", {"hypothesizer": object()}, "hypothesizer"),
+        ("dense", {"criterion_spans": 0}, "criterion_spans"),
+        ("hybrid", {"hypothesizer": object()}, "hypothesizer"),
+    ],
+)
+def test_an_option_the_kind_does_not_use_is_refused(
+    kind: str, options: dict[str, Any], named: str
+) -> None:
+    """Before: ``as_retriever`` accepted and silently ignored them (e.g. ``--alpha`` with a
+    BM25 retriever, or a hypothesizer for the hybrid)."""
+    index = _car().index
+    with pytest.raises(ConfigurationError, match=f"does not use {named}"):
+        index.as_retriever(kind, **options)
+    assert index.as_retriever(kind, similarity_top_k=3).retrieve("배수시설 설치기준")
+
+
+def test_cli_alpha_with_a_single_channel_retriever_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llama_index_car.cli import main
+    from llama_index_car.demo import demo_corpus_dir
+
+    src = tmp_path / "src"
+    src.mkdir()
+    first = sorted(demo_corpus_dir().glob("*.hwpx"))[0]
+    (src / first.name).write_bytes(first.read_bytes())
+    out = tmp_path / "idx"
+    assert main(["index", str(src), "--persist", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["query", str(out), "기준", "--retriever", "bm25", "--alpha", "0.3"]) == 2
+    assert "--alpha weights the fused retrievers, not bm25" in capsys.readouterr().err

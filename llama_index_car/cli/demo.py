@@ -241,7 +241,8 @@ def run(args: argparse.Namespace) -> int:
         n = len(local.nodes)
         check_golds(questions, local.nodes)
         retrievers = {  # every node ranked: the spans of CAR's top hit only, below
-            s: local.as_retriever(s, similarity_top_k=n, pool_top_k=n,
+            s: local.as_retriever(s, similarity_top_k=n,
+                                  **({"pool_top_k": n} if s in ("hybrid", "car") else {}),
                                   **({"hypothesizer": hypothesizer, "criterion_spans": 0}
                                      if s == "car" else {}))
             for s in SYSTEMS

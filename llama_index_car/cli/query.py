@@ -366,12 +366,16 @@ def run(args: argparse.Namespace) -> int:
     local = load_index(args.persist_dir, embed_model=embed_model, store=args.store)
     manifest = local.metadata  # read and checked once, by load_index
     pool = max(50, args.top_k)
+    from llama_index_car._errors import ConfigurationError
+
+    fused = args.retriever in ("hybrid", "car")
+    if args.alpha is not None and not fused:
+        raise ConfigurationError(f"--alpha weights the fused retrievers, not {args.retriever}")
     retriever = local.as_retriever(
         args.retriever,
         similarity_top_k=pool if reranker is not None else args.top_k,
-        pool_top_k=pool,
-        alpha=args.alpha,
-        hypothesizer=hypothesizer,
+        **({"pool_top_k": pool, "alpha": args.alpha} if fused else {}),
+        **({"hypothesizer": hypothesizer} if hypothesizer is not None else {}),
         **_car_span_option(args, reranker),
     )
     if hypothesizer is not None:

@@ -116,10 +116,10 @@ def view(
     kind: str = "car",
     *,
     similarity_top_k: int = 10,
-    pool_top_k: int = 50,
+    pool_top_k: int | None = None,
     filters: MetadataFilters | None = None,
     alpha: float | None = None,
-    rrf_k: int = 60,
+    rrf_k: int | None = None,
     hypothesizer: Any | None = None,
     **kwargs: Any,
 ) -> BaseRetriever:
@@ -129,11 +129,13 @@ def view(
     ``hypothesizer``, re-ranking by the index's span index when it has one; ``kwargs`` are
     its options, e.g. ``criterion_spans``, ``feedback_scale``, ``route``).
 
-    ``pool_top_k`` is the per-channel candidate pool of the fused kinds; ``filters``
-    (``MetadataFilters``) apply to every channel.
+    ``pool_top_k`` (default 50) is the per-channel candidate pool of the fused kinds and
+    ``rrf_k`` (default 60) their RRF constant; ``filters`` (``MetadataFilters``) apply to
+    every channel. An option the kind does not use is refused, never ignored.
 
     Raises:
-        ConfigurationError: unknown ``kind``, or a dense kind over a BM25-only index.
+        ConfigurationError: unknown ``kind``, an option ``kind`` does not use, or a dense kind
+            over a BM25-only index.
     """
     from llama_index_car.indices.criterion_aware import RETRIEVER_KINDS
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
@@ -142,12 +144,26 @@ def view(
         raise ConfigurationError(
             f"retriever kind {kind!r} is unknown; use one of {', '.join(RETRIEVER_KINDS)}"
         )
+    unused = {
+        "bm25": {"pool_top_k": pool_top_k, "alpha": alpha, "rrf_k": rrf_k,
+                 "hypothesizer": hypothesizer, **kwargs},
+        "hybrid": {"hypothesizer": hypothesizer},
+        "car": {},
+    }.get(kind, {"pool_top_k": pool_top_k, "alpha": alpha, "rrf_k": rrf_k,
+                 "hypothesizer": hypothesizer, **kwargs})
+    given = sorted(name for name, value in unused.items() if value is not None)
+    if given:
+        raise ConfigurationError(
+            f"retriever kind {kind!r} does not use {', '.join(given)}; leave "
+            f"{'it' if len(given) == 1 else 'them'} out"
+        )
+    rrf_k = 60 if rrf_k is None else rrf_k
     if kind == "bm25":
         return KiwiBM25Retriever(index=index, similarity_top_k=similarity_top_k,
                                  filters=filters)
     if kind == "dense":
         return IndexDense(index, similarity_top_k, filters)
-    pool = max(pool_top_k, similarity_top_k)
+    pool = max(50 if pool_top_k is None else pool_top_k, similarity_top_k)
     dense = IndexDense(index, pool, filters)
     lexical = KiwiBM25Retriever(index=index, similarity_top_k=pool, filters=filters,
                                 warn_small=False)
