@@ -71,8 +71,10 @@ def test_documented_offline_defaults_are_the_codes() -> None:
     car = OfflineCriterionRetriever(_Empty(), _Empty())
     bullet = _documented(r"`OfflineCriterionRetriever\((.*?)\)`:")
     assert float(_documented(r"OfflineCriterionRetriever\(dense, lexical, alpha=None → ([0-9.]+)")) == car.alpha
-    assert float(_documented(r"span_weight=None → ([0-9.]+)")) == pytest.approx(0.5)
-    assert "span_pool=20" in bullet and car.span_pool == 20
+    from llama_index_car.postprocessors.span_rerank import DEFAULT_SPAN_WEIGHT
+
+    assert float(_documented(r"span_weight=None → ([0-9.]+)")) == DEFAULT_SPAN_WEIGHT
+    assert f"span_pool={car.span_pool}" in bullet
     assert float(_documented(r"alpha_overlap=None → ([0-9.]+)")) == car.alpha_overlap
     assert float(_documented(r"bm25_lead=None → ([0-9.]+)")) == car.bm25_lead
     shared = _documented(r"Shared \(base\): (.*?)the weights")

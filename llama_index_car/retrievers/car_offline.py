@@ -25,7 +25,7 @@ without an LLM. Channels:
   ``bm25_lead`` of itself (:func:`~llama_index_car.fusion.score_gap`; its ``car_explain``
   records ``bm25_lead``: gap, threshold, moved_from).
 
-Every default (``alpha`` 0.3 → ``alpha_overlap`` 0, span weight 0.5 over a 20-node pool,
+Every default (``alpha`` 0.3 → ``alpha_overlap`` 0, span weight 0.3 over a 50-node pool,
 ``bm25_lead`` 0.2, and the feedback channel **off**) was chosen by 5-fold cross-validation
 over the queries of three developer sets and checked leave-one-set-out
 (``benchmarks/span_cv.py``, ``docs/results/span_cv.md``): the feedback channel added nothing
@@ -114,9 +114,9 @@ class OfflineCriterionRetriever(CriterionAwareRetriever):
             :data:`~llama_index_car.retrievers.criterion_aware.DEFAULT_OFFLINE_ALPHA`).
         alpha_overlap: dense weight at router signal 1 (default 0; ``alpha`` keeps α fixed).
         span_index: re-rank the fused pool by its best spans, and attach criterion spans.
-        span_weight: weight of the span order (default 0.5 with a ``span_index``, else 0);
+        span_weight: weight of the span order (default 0.3 with a ``span_index``, else 0);
             > 0 needs a ``span_index`` and the embedding.
-        span_pool: fused nodes re-ranked by spans (default 20).
+        span_pool: fused nodes re-ranked by spans (default 50).
         bm25_lead: BM25's top hit goes first when its score gap to the second is at least
             this share of its score (default 0.2; 0 = off).
         feedback_scale: the feedback channel's scale (default 0: off).
