@@ -375,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
         args.retriever,
         similarity_top_k=pool if reranker is not None else args.top_k,
         **({"pool_top_k": pool, "alpha": args.alpha} if fused else {}),
-        **({"hypothesizer": hypothesizer} if hypothesizer is not None else {}),
+        hypothesizer=hypothesizer,  # None unless car with --llm
         **_car_span_option(args, reranker),
     )
     if hypothesizer is not None:

@@ -144,13 +144,9 @@ def view(
         raise ConfigurationError(
             f"retriever kind {kind!r} is unknown; use one of {', '.join(RETRIEVER_KINDS)}"
         )
-    unused = {
-        "bm25": {"pool_top_k": pool_top_k, "alpha": alpha, "rrf_k": rrf_k,
-                 "hypothesizer": hypothesizer, **kwargs},
-        "hybrid": {"hypothesizer": hypothesizer},
-        "car": {},
-    }.get(kind, {"pool_top_k": pool_top_k, "alpha": alpha, "rrf_k": rrf_k,
-                 "hypothesizer": hypothesizer, **kwargs})
+    unused: dict[str, Any] = {} if kind == "car" else {"hypothesizer": hypothesizer}
+    if kind in ("bm25", "dense"):  # single-channel: no pool, fusion or CAR options
+        unused |= {"pool_top_k": pool_top_k, "alpha": alpha, "rrf_k": rrf_k, **kwargs}
     given = sorted(name for name, value in unused.items() if value is not None)
     if given:
         raise ConfigurationError(
