@@ -43,6 +43,13 @@ from llama_index_car.span_index import SpanIndex
 from llama_index_car.spans import node_spans
 
 
+def unit(vec: list[float]) -> np.ndarray:
+    """``vec`` as a unit float32 vector (the dense channel's cosine)."""
+    v = np.asarray(vec, dtype=np.float32)
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm > 0 else v
+
+
 def _ms(xs: list[float]) -> tuple[float, float]:
     xs = sorted(xs)
     return 1e3 * statistics.median(xs), 1e3 * xs[min(len(xs) - 1, int(0.95 * len(xs)))]
@@ -67,8 +74,7 @@ def main() -> int:
     loss: list[float] = []
     changed = total = 0
     for query in data.queries.values():
-        bundle = QueryBundle(query_str=query)
-        qv = v.dense.query_vector(bundle)
+        qv = unit(factory.embed_model.get_query_embedding(query))
         dense = list(v.dense.retrieve(QueryBundle(query_str=query, embedding=list(qv))))
         bm25 = list(v.bm25.retrieve(query))
         t0 = time.perf_counter()

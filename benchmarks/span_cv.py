@@ -144,6 +144,13 @@ LEADS = (0.0, 0.2, 0.3, 0.4, 0.5)
 DCONFS = (0.0,)
 
 
+def unit(vec: list[float]) -> np.ndarray:
+    """``vec`` as a unit float32 vector (the dense channel's cosine)."""
+    v = np.asarray(vec, dtype=np.float32)
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm > 0 else v
+
+
 def grid() -> list[Point]:
     points = []
     for dconf, lead, feedback, (a_hi, a_lo) in itertools.product(
@@ -329,9 +336,9 @@ def _collect(
     car = OfflineCriterionRetriever(
         v.dense, v.bm25, pool_top_k=DEPTH, similarity_top_k=DEPTH, feedback_scale=0.7
     )
-    span_vecs, offsets, row = node_span_matrix(v.dense.nodes, cache)
+    span_vecs, offsets, row = node_span_matrix(v.nodes, cache)
     node_row = {n.node_id: i for i, n in enumerate(data.nodes)}
-    stats = {"nodes": len(v.dense.nodes), "spans": int(span_vecs.shape[0])}
+    stats = {"nodes": len(v.nodes), "spans": int(span_vecs.shape[0])}
     out: dict[str, QueryData] = {}
     for qid, query in data.queries.items():
         bundle = QueryBundle(query_str=query)
@@ -347,7 +354,7 @@ def _collect(
         )
         cand = list(dict.fromkeys(dense + bm25 + fb))
         index = {d: i for i, d in enumerate(cand)}
-        qv = v.dense.query_vector(bundle)
+        qv = unit(factory.embed_model.get_query_embedding(query))
         feats: dict[str, list[float]] = {f: [] for f in FEATURES}
         for d in cand:
             i = row[d]

@@ -1,9 +1,10 @@
-"""System names, the numpy dense retriever, memoized hypotheses, rerank tail, test families."""
+"""System names, systems as views of one index, memoized hypotheses, rerank tail, test families."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_car._errors import ConfigurationError, HypothesisError
@@ -11,8 +12,8 @@ from llama_index_car.evaluation.runner import declare_tests
 from llama_index_car.evaluation.systems import (
     HypothesisChannelRetriever,
     MemoHypothesizer,
-    NumpyDenseRetriever,
     RerankRetriever,
+    SystemFactory,
     SystemSpec,
     parse_system,
 )
@@ -49,18 +50,38 @@ def _nodes() -> list[TextNode]:
     ]
 
 
-def test_numpy_dense_retriever_cosine_and_ties() -> None:
-    r = NumpyDenseRetriever(_nodes(), AxisEmbedding(), similarity_top_k=3)
+def _dense(top_k: int) -> BaseRetriever:
+    return SystemFactory(_nodes(), AxisEmbedding(), depth=top_k).build("dense")
+
+
+def test_dense_system_is_the_index_channel_with_exact_cosine() -> None:
+    from llama_index_car.indices._views import IndexDense
+
+    r = _dense(4)
+    assert isinstance(r, IndexDense)  # the shipped channel, not an evaluation copy
     hits = r.retrieve("a")
-    assert [h.node.node_id for h in hits] == ["d1", "d3", "d4"]
     q = np.array([1.0, 0.0, 0.01])
-    d = np.array([2.0, 0.0, 0.01])
-    assert hits[0].score == pytest.approx(q @ d / np.linalg.norm(q) / np.linalg.norm(d), rel=1e-5)
+    vecs = {"d1": [2.0, 0.0, 0.01], "d3": [2.0, 0.0, 0.01], "d2": [0.0, 2.0, 0.01],
+            "d4": [0.0, 0.0, 1.01]}
+    cos = {k: float(q @ v / np.linalg.norm(q) / np.linalg.norm(v)) for k, v in vecs.items()}
+    assert {h.node.node_id for h in hits[:2]} == {"d1", "d3"}  # the tied pair first
+    assert [h.node.node_id for h in hits[2:]] == ["d4", "d2"]
+    for h in hits:
+        assert h.score == pytest.approx(cos[h.node.node_id], rel=1e-5)
     # custom_embedding_strs replace the query text for the embedding
     hits = r.retrieve(QueryBundle(query_str="a", custom_embedding_strs=["b"]))
     assert hits[0].node.node_id == "d2"
-    with pytest.raises(ConfigurationError):
-        NumpyDenseRetriever([], AxisEmbedding())
+
+
+def test_every_system_is_a_view_of_the_variants_index() -> None:
+    """A node deleted from the variant's index leaves every system at once: none of them
+    holds a private copy of the corpus."""
+    factory = SystemFactory(_nodes(), AxisEmbedding(), depth=4)
+    systems = {name: factory.build(name) for name in ("bm25", "dense", "hybrid", "car")}
+    assert all("d2" in {h.node.node_id for h in r.retrieve("bb")} for r in systems.values())
+    factory.variant(None).index.delete_nodes(["d2"])
+    for name, r in systems.items():
+        assert "d2" not in {h.node.node_id for h in r.retrieve("bb")}, name
 
 
 class Counting(BaseCriterionHypothesizer):
@@ -87,17 +108,19 @@ def test_memo_hypothesizer_calls_once_and_remembers_failures() -> None:
     assert bad.inner.calls == 1  # type: ignore[attr-defined]
 
 
-class Recorder(NumpyDenseRetriever):
-    seen: list[QueryBundle]
+class Recorder(BaseRetriever):
+    def __init__(self, inner: BaseRetriever) -> None:
+        self.inner = inner
+        self.seen: list[QueryBundle] = []
+        super().__init__()
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         self.seen.append(query_bundle)
-        return super()._retrieve(query_bundle)
+        return self.inner.retrieve(query_bundle)
 
 
 def test_hypothesis_channels_use_car_strings_and_fall_back() -> None:
-    r = Recorder(_nodes(), AxisEmbedding(), similarity_top_k=2)
-    r.seen = []
+    r = Recorder(_dense(2))
     dense = HypothesisChannelRetriever(r, Counting(), "dense")
     assert dense.retrieve("a")[0].node.node_id == "d2"  # "a\nbbbb" points at b
     assert r.seen[-1].custom_embedding_strs == ["a\nbbbb"]
@@ -115,7 +138,7 @@ class Reverse:
 
 
 def test_rerank_reorders_pool_and_keeps_tail() -> None:
-    base = NumpyDenseRetriever(_nodes(), AxisEmbedding(), similarity_top_k=4)
+    base = _dense(4)
     before = [h.node.node_id for h in base.retrieve("a")]
     out = RerankRetriever(base, Reverse(), pool=2).retrieve("a")
     ids = [h.node.node_id for h in out]

@@ -7,9 +7,9 @@ Grammar of a system name::
 * ``base`` — one of :data:`BASES`:
 
   ==============  ============================================================================
-  ``bm25``        ``KiwiBM25Retriever`` (k1=1.5, b=0.75, ε=0.25)
-  ``dense``       :class:`NumpyDenseRetriever`: cosine over an N×d numpy matrix of any
-                  ``BaseEmbedding`` (embeddings from the on-disk cache)
+  ``bm25``        ``KiwiBM25Retriever`` (k1=1.5, b=0.75, ε=0.25), the index's BM25 view
+  ``dense``       the shipped dense channel: ``CriterionAwareIndex.as_retriever("dense")``
+                  over an in-memory ``VectorStoreIndex`` (embeddings from the on-disk cache)
   ``hybrid``      ``WeightedRRFRetriever.from_alpha(dense, bm25, alpha)`` (rrf_k=60)
   ``dense+hyp``   dense over ``query + "\\n" + hypothesis`` (CAR's dense channel alone; LLM)
   ``bm25+exp``    BM25 over ``query + " " + criterion terms`` (CAR's lexical channel alone; LLM)
@@ -48,10 +48,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError, HypothesisError
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
@@ -60,7 +59,6 @@ __all__ = [
     "BASES",
     "HypothesisChannelRetriever",
     "MemoHypothesizer",
-    "NumpyDenseRetriever",
     "RerankRetriever",
     "SystemFactory",
     "SystemSpec",
@@ -132,94 +130,6 @@ def parse_system(name: str) -> SystemSpec:
 
 
 # ----------------------------------------------------------------------------- retrievers
-def _unit_rows(m: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return (m / norms).astype(np.float32)
-
-
-class NumpyDenseRetriever(BaseRetriever):
-    """Exact cosine retrieval over an in-memory ``N × d`` matrix (any ``BaseEmbedding``).
-
-    The query vector is ``query_bundle.embedding`` when set, else the mean embedding of
-    ``query_bundle.embedding_strs`` (``custom_embedding_strs`` or the query), as LlamaIndex's
-    ``VectorIndexRetriever`` does. Results: cosine descending, then node id ascending.
-
-    Args:
-        nodes: the indexed nodes (their ``get_content(MetadataMode.EMBED)`` is embedded).
-        embed_model: the embedding model (wrap it in ``CachedEmbedding`` to reuse vectors).
-        embeddings: precomputed ``N × d`` vectors in ``nodes`` order (skips embedding).
-        similarity_top_k: results per query (default 10).
-    """
-
-    def __init__(
-        self,
-        nodes: Sequence[BaseNode],
-        embed_model: BaseEmbedding,
-        embeddings: np.ndarray | None = None,
-        similarity_top_k: int = 10,
-        show_progress: bool = False,
-    ) -> None:
-        if not nodes:
-            raise ConfigurationError("nodes is empty; pass the nodes to index")
-        if similarity_top_k < 1:
-            raise ConfigurationError(f"similarity_top_k={similarity_top_k} must be >= 1")
-        self._nodes = list(nodes)
-        self._embed_model = embed_model
-        if embeddings is None:
-            texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in self._nodes]
-            embeddings = np.asarray(
-                embed_model.get_text_embedding_batch(texts, show_progress=show_progress),
-                dtype=np.float32,
-            )
-        matrix = np.asarray(embeddings, dtype=np.float32)
-        if matrix.shape[0] != len(self._nodes):
-            raise ConfigurationError(
-                f"embeddings has {matrix.shape[0]} rows for {len(self._nodes)} nodes"
-            )
-        self._matrix = _unit_rows(matrix)
-        ids = [n.node_id for n in self._nodes]
-        order = sorted(range(len(ids)), key=lambda i: ids[i])
-        self._id_rank = np.empty(len(ids), dtype=np.int64)
-        self._id_rank[order] = np.arange(len(ids))
-        self.similarity_top_k = similarity_top_k
-        super().__init__()
-
-    @property
-    def matrix(self) -> np.ndarray:
-        """The unit-norm ``N × d`` document matrix."""
-        return self._matrix
-
-    @property
-    def nodes(self) -> list[BaseNode]:
-        """The indexed nodes, in matrix row order."""
-        return list(self._nodes)
-
-    def query_vector(self, query_bundle: QueryBundle) -> np.ndarray:
-        """The unit query vector used for ``query_bundle``."""
-        if query_bundle.embedding is not None:
-            vec = np.asarray(query_bundle.embedding, dtype=np.float32)
-        else:
-            vec = np.asarray(
-                self._embed_model.get_agg_embedding_from_queries(query_bundle.embedding_strs),
-                dtype=np.float32,
-            )
-        norm = float(np.linalg.norm(vec))
-        return vec / norm if norm > 0 else vec
-
-    def scores(self, query_bundle: QueryBundle) -> np.ndarray:
-        """Cosine of the query with every node (``N`` floats, matrix row order)."""
-        return self._matrix @ self.query_vector(query_bundle)
-
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        scores = self.scores(query_bundle)
-        k = min(self.similarity_top_k, scores.shape[0])
-        part = np.argpartition(-scores, k - 1)[:k]
-        cand = np.nonzero(scores >= scores[part].min())[0]  # every tie at the cut-off
-        order = cand[np.lexsort((self._id_rank[cand], -scores[cand]))][:k]
-        return [NodeWithScore(node=self._nodes[i], score=float(scores[i])) for i in order]
-
-
 class MemoHypothesizer(BaseCriterionHypothesizer):
     """Call the wrapped hypothesizer once per distinct query (failures are remembered too).
 
@@ -339,7 +249,8 @@ class RerankRetriever(BaseRetriever):
 @dataclass
 class _IndexVariant:
     nodes: list[BaseNode]
-    dense: NumpyDenseRetriever
+    index: Any  # the CriterionAwareIndex every system of the variant is a view of
+    dense: BaseRetriever
     bm25: BaseRetriever
     spans: Any = None  # the SpanIndex, built on first use by the offline car
 
@@ -399,8 +310,11 @@ class SystemFactory:
 
     # -- indexes -------------------------------------------------------------------------
     def variant(self, reframe: str | None) -> _IndexVariant:
-        """Dense and BM25 indexes over the nodes (reframed with ``CriterialReframer`` if asked)."""
+        """The :class:`~llama_index_car.indices.CriterionAwareIndex` over the nodes (reframed
+        with ``CriterialReframer`` if asked) and its dense and BM25 views: the evaluation
+        scores the channels a user queries."""
         if reframe not in self._variants:
+            from llama_index_car.indices import CriterionAwareIndex
             from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
             nodes = self.nodes
@@ -408,14 +322,15 @@ class SystemFactory:
                 from llama_index_car.transformers.reframing import CriterialReframer
 
                 nodes = list(CriterialReframer(mode=reframe)(self.nodes))  # type: ignore[arg-type]
-            dense = NumpyDenseRetriever(
-                nodes, self.embed_model, similarity_top_k=self.depth,
-                show_progress=self.show_progress,
+            index = CriterionAwareIndex.from_defaults(
+                nodes=nodes, embed_model=self.embed_model, show_progress=self.show_progress
             )
-            bm25 = KiwiBM25Retriever.from_defaults(
-                nodes=nodes, similarity_top_k=self.depth, show_progress=self.show_progress
+            self._variants[reframe] = _IndexVariant(
+                index.nodes, index,
+                index.as_retriever("dense", similarity_top_k=self.depth),
+                # depth (100) above a small corpus's size is the evaluation's normal case
+                KiwiBM25Retriever(index=index, similarity_top_k=self.depth, warn_small=False),
             )
-            self._variants[reframe] = _IndexVariant(nodes, dense, bm25)
         return self._variants[reframe]
 
     def hypothesizer(self, reframe: str | None, kind: str) -> MemoHypothesizer:
@@ -465,10 +380,8 @@ class SystemFactory:
         elif base == "dense":
             retriever = v.dense
         elif base == "hybrid":
-            from llama_index_car.retrievers.weighted_rrf import WeightedRRFRetriever
-
-            retriever = WeightedRRFRetriever.from_alpha(
-                v.dense, v.bm25, alpha=alpha, rrf_k=self.rrf_k, pool_top_k=self.depth,
+            retriever = v.index.as_retriever(
+                "hybrid", alpha=alpha, rrf_k=self.rrf_k, pool_top_k=self.depth,
                 similarity_top_k=self.depth,
             )
         elif base in ("dense+hyp", "bm25+exp"):
@@ -478,9 +391,6 @@ class SystemFactory:
                 inner, h, "dense" if base == "dense+hyp" else "lexical"
             )
         else:
-            from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
-            from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
-
             kind = "hyde" if base == "car-hyde" else self.hypothesizer_kind
             offline = base == "car" and kind == "offline"  # the recommended offline CAR
             if offline and v.spans is None:
@@ -492,15 +402,14 @@ class SystemFactory:
             common: dict[str, Any] = {
                 "rrf_k": self.rrf_k, "pool_top_k": self.depth, "similarity_top_k": self.depth,
                 "criterion_spans": 0,  # ranking metrics do not read them (100 hits per query)
-                "embed_model": self.embed_model,
             }
             if offline:  # keeps its own α(s) unless the system names one (car@0.4)
-                retriever = OfflineCriterionRetriever(
-                    v.dense, v.bm25, alpha=spec.alpha, span_index=v.spans, **common
+                retriever = v.index.as_retriever(
+                    "car", alpha=spec.alpha, span_index=v.spans, **common
                 )
             else:
-                retriever = HypothesisCriterionRetriever(
-                    v.dense, v.bm25, self.hypothesizer(spec.reframe, kind), alpha=alpha,
+                retriever = v.index.as_retriever(
+                    "car", hypothesizer=self.hypothesizer(spec.reframe, kind), alpha=alpha,
                     route="auto" if base == "car-auto" else "always", speculative_hybrid=False,
                     **common,
                 )
