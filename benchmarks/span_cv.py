@@ -224,6 +224,8 @@ class QueryData:
     qlen: int = 0  # query length (characters)
     gains: np.ndarray | None = None  # graded relevance per candidate (nDCG)
     ideal: np.ndarray | None = None  # every relevance grade of the query, best first
+    dense_scores: np.ndarray | None = None  # the dense channel's top scores, best first
+    bm25_scores: np.ndarray | None = None  # BM25's top scores, best first
 
 
 def _ranks(ids: Sequence[str], index: dict[str, int], n: int) -> np.ndarray:
@@ -272,7 +274,9 @@ def span_features(cos: np.ndarray) -> dict[str, float]:
 
 #: per-query channel rankings and features are computed once per set and kept here
 COLLECT_CACHE = Path("/tmp/span_cv_cache")
-COLLECT_VERSION = 2
+COLLECT_VERSION = 3
+#: channel scores kept per query (score-shape signals)
+SCORE_DEPTH = 20
 CACHED_ONLY = False
 
 
@@ -307,7 +311,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-_ARRAYS = ("dense", "bm25", "feedback", "node_cos", "gains", "ideal")
+_ARRAYS = (
+    "dense", "bm25", "feedback", "node_cos", "gains", "ideal", "dense_scores", "bm25_scores"
+)
 
 
 def _query_data(fields: dict[str, Any]) -> QueryData:
@@ -374,6 +380,8 @@ def _collect(
             len(query),
             np.asarray([float(max(rel.get(d, 0), 0)) for d in cand]),
             np.asarray(sorted((float(r) for r in rel.values() if r > 0), reverse=True)),
+            np.asarray([float(h.score or 0.0) for h in dense_hits[:SCORE_DEPTH]]),
+            np.asarray([float(h.score or 0.0) for h in bm25_hits[:SCORE_DEPTH]]),
         )
     strata = stratify(compute_overlaps(data.queries, data.passages, data.qrels))
     strata["all"] = sorted(q for q in data.qrels if any(r > 0 for r in data.qrels[q].values()))
