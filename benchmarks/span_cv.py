@@ -1,29 +1,39 @@
 """Span ranking for the offline CAR, chosen by cross-validation (issue: span vectors).
 
-Every design choice of the offline ``car`` — whether span ranking is used, how a node's spans
-are scored (best span, best two-span window, mean of the best two), how deep the re-ranked pool
-is, its fusion weight, whether the dense/BM25 split follows the router signal, whether the
-feedback channel stays — is one point of a small grid (:func:`grid`). Each point is a weighted
-RRF (k = 60, ranks 1-based) of up to four ranked lists per query:
+Every design choice of the offline ``car`` — how the dense and BM25 channels are fused
+(weighted RRF of their ranks, or a weighted sum of their standardised scores), the dense share,
+whether it follows the router signal, whether span ranking is used and how strongly, how deep
+the re-ranked pool is, whether the feedback channel and the BM25 lead stay — is one point of a
+small grid (:func:`grid`). Two families of points:
 
-* ``dense``, ``bm25`` (depth 100) and the feedback channel (``CriterionAwareRetriever``'s, at
-  share ``p = 0.7·(1 − s)(1 − a)``) with weights ``[α(1 − p), (1 − α)(1 − p), p]``, where
-  ``α = α_hi − (α_hi − α_lo)·s`` (``s``: the router signal; ``α_hi = α_lo = 0.5`` is the
-  plain hybrid);
-* ``span``: the pool (the top ``pool`` of the fusion above) re-ordered by the span score
-  (cosine of the query vector with the node's span vectors, :mod:`llama_index_car.spans`),
-  weight ``w`` (optionally ``w·(1 − s)``); the other lists' weights are scaled by ``1 − w``;
-* the **span gate** (issue 22: the fusion learns from query-time signals when a channel should
-  lead): span ranking re-orders a query's pool only when one signal passes a threshold,
-  ``signal ≥ θ`` or ``signal ≤ θ`` (:data:`GATE_SIGNALS`: router overlap ``s``, channel
-  agreement ``a``, the BM25 and dense score gaps, query length, and the pool's span-score
-  shape — best span cosine, its margin over the second); otherwise the query keeps the
-  fused order (then the BM25 lead). A gated point's reciprocal ranks are its ungated twin's
-  where the gate is open and the no-span twin's where it is closed, so the gate search costs
-  no re-ranking (:class:`Scores`). The gates are **ablation rows, not shipped**: on the v3
-  e5 vectors the gated grid's CV estimate is within noise of the ungated one (lower on lhcs
-  and autorag, higher on legal) with more parameters and less stable per-fold choices, so the
-  headline ("car") is the ungated grid — the design ``OfflineCriterionRetriever`` ships.
+* **rank fusion** (``fusion="rrf"``; the previous design): a weighted RRF (k = 60, ranks
+  1-based) of ``dense``, ``bm25`` (depth 100) and the feedback channel
+  (``CriterionAwareRetriever``'s, at share ``p = 0.7·(1 − s)(1 − a)``) with weights
+  ``[α(1 − p), (1 − α)(1 − p), p]``, ``α = α_hi − (α_hi − α_lo)·s`` (``s``: the router signal;
+  ``α_hi = α_lo = 0.5`` is the plain hybrid); then ``span``: the pool (the top ``pool`` of the
+  fusion) re-ordered by RRF of its order and the span order (cosine of the query vector with
+  the node's span vectors, :mod:`llama_index_car.spans`), weight ``w`` (optionally
+  ``w·(1 − s)``);
+* **z-score fusion** (``fusion="z"``; the shipped design, :func:`llama_index_car.fusion.zscore_fusion`):
+  ``β·z(dense) + (1 − β)·z(bm25)``, each channel's scores standardised over its top ``zdepth``
+  (a candidate it did not return: its lowest z), ``β`` from ``α_hi → α_lo`` like α; then the
+  pool re-ranked by ``score + γ·z(best span cosine)`` (``γ`` = ``w``, z over the pool;
+  :func:`~llama_index_car.fusion.span_zscore_fusion`).
+
+Both may add the BM25 lead (its top hit first when its score gap reaches ``lead``). The
+**span gate** (issue 22: the fusion learns from query-time signals when a channel should
+lead) is searched over the rank-fusion points: span ranking re-orders a query's pool only
+when one signal passes a threshold, ``signal ≥ θ`` or ``signal ≤ θ`` (:data:`GATE_SIGNALS`:
+router overlap ``s``, channel agreement ``a``, the BM25 and dense score gaps, query length,
+and the pool's span-score shape — best span cosine, its margin over the second); otherwise
+the query keeps the fused order (then the BM25 lead). A gated point's reciprocal ranks are
+its ungated twin's where the gate is open and the no-span twin's where it is closed, so the
+gate search costs no re-ranking (:class:`Scores`). The gates are **ablation rows, not
+shipped**. The z-score fusion is what the score shapes buy without a gate: a channel's hit
+far above the rest of its list keeps its lead per query, which rank fusion cannot see; under
+CV it beats the whole rank-fusion family (gates included) on all three sets, with fewer
+parameters (β fixed, no lead, no feedback were chosen), so it is the headline ("car") and the
+design ``OfflineCriterionRetriever`` ships.
 
 Protocol (nothing reported here is in-sample):
 
@@ -39,7 +49,7 @@ Span vectors come from the shared embedding cache (the same e5 model, passage ro
 the same keys ``llama-car eval --systems car`` writes, so after an eval of the set nothing is
 embedded; ``--cached-only`` refuses to embed). Per-query channel rankings and signals are
 computed once per set and kept in ``/tmp/span_cv_cache`` (keyed by set, engine, version).
-Choosing needs only per-fold sums of reciprocal ranks per point, so the grid (≈ 170k points
+Choosing needs only per-fold sums of reciprocal ranks per point, so the grid (≈ 174k points
 with the gates) is scored in minutes; MRR is the selection metric, nDCG@10 is reported.
 
 Run::
@@ -104,7 +114,12 @@ class Point:
     a_lo: float = 0.5
     feedback: bool = False
     lead: float = 0.0
-    dconf: float = 0.0
+    #: the base fusion of the dense and BM25 lists: ``"rrf"`` (weighted RRF, weights
+    #: ``[α, 1 − α]``) or ``"z"`` (``β·z(dense) + (1 − β)·z(bm25)``, each channel's scores
+    #: standardised over its top ``zdepth``; ``β`` follows ``a_hi → a_lo`` like α); with
+    #: ``"z"`` the span step adds ``w·z(span)`` over the pool to the fused score
+    fusion: str = "rrf"
+    zdepth: int = 100
     #: the span gate: span ranking applies to a query only when its ``sgate`` signal (one of
     #: :data:`GATE_SIGNALS`) is ≥ ``sgate_at`` (``sgate_dir`` 1) or ≤ it (−1); "" = always
     sgate: str = ""
@@ -114,21 +129,23 @@ class Point:
     @property
     def name(self) -> str:
         parts = []
-        if self.w > 0:
+        if self.fusion == "z":
+            parts.append(f"z-fusion[β={self.a_hi:g}→{self.a_lo:g},depth={self.zdepth}]")
+        if self.w > 0 and self.fusion == "z":
+            parts.append(f"span-z[{self.feature},pool={self.pool},γ={self.w:g}{_GATES[self.gate]}]")
+        elif self.w > 0:
             on = ""
             if self.sgate:
                 on = f",on if {self.sgate}{'≥' if self.sgate_dir > 0 else '≤'}{self.sgate_at:g}"
             parts.append(
                 f"span[{self.feature},pool={self.pool},w={self.w:g}{_GATES[self.gate]}{on}]"
             )
-        if (self.a_hi, self.a_lo) != (0.5, 0.5):
+        if (self.a_hi, self.a_lo) != (0.5, 0.5) and self.fusion == "rrf":
             parts.append(f"α={self.a_hi:g}→{self.a_lo:g}")
         if self.feedback:
             parts.append("feedback")
         if self.lead > 0:
             parts.append(f"bm25 lead at gap≥{self.lead:g}")
-        if self.dconf > 0:
-            parts.append(f"α·min(1, dense gap/{self.dconf:g})")
         return " + ".join(parts) or "hybrid"
 
 
@@ -140,8 +157,12 @@ ALPHAS = [
 #: BM25 lead: when BM25's top score leads its second by this share of itself, its top hit
 #: goes first (0 = never)
 LEADS = (0.0, 0.2, 0.3, 0.4, 0.5)
-#: dense confidence: α scaled by min(1, dense score gap / τ) (0 = off)
-DCONFS = (0.0,)
+#: z-score fusion: the dense share β (``a_hi → a_lo`` over the router signal), the span
+#: weight γ, the depth each channel's scores are standardised over
+BETAS = [(0.2, 0.2), (0.3, 0.3), (0.4, 0.4), (0.5, 0.5), (0.4, 0.2), (0.5, 0.2), (0.5, 0.1),
+         (0.6, 0.2)]
+GAMMAS = (0.2, 0.3, 0.5, 0.8, 1.0, 1.5)
+ZDEPTHS = (50, 100)
 
 
 def unit(vec: list[float]) -> np.ndarray:
@@ -153,14 +174,17 @@ def unit(vec: list[float]) -> np.ndarray:
 
 def grid() -> list[Point]:
     points = []
-    for dconf, lead, feedback, (a_hi, a_lo) in itertools.product(
-        DCONFS, LEADS, (False, True), ALPHAS
-    ):
-        points.append(Point(a_hi=a_hi, a_lo=a_lo, feedback=feedback, lead=lead, dconf=dconf))
+    for lead, feedback, (a_hi, a_lo) in itertools.product(LEADS, (False, True), ALPHAS):
+        points.append(Point(a_hi=a_hi, a_lo=a_lo, feedback=feedback, lead=lead))
         for feature, pool, w, gate in itertools.product(
             GRID_FEATURES, (20, 50, 100), (0.3, 0.4, 0.5, 0.6, 0.7, 0.8), (0, 1, 2)
         ):
-            points.append(Point(feature, pool, w, gate, a_hi, a_lo, feedback, lead, dconf))
+            points.append(Point(feature, pool, w, gate, a_hi, a_lo, feedback, lead))
+    for lead, (a_hi, a_lo), zdepth in itertools.product(LEADS, BETAS, ZDEPTHS):
+        z = {"fusion": "z", "zdepth": zdepth, "lead": lead, "a_hi": a_hi, "a_lo": a_lo}
+        points.append(Point(**z))
+        for pool, w, gate in itertools.product((20, 50, 100), GAMMAS, (0, 1)):
+            points.append(Point(pool=pool, w=w, gate=gate, **z))
     return points
 
 
@@ -194,7 +218,7 @@ def gated_points(points: Sequence[Point]) -> list[tuple[Point, int, int]]:
     index = {p: i for i, p in enumerate(points)}
     out = []
     for i, p in enumerate(points):
-        if p.w <= 0 or p.gate != 0 or p.sgate:
+        if p.w <= 0 or p.gate != 0 or p.sgate or p.fusion != "rrf":
             continue
         j0 = index[dataclasses.replace(p, feature="max1", pool=50, w=0.0, gate=0)]
         for sig, ats in GATE_SIGNALS.items():
@@ -274,9 +298,9 @@ def span_features(cos: np.ndarray) -> dict[str, float]:
 
 #: per-query channel rankings and features are computed once per set and kept here
 COLLECT_CACHE = Path("/tmp/span_cv_cache")
-COLLECT_VERSION = 3
-#: channel scores kept per query (score-shape signals)
-SCORE_DEPTH = 20
+COLLECT_VERSION = 4
+#: channel scores kept per query (score-shape signals and score fusion: the whole list)
+SCORE_DEPTH = DEPTH
 CACHED_ONLY = False
 
 
@@ -441,25 +465,55 @@ def gate_open(q: QueryData, p: Point, order: np.ndarray) -> bool:
     return value >= p.sgate_at if p.sgate_dir > 0 else value <= p.sgate_at
 
 
-def _base_order(q: QueryData, p: Point) -> np.ndarray:
+def zscores(ranks: np.ndarray, scores: np.ndarray, depth: int) -> np.ndarray:
+    """A channel's scores standardised over its top ``depth`` (mean 0, sd 1); a candidate
+    the channel did not return in that depth gets the standardised lowest score."""
+    top = scores[:depth]
+    if top.size == 0:
+        return np.zeros(ranks.size)
+    sd = float(top.std())
+    mean = float(top.mean())
+    z = (top - mean) / sd if sd > 0 else np.zeros(top.size)
+    out = np.full(ranks.size, float(z.min()))
+    inside = np.isfinite(ranks) & (ranks <= top.size)
+    out[inside] = z[(ranks[inside] - 1).astype(int)]
+    return out
+
+
+def _base_scores(q: QueryData, p: Point) -> np.ndarray:
     alpha = p.a_hi - (p.a_hi - p.a_lo) * q.s
-    if p.dconf > 0:
-        alpha *= min(1.0, q.dense_gap / p.dconf)
+    if p.fusion == "z":
+        assert q.dense_scores is not None and q.bm25_scores is not None
+        return (alpha * zscores(q.dense, q.dense_scores, p.zdepth)
+                + (1 - alpha) * zscores(q.bm25, q.bm25_scores, p.zdepth))
     share = feedback_share(q.s, q.a, 0.7) if p.feedback else 0.0
-    base = (
+    return (
         alpha * (1 - share) * _rrf(q.dense)
         + (1 - alpha) * (1 - share) * _rrf(q.bm25)
         + share * _rrf(q.feedback)
     )
+
+
+def _id_order(q: QueryData) -> np.ndarray:
     tie = np.empty(len(q.cand))
     tie[np.argsort(np.asarray(q.cand))] = np.arange(len(q.cand))  # weighted_rrf: id order
-    return _order(base, tie)
+    return tie
+
+
+def _base_order(q: QueryData, p: Point) -> np.ndarray:
+    return _order(_base_scores(q, p), _id_order(q))
 
 
 def _span_order(q: QueryData, p: Point, order: np.ndarray) -> np.ndarray:
     w = p.w * (1 - q.s) ** p.gate
     pool = order[: p.pool]
     span = q.span[p.feature][pool]
+    if p.fusion == "z":  # the span score standardised over the pool, added to the fused score
+        sd = float(span.std())
+        zs = (span - span.mean()) / sd if sd > 0 else np.zeros(span.size)
+        total_pool = _base_scores(q, p)[pool] + w * zs
+        head = pool[np.lexsort((np.arange(pool.size), -total_pool))]
+        return np.concatenate([head, order[p.pool :]])
     span_rank = np.full(len(q.cand), np.inf)
     span_rank[pool[np.lexsort((np.arange(len(pool)), -span))]] = np.arange(1, len(pool) + 1)
     base_rank = np.empty(len(q.cand))
@@ -486,7 +540,7 @@ def query_rrs(
     out = np.empty(len(points))
     for i, p in enumerate(points):
         assert not p.sgate
-        kb = (p.feedback, p.a_hi, p.a_lo, p.dconf)
+        kb = (p.fusion, p.zdepth, p.feedback, p.a_hi, p.a_lo)
         if kb not in bases:
             bases[kb] = _base_order(q, p)
         if p.w > 0 and kb + (p.pool, p.feature) not in pool_signals:
@@ -577,11 +631,11 @@ class Scores:
             passes: dict[tuple[int, str], np.ndarray] = {}
             k = self.n_plain
             for i, p in enumerate(points):
-                if p.w <= 0 or p.gate != 0:
+                if p.w <= 0 or p.gate != 0 or p.fusion != "rrf":
                     continue
                 j0 = self.src[k - self.n_plain][1]
                 diff = table[i] - table[j0]
-                kb = (p.feedback, p.a_hi, p.a_lo, p.dconf, p.pool, p.feature)
+                kb = (p.fusion, p.zdepth, p.feedback, p.a_hi, p.a_lo, p.pool, p.feature)
                 for sig, ats in GATE_SIGNALS.items():
                     v = (np.asarray(qsig[sig]) if sig in qsig
                          else values[kb][:, POOL_SIGNALS.index(sig)])
@@ -675,13 +729,18 @@ def strata_rows(sets: dict[str, Any], name: str, rrs: np.ndarray) -> dict[str, d
 #: the ablation: each part alone (its own sub-grid, cross-validated the same way) and all
 FAMILIES: dict[str, Any] = {
     "span ranking only": lambda p: p.w > 0 and not p.feedback and p.lead == 0
-    and (p.a_hi, p.a_lo) == (0.5, 0.5) and not p.sgate,
+    and (p.a_hi, p.a_lo) == (0.5, 0.5) and not p.sgate and p.fusion == "rrf",
     "span ranking + gate": lambda p: p.w > 0 and not p.feedback and p.lead == 0
-    and (p.a_hi, p.a_lo) == (0.5, 0.5),
-    "α(s) only": lambda p: p.w == 0 and not p.feedback and p.lead == 0,
+    and (p.a_hi, p.a_lo) == (0.5, 0.5) and p.fusion == "rrf",
+    "α(s) only": lambda p: p.w == 0 and not p.feedback and p.lead == 0 and p.fusion == "rrf",
     "feedback only": lambda p: p.w == 0 and p.feedback and p.lead == 0
-    and (p.a_hi, p.a_lo) == (0.5, 0.5),
-    "BM25 lead only": lambda p: p.w == 0 and not p.feedback and (p.a_hi, p.a_lo) == (0.5, 0.5),
+    and (p.a_hi, p.a_lo) == (0.5, 0.5) and p.fusion == "rrf",
+    "BM25 lead only": lambda p: p.w == 0 and not p.feedback and (p.a_hi, p.a_lo) == (0.5, 0.5)
+    and p.fusion == "rrf",
+    "RRF parts together (the previous design)": lambda p: not p.sgate and p.fusion == "rrf",
+    "z-score fusion only": lambda p: p.fusion == "z" and p.w == 0 and p.lead == 0,
+    "z-score fusion + span score": lambda p: p.fusion == "z" and p.lead == 0,
+    "z-score fusion + span score + BM25 lead": lambda p: p.fusion == "z",
     "all parts (the shipped design)": lambda p: not p.sgate,
     **{f"all parts + span gate on {sig} only (not shipped)":
        (lambda p, sig=sig: p.sgate in ("", sig)) for sig in GATE_SIGNALS},

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from llama_index_car._errors import ConfigurationError
 
 __all__ = [
-    "DEFAULT_RRF_K", "score_gap", "span_fusion", "span_ranks", "strictly_decreasing",
-    "validate_weights", "weighted_rrf",
+    "DEFAULT_RRF_K", "score_gap", "span_fusion", "span_ranks", "span_zscore_fusion",
+    "standardize", "strictly_decreasing", "validate_weights", "weighted_rrf", "zscore_fusion",
 ]
 
 DEFAULT_RRF_K = 60
@@ -157,6 +157,104 @@ def span_fusion(
         ((1.0 - w) / (rrf_k + i + 1) + (w / (rrf_k + span_rank[i]) if i in span_rank else 0.0), i)
         for i in range(len(pool))
     ]
+    total.sort(key=lambda t: (-t[0], t[1]))
+    return [(pool[i], score) for score, i in total]
+
+
+def standardize(scores: Sequence[float]) -> list[float]:
+    """``(x − mean) / sd`` of each score (population sd, as ``scipy.stats.zscore``); all 0.0
+    when the scores are equal (or there is one).
+
+    >>> standardize([3.0, 1.0])
+    [1.0, -1.0]
+    >>> standardize([2.0, 2.0])
+    [0.0, 0.0]
+    """
+    values = [float(x) for x in scores]
+    if not values:
+        return []
+    mean = math.fsum(values) / len(values)
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in values) / len(values))
+    if not sd > 0 or not math.isfinite(sd):
+        return [0.0] * len(values)
+    return [(x - mean) / sd for x in values]
+
+
+def zscore_fusion(
+    scored_lists: Sequence[Sequence[tuple[str, float]]],
+    weights: Sequence[float] | None = None,
+) -> list[tuple[str, float]]:
+    """Fuse scored lists by a weighted sum of standardised scores (the offline CAR's fusion).
+
+    Each list's scores are standardised over that list (:func:`standardize`); a document
+    absent from a list gets that list's lowest standardised score (it ranks below everything
+    the channel returned); an id repeated inside one list counts once, at its first entry.
+    ``score(d) = Σ_i w_i · z_i(d)``; sorted by score descending, then id ascending.
+
+    Unlike rank fusion it follows each query's score shapes: a hit far above the rest of its
+    channel gets a large ``z`` and keeps its lead, while hits a channel scores alike get
+    alike ``z`` (rank fusion spreads them ``1/(k + r)`` apart). Scores must be similarities (higher is better); any positive affine rescaling of a
+    channel's scores gives the same result.
+
+    >>> fused = zscore_fusion([[("a", 9.0), ("b", 1.0), ("c", 0.0)],
+    ...                        [("b", 0.82), ("c", 0.81), ("a", 0.80)]], [0.5, 0.5])
+    >>> [(d, round(s, 3)) for d, s in fused]
+    [('b', 0.323), ('a', 0.091), ('c', -0.414)]
+    """
+    w = validate_weights(weights, len(scored_lists))
+    per_list: list[dict[str, float]] = []
+    floors: list[float] = []
+    for i, lst in enumerate(scored_lists):
+        if isinstance(lst, (str, bytes)):
+            raise ConfigurationError(f"scored_lists[{i}] is a string; pass (id, score) pairs")
+        first: dict[str, float] = {}
+        for doc_id, score in lst:
+            if not math.isfinite(float(score)):
+                raise ConfigurationError(
+                    f"scored_lists[{i}]: the score of {doc_id!r} is {score!r}; scores must be "
+                    "finite"
+                )
+            first.setdefault(doc_id, float(score))
+        z = standardize(list(first.values()))
+        per_list.append(dict(zip(first, z, strict=True)))
+        floors.append(min(z, default=0.0))
+    ids = {d for scores in per_list for d in scores}
+    fused = {
+        d: math.fsum(wi * scores.get(d, floor)
+                     for wi, scores, floor in zip(w, per_list, floors, strict=True))
+        for d in ids
+    }
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+
+
+def span_zscore_fusion(
+    pool: Sequence[str],
+    pool_scores: Sequence[float],
+    span_scores: Sequence[float | None],
+    weight: float,
+) -> list[tuple[str, float]]:
+    """Re-order a pool by its fused score plus ``weight`` × its standardised span score.
+
+    ``score(d) = s(d) + w · z(d)``: ``s`` is d's score in the pool (the offline CAR's
+    :func:`zscore_fusion` score), ``z`` its best span cosine standardised over the pool's
+    span scores; a node without spans (``None``) gets the pool's lowest ``z``. Sorted by
+    score descending, ties by pool position. ``w = 0`` returns the pool's order.
+
+    >>> [d for d, _ in span_zscore_fusion(["a", "b"], [0.5, 0.4], [0.80, 0.90], weight=0.2)]
+    ['b', 'a']
+    """
+    if not len(pool) == len(pool_scores) == len(span_scores):
+        raise ConfigurationError("span_zscore_fusion: one score and one span score per entry")
+    if isinstance(weight, bool) or not math.isfinite(float(weight)) or float(weight) < 0:
+        raise ConfigurationError(f"weight={weight!r} must be a finite number >= 0")
+    if len(set(pool)) != len(pool):
+        raise ConfigurationError("span_zscore_fusion: pool ids must be unique")
+    scored = [i for i, s in enumerate(span_scores) if s is not None]
+    z = dict(zip(scored, standardize([float(span_scores[i]) for i in scored]),  # type: ignore[arg-type]
+                 strict=True))
+    floor = min(z.values(), default=0.0)
+    total = [(float(pool_scores[i]) + float(weight) * z.get(i, floor), i)
+             for i in range(len(pool))]
     total.sort(key=lambda t: (-t[0], t[1]))
     return [(pool[i], score) for score, i in total]
 

@@ -272,99 +272,110 @@ def test_demo_dense_bm25_hybrid_ranks_match_oracles(
         assert q["ranks"]["hybrid"] == _section_rank(oracle_data, hybrid, q), q["qid"]
 
 
-def _span_order(
-    data: dict[str, Any], question: str, fused: list[str], weight: float, pool: int
-) -> list[str]:
-    """The span re-ranking written out: each node's best span cosine (numpy over the folder's
-    ``spans/vectors.npy`` rows of that node), span ranks within the first ``pool`` (ties by
-    fused rank), score ``(1 − w)/(60 + r_fused) + w/(60 + r_span)``, the rest after."""
+def _best_spans(data: dict[str, Any], question: str, head: list[str]) -> dict[str, float]:
+    """Each node's best span cosine (numpy over the folder's ``spans/vectors.npy`` rows of
+    that node); nodes without spans are absent."""
     from llama_index_car.embeddings.e5 import MultilingualE5Embedding
 
     q = np.asarray(MultilingualE5Embedding().get_query_embedding(question), dtype=np.float32)
     q /= np.linalg.norm(q)
     spans = data["spans"]
-    head, tail = fused[:pool], fused[pool:]
     best: dict[str, float] = {}
     for node_id in head:
         lo, hi = spans["rows"][node_id]
         if hi > lo:
             best[node_id] = float((spans["vectors"][lo:hi].astype(np.float32) @ q).max())
-    by_span = sorted(best, key=lambda d: (-best[d], head.index(d)))
-    score = {
-        d: (1 - weight) / (RRF_K + r) + (weight / (RRF_K + by_span.index(d) + 1) if d in best else 0)
-        for r, d in enumerate(head, start=1)
-    }
-    return sorted(head, key=lambda d: (-score[d], head.index(d))) + tail
+    return best
+
+
+def _span_z_order(
+    data: dict[str, Any], question: str, fused: list[tuple[str, float]], weight: float,
+    pool: int,
+) -> list[str]:
+    """The span re-ranking written out: over the first ``pool`` of the fused (id, score)
+    list, score + ``weight`` · scipy ``zscore`` of the best span cosines (a node without
+    spans: the lowest z), ties by fused position; the rest after."""
+    from scipy.stats import zscore
+
+    head = [d for d, _ in fused[:pool]]
+    tail = [d for d, _ in fused[pool:]]
+    base = dict(fused[:pool])
+    best = _best_spans(data, question, head)
+    scored = [d for d in head if d in best]
+    z = dict(zip(scored, zscore([best[d] for d in scored]), strict=True))
+    floor = min(z.values())
+    total = {d: base[d] + weight * z.get(d, floor) for d in head}
+    return sorted(head, key=lambda d: (-total[d], head.index(d))) + tail
+
+
+def _z_fusion(lists: list[dict[str, float]], weights: list[float]) -> list[tuple[str, float]]:
+    """Σ w_i · scipy ``zscore`` of each channel's scores (absent: the channel's lowest z),
+    sorted by score then id."""
+    from scipy.stats import zscore
+
+    zs = []
+    for scores in lists:
+        ids = list(scores)
+        flat = len(set(scores.values())) <= 1  # no spread: every z is 0 (an empty list too)
+        z = [0.0] * len(ids) if flat else zscore([scores[i] for i in ids])
+        zs.append(dict(zip(ids, z, strict=True)))
+    every = {d for z in zs for d in z}
+    total = {d: sum(w * z.get(d, min(z.values(), default=0.0))
+                    for w, z in zip(weights, zs, strict=True))
+             for d in every}
+    return sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def test_demo_car_ranks_match_the_feedback_oracle(
     demo: dict[str, Any], oracle_data: dict[str, Any]
 ) -> None:
-    """Offline CAR = weighted RRF of dense(q), BM25(q), BM25(q + feedback terms), re-ranked by
-    spans, BM25's top hit first when it leads clearly.
+    """Offline CAR = β·z(dense cosines) + (1 − β)·z(BM25 scores) (scipy ``zscore`` over each
+    channel's list; absent: its lowest z), then over the first 50: + γ·z(best span cosine).
 
-    Weights ``[α(1 − p), (1 − α)(1 − p), p]`` with ``α = α₀ − (α₀ − α_overlap)·s`` and
-    ``p = 0.7 (1 − s)(1 − a)``: ``s`` = best share of the query's content morphemes in a top-3
-    BM25 hit, ``a`` = |top-5 dense ∩ top-5 BM25| / 5; terms = the 10 best ``idf × tf``
-    (rank_bm25 idf, tf summed over the top-5 dense hits) outside the query's tokens. Then
-    :func:`_span_order`, then the lead rule on rank_bm25's top-two score gap.
+    The feedback channel is off by default (``p = 0``); its share is still reported, and
+    checked here: ``p = scale (1 − s)(1 − a)`` with ``s`` the best share of the query's content
+    morphemes in a top-3 BM25 hit and ``a`` = |top-5 dense ∩ top-5 BM25| / 5.
     """
-    from collections import Counter
-
     from llama_index_car.retrievers.criterion_aware import (
-        DEFAULT_ALPHA_OVERLAP,
         DEFAULT_BM25_LEAD,
         DEFAULT_OFFLINE_ALPHA,
         DEFAULT_SPAN_POOL,
-        DEFAULT_SPAN_WEIGHT,
+        DEFAULT_SPAN_Z_WEIGHT,
     )
+
+    assert DEFAULT_BM25_LEAD == 0  # the lead rule is off: nothing to replay
+    for q in demo["payload"]["questions"]:
+        dense = _dense_scores(oracle_data, q["question"])
+        lexical = _bm25_scores(oracle_data, q["question"])
+        fb = q["car_feedback"]
+        assert fb["share"] == 0.0, q["qid"]  # off by default
+        agreement = len(set(_top(dense, 5)) & set(_top(lexical, 5))) / 5
+        assert fb["agreement"] == pytest.approx(agreement), q["qid"]
+        fused = _z_fusion([dense, lexical], [DEFAULT_OFFLINE_ALPHA, 1 - DEFAULT_OFFLINE_ALPHA])
+        car = _span_z_order(oracle_data, q["question"], fused, DEFAULT_SPAN_Z_WEIGHT,
+                            DEFAULT_SPAN_POOL)
+        assert q["ranks"]["car"] == _section_rank(oracle_data, car, q), q["qid"]
+
+
+def _top(scores: dict[str, float], n: int) -> list[str]:
+    return sorted(scores, key=lambda d: (-scores[d], d))[:n]
+
+
+def _dense_scores(data: dict[str, Any], text: str) -> dict[str, float]:
+    from llama_index_car.embeddings.e5 import MultilingualE5Embedding
+
+    q = np.asarray(MultilingualE5Embedding().get_query_embedding(text))
+    m = data["matrix"]
+    cos = m @ q / (np.linalg.norm(m, axis=1) * np.linalg.norm(q))
+    return {data["ids"][i]: float(cos[i]) for i in range(len(cos))}
+
+
+def _bm25_scores(data: dict[str, Any], text: str) -> dict[str, float]:
+    _bm25_order(data, text)  # builds data["bm25"]
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
-    tok = KiwiTokenizer()
-    tokens = {i: tok.tokenize(t) for i, t in zip(oracle_data["ids"], oracle_data["texts"], strict=True)}
-    texts = dict(zip(oracle_data["ids"], oracle_data["texts"], strict=True))
-    scale = 0.0  # the offline default: feedback channel off (cross-validated, span_cv.py)
-    for q in demo["payload"]["questions"]:
-        dense = _dense_order(oracle_data, q["question"])
-        lexical = _bm25_order(oracle_data, q["question"])
-        words = set(tok.content_morphemes(q["question"]))
-        signal = (
-            1.0 if not words
-            else max((len(words & set(tok.content_morphemes(texts[i]))) / len(words)
-                      for i in lexical[:3]), default=0.0)
-        )
-        agreement = len(set(dense[:5]) & set(lexical[:5])) / 5
-        share = scale * (1 - signal) * (1 - agreement)
-        tf: Counter[str] = Counter()
-        for i in dense[:5]:
-            tf.update(tokens[i])
-        q_tokens = set(tok.tokenize(q["question"]))
-        idf = oracle_data["bm25"].idf
-        markup = {"table", "thead", "tbody", "tr", "td", "th", "colspan", "rowspan", "br", "caption"}
-        weight = {
-            t: idf[t] * c
-            for t, c in tf.items()
-            if t not in q_tokens and t not in markup and idf.get(t, 0) > 0
-        }
-        terms = [t for t, _ in sorted(weight.items(), key=lambda kv: (-kv[1], kv[0]))[:10]]
-        fb = q["car_feedback"]
-        assert fb["agreement"] == pytest.approx(agreement), q["qid"]
-        alpha = DEFAULT_OFFLINE_ALPHA - (DEFAULT_OFFLINE_ALPHA - DEFAULT_ALPHA_OVERLAP) * signal
-        if share > 0 and terms:
-            assert fb["share"] == pytest.approx(share) and fb["terms"] == terms, q["qid"]
-            fed = _bm25_order(oracle_data, q["question"] + " " + " ".join(terms))
-            weights = [alpha * (1 - share), (1 - alpha) * (1 - share), share]
-            car = _weighted_rrf_order([dense, lexical, fed], weights)
-        else:
-            assert fb["share"] == 0.0, q["qid"]
-            car = _weighted_rrf_order([dense, lexical], [alpha, 1 - alpha])
-        car = _span_order(oracle_data, q["question"], car, DEFAULT_SPAN_WEIGHT, DEFAULT_SPAN_POOL)
-        scores = sorted((x for x in oracle_data["bm25"].get_scores(tok.tokenize(q["question"]))
-                         if x > 0), reverse=True)
-        gap = 0.0 if not scores else 1.0 if len(scores) == 1 else (scores[0] - scores[1]) / scores[0]
-        if DEFAULT_BM25_LEAD > 0 and gap >= DEFAULT_BM25_LEAD:
-            car = [lexical[0]] + [i for i in car if i != lexical[0]]
-        assert q["ranks"]["car"] == _section_rank(oracle_data, car, q), q["qid"]
+    scores = data["bm25"].get_scores(KiwiTokenizer().tokenize(text))
+    return {data["ids"][i]: float(x) for i, x in enumerate(scores) if x > 0}
 
 
 def _weighted_rrf_order(rankings: list[list[str]], weights: list[float]) -> list[str]:

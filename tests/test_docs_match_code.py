@@ -72,14 +72,22 @@ def test_documented_offline_defaults_are_the_codes() -> None:
     bullet = _documented(r"`OfflineCriterionRetriever\((.*?)\)`:")
     assert float(_documented(r"OfflineCriterionRetriever\(dense, lexical, alpha=None → ([0-9.]+)")) == car.alpha
     from llama_index_car.postprocessors.span_rerank import DEFAULT_SPAN_WEIGHT
+    from llama_index_car.retrievers.criterion_aware import DEFAULT_SPAN_Z_WEIGHT
 
-    assert float(_documented(r"span_weight=None → ([0-9.]+)")) == DEFAULT_SPAN_WEIGHT
+    assert _documented(r'fusion=None → "(\w+)"') == car.fusion
+    assert float(_documented(r"pool_top_k=None → (\d+)")) == car.pool_top_k
+    assert float(_documented(r"span_weight=None → ([0-9.]+)")) == DEFAULT_SPAN_Z_WEIGHT
+    assert float(_documented(r"`span_fusion`, `span_weight` default ([0-9.]+)")) == (
+        DEFAULT_SPAN_WEIGHT)
     assert f"span_pool={car.span_pool}" in bullet
-    assert float(_documented(r"alpha_overlap=None → ([0-9.]+)")) == car.alpha_overlap
+    assert _documented(r"alpha_overlap=None → (\w+)") == "alpha" and car.alpha_overlap == car.alpha
     assert float(_documented(r"bm25_lead=None → ([0-9.]+)")) == car.bm25_lead
     shared = _documented(r"Shared \(base\): (.*?)the weights")
+    hypothesis = HypothesisCriterionRetriever(_Empty(), _Empty(), _Fixed())
     for name, value in re.findall(r"`(rrf_k|pool_top_k|similarity_top_k)=(\d+)`", shared):
-        assert getattr(car, name) == int(value), name
+        assert getattr(hypothesis, name) == int(value), name
+        if name != "pool_top_k":  # the offline CAR's own default (100) is stated above
+            assert getattr(car, name) == int(value), name
     assert "`feedback_scale=None` (off)" in shared and car.feedback_scale == 0
 
 

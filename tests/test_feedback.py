@@ -17,6 +17,7 @@ from llama_index_car.hypothesizers.feedback import feedback_terms
 from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
 from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
 from llama_index_car.retrievers.criterion_aware import (
+    DEFAULT_BM25_LEAD,
     DEFAULT_FEEDBACK_SCALE,
     DEFAULT_OFFLINE_ALPHA,
 )
@@ -112,7 +113,8 @@ def test_offline_car_fuses_three_channels_as_specified(bm25: KiwiBM25Retriever) 
     query = "비탈 옆 물 빠지는 배수 길 만드는 법"
     dense_order = ["n1", "n0", "n4", "n6", "n2", "n3", "n5"]
     car = OfflineCriterionRetriever(FixedDense(dense_order), bm25, similarity_top_k=7, bm25_lead=0,
-                                  feedback_scale=DEFAULT_FEEDBACK_SCALE)
+                                  feedback_scale=DEFAULT_FEEDBACK_SCALE, fusion="rrf",
+                                  alpha_overlap=0.0)
     assert car.hypothesizer is None and car.feedback_scale == DEFAULT_FEEDBACK_SCALE == 0.7
     out = car.retrieve(query)
     info = out[0].node.metadata[EXPLAIN_KEY]
@@ -165,11 +167,69 @@ def test_offline_car_fuses_three_channels_as_specified(bm25: KiwiBM25Retriever) 
     assert [h.node.node_id for h in async_out] == [h.node.node_id for h in out]
 
 
+def _z_oracle(lists: list[dict[str, float]], weights: list[float]) -> list[tuple[str, float]]:
+    """Σ w_i · scipy ``zscore`` of each list's scores (absent: the list's lowest z)."""
+    from scipy.stats import zscore
+
+    zs = [dict(zip(lst, zscore(list(lst.values())), strict=True)) for lst in lists]
+    every = {d for z in zs for d in z}
+    total = {d: sum(w * z.get(d, min(z.values())) for w, z in zip(weights, zs, strict=True))
+             for d in every}
+    return sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _bm25_oracle(bm25: KiwiBM25Retriever, query: str) -> dict[str, float]:
+    """rank_bm25's scores of the same tokens for the nodes the retriever returns (it returns
+    every node with a positive score)."""
+    from rank_bm25 import BM25Okapi
+
+    tok = bm25.tokenizer
+    scores = BM25Okapi([tok.tokenize(n.text) for n in NODES]).get_scores(tok.tokenize(query))
+    return {f"n{i}": float(x) for i, x in enumerate(scores) if x > 0}
+
+
+@pytest.mark.parametrize("query", ["비탈 옆 물 빠지는 배수 길 만드는 법", "배수시설 설치기준"])
+def test_offline_car_default_is_the_z_score_fusion(bm25: KiwiBM25Retriever, query: str) -> None:
+    """The default offline fusion: ``β·z(dense) + (1 − β)·z(bm25)``, β = 0.3, each channel's
+    scores standardised over its list (oracle: scipy ``zscore``, rank_bm25 scores)."""
+    dense_order = ["n1", "n0", "n4", "n6", "n2", "n3", "n5"]
+    car = OfflineCriterionRetriever(FixedDense(dense_order), bm25, similarity_top_k=7)
+    assert car.fusion == "z" and car.alpha == DEFAULT_OFFLINE_ALPHA == 0.3
+    assert car.alpha_overlap == car.alpha and car.pool_top_k == 100
+    dense = {d: 1.0 - r / 10 for r, d in enumerate(dense_order)}  # FixedDense's scores
+    lexical = _bm25_oracle(bm25, query)
+    assert {h.node.node_id: h.score for h in bm25.retrieve(query)} == pytest.approx(lexical)
+    want = _z_oracle([dense, lexical], [0.3, 0.7])[:7]
+    out = car.retrieve(query)
+    assert [h.node.node_id for h in out] == [d for d, _ in want]
+    assert [h.score for h in out] == pytest.approx([x for _, x in want], rel=1e-9, abs=1e-12)
+    info = out[0].node.metadata[EXPLAIN_KEY]
+    assert info["fusion"] == "z" and info["weights"] == pytest.approx({"dense": 0.3,
+                                                                      "lexical": 0.7})
+    assert [h.node.node_id for h in asyncio.run(car.aretrieve(query))] == [d for d, _ in want]
+
+
+def test_offline_car_z_fusion_with_the_feedback_channel(bm25: KiwiBM25Retriever) -> None:
+    """Feedback on under ``"z"``: a third standardised list, weights ``[α(1−p), (1−α)(1−p), p]``."""
+    query = "비탈 옆 물 빠지는 배수 길 만드는 법"
+    dense_order = ["n1", "n0", "n4", "n6", "n2", "n3", "n5"]
+    car = OfflineCriterionRetriever(FixedDense(dense_order), bm25, similarity_top_k=7,
+                                    feedback_scale=DEFAULT_FEEDBACK_SCALE)
+    out = car.retrieve(query)
+    info = out[0].node.metadata[EXPLAIN_KEY]
+    share, terms = info["feedback"]["share"], info["feedback"]["terms"]
+    assert 0 < share < 1 and terms
+    dense = {d: 1.0 - r / 10 for r, d in enumerate(dense_order)}
+    lists = [dense, _bm25_oracle(bm25, query), _bm25_oracle(bm25, query + " " + " ".join(terms))]
+    w = [0.3 * (1 - share), 0.7 * (1 - share), share]
+    assert [h.node.node_id for h in out] == [d for d, _ in _z_oracle(lists, w)[:7]]
+
+
 def test_offline_car_without_feedback_is_the_hybrid(bm25: KiwiBM25Retriever) -> None:
     query = "배수시설 설치기준"  # every content morpheme is in its best BM25 hit: signal 1
     dense_order = ["n1", "n0", "n4", "n6", "n2"]
     car = OfflineCriterionRetriever(
-        FixedDense(dense_order), bm25, alpha=0.3, alpha_overlap=0.3, bm25_lead=0
+        FixedDense(dense_order), bm25, alpha=0.3, alpha_overlap=0.3, bm25_lead=0, fusion="rrf"
     )
     out = car.retrieve(query)
     info = out[0].node.metadata[EXPLAIN_KEY]
@@ -226,7 +286,7 @@ def test_feedback_knob_on_the_hypothesis_path(bm25: KiwiBM25Retriever) -> None:
     )
 
 
-FIXED = {"alpha": 0.5, "alpha_overlap": 0.5}
+FIXED = {"alpha": 0.5, "alpha_overlap": 0.5, "fusion": "rrf"}
 
 
 def test_bm25_lead_puts_a_clear_lexical_winner_first(bm25: KiwiBM25Retriever) -> None:
@@ -261,7 +321,7 @@ def test_bm25_lead_puts_a_clear_lexical_winner_first(bm25: KiwiBM25Retriever) ->
         FixedDense(dense_order), bm25, bm25_lead=gap + 1e-6, similarity_top_k=3, **FIXED
     )
     assert [h.node.node_id for h in above.retrieve(query)] == base
-    assert OfflineCriterionRetriever(FixedDense(dense_order), bm25).bm25_lead > 0
+    assert OfflineCriterionRetriever(FixedDense(dense_order), bm25).bm25_lead == DEFAULT_BM25_LEAD == 0
 
 
 def test_bm25_lead_is_a_share() -> None:

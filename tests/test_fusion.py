@@ -7,7 +7,13 @@ import math
 import pytest
 
 from llama_index_car._errors import ConfigurationError
-from llama_index_car.fusion import validate_weights, weighted_rrf
+from llama_index_car.fusion import (
+    span_zscore_fusion,
+    standardize,
+    validate_weights,
+    weighted_rrf,
+    zscore_fusion,
+)
 
 
 def as_dict(fused: list[tuple[str, float]]) -> dict[str, float]:
@@ -150,3 +156,89 @@ def test_matches_ranx_rrf_for_equal_weights() -> None:
         assert score == pytest.approx(ranx_scores[doc], rel=1e-9)
     ranx_order = sorted(ranx_scores.items(), key=lambda kv: (-kv[1], kv[0]))
     assert [d for d, _ in ours] == [d for d, _ in ranx_order]
+
+
+# --------------------------------------------------------------------- z-score fusion
+def _scipy_z(values: list[float]) -> list[float]:
+    from scipy.stats import zscore
+
+    return [float(x) for x in zscore(values)]
+
+
+def test_standardize_is_scipys_zscore() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    for n in (2, 3, 10, 100):
+        x = list(rng.gamma(2.0, 3.0, size=n))
+        assert standardize(x) == pytest.approx(_scipy_z(x), rel=1e-12, abs=1e-12)
+    assert standardize([]) == [] and standardize([4.0]) == [0.0]
+    assert standardize([2.0, 2.0, 2.0]) == [0.0, 0.0, 0.0]  # scipy: nan; here: no signal
+
+
+def test_zscore_fusion_matches_a_hand_computed_oracle() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    ids = [f"d{i:02d}" for i in range(40)]
+    a = {d: float(s) for d, s in zip(rng.choice(ids, 25, replace=False), rng.gamma(2, 4, 25),
+                                       strict=True)}
+    b = {d: float(s) for d, s in zip(rng.choice(ids, 30, replace=False),
+                                       rng.uniform(0.7, 0.9, 30), strict=True)}
+    lists = [sorted(a.items(), key=lambda kv: -kv[1]), sorted(b.items(), key=lambda kv: -kv[1])]
+    za = dict(zip(a, _scipy_z(list(a.values())), strict=True))
+    zb = dict(zip(b, _scipy_z(list(b.values())), strict=True))
+    want = {d: 0.3 * za.get(d, min(za.values())) + 0.7 * zb.get(d, min(zb.values()))
+            for d in set(a) | set(b)}
+    got = zscore_fusion(lists, [0.3, 0.7])
+    assert [d for d, _ in got] == sorted(want, key=lambda d: (-want[d], d))
+    assert dict(got) == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+def test_zscore_fusion_is_invariant_to_affine_rescaling() -> None:
+    a = [("x", 12.0), ("y", 3.0), ("z", 1.0)]
+    b = [("y", 0.81), ("z", 0.80), ("w", 0.79)]
+    scaled = [(d, 100 * s + 7) for d, s in b]  # e.g. a store returning 50·(1 + cos)
+    plain, rescaled = zscore_fusion([a, b], [0.4, 0.6]), zscore_fusion([a, scaled], [0.4, 0.6])
+    assert [d for d, _ in plain] == [d for d, _ in rescaled]
+    assert dict(plain) == pytest.approx(dict(rescaled), rel=1e-9, abs=1e-12)
+
+
+def test_zscore_fusion_lead_follows_score_shape_not_rank() -> None:
+    """The same two rankings, two score shapes: RRF cannot tell them apart, z-fusion can."""
+    dense = [("b", 0.83), ("a", 0.82), ("c", 0.81), ("d", 0.80)]
+    peaked = [("a", 30.0), ("b", 2.0), ("c", 1.9), ("d", 1.8)]  # one clear lexical match
+    even = [("a", 4.0), ("b", 3.0), ("c", 2.0), ("d", 1.0)]
+    assert zscore_fusion([dense, peaked], [0.5, 0.5])[0][0] == "a"
+    assert zscore_fusion([dense, even], [0.5, 0.5])[0][0] in ("a", "b")
+    rrf_peaked = weighted_rrf([[d for d, _ in dense], [d for d, _ in peaked]], [0.5, 0.5])
+    rrf_even = weighted_rrf([[d for d, _ in dense], [d for d, _ in even]], [0.5, 0.5])
+    assert rrf_peaked == rrf_even
+
+
+def test_zscore_fusion_duplicates_and_bad_scores() -> None:
+    got = dict(zscore_fusion([[("a", 3.0), ("a", 1.0), ("b", 1.0)]], [1.0]))
+    assert got == pytest.approx({"a": 1.0, "b": -1.0})  # "a" counts once, at its first entry
+    with pytest.raises(ConfigurationError, match="finite"):
+        zscore_fusion([[("a", float("nan"))]], [1.0])
+    with pytest.raises(ConfigurationError):
+        zscore_fusion([[("a", 1.0)]], [1.0, 1.0])
+    assert zscore_fusion([[], []], [0.5, 0.5]) == []
+
+
+def test_span_zscore_fusion_oracle() -> None:
+    pool = ["a", "b", "c", "d"]
+    base = [1.2, 1.0, 0.9, 0.1]
+    spans = [0.80, 0.88, None, 0.86]
+    z = dict(zip(["a", "b", "d"], _scipy_z([0.80, 0.88, 0.86]), strict=True))
+    floor = min(z.values())
+    want = {d: s + 0.8 * z.get(d, floor) for d, s in zip(pool, base, strict=True)}
+    got = span_zscore_fusion(pool, base, spans, 0.8)
+    assert [d for d, _ in got] == sorted(pool, key=lambda d: (-want[d], pool.index(d)))
+    assert dict(got) == pytest.approx(want)
+    assert [d for d, _ in span_zscore_fusion(pool, base, spans, 0.0)] == pool
+    for bad in (-0.1, float("inf"), True):
+        with pytest.raises(ConfigurationError):
+            span_zscore_fusion(pool, base, spans, bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        span_zscore_fusion(["a", "a"], [1.0, 1.0], [0.1, 0.2], 0.5)

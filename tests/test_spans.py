@@ -20,7 +20,7 @@ from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car.demo import demo_corpus_dir
-from llama_index_car.fusion import span_fusion
+from llama_index_car.fusion import span_fusion, span_zscore_fusion
 from llama_index_car.postprocessors import SpanReranker
 from llama_index_car.span_index import SpanIndex
 from llama_index_car.spans import MAX_CHARS, MIN_CHARS, node_spans, text_spans
@@ -294,8 +294,23 @@ def test_car_reranks_its_pool_by_spans(embed: HashedBigramEmbedding) -> None:
     ids = [h.node.node_id for h in base]
     head = ids[: spans.span_pool]  # the first span_pool are re-ranked, the rest follow
     hits = spans.span_index.best_spans(q, head)
-    want = span_fusion(head, [h.score for h in hits], spans.span_weight)
+    assert spans.fusion == "z" and spans.span_weight == 0.8
+    want = span_zscore_fusion(head, [float(h.score or 0) for h in base[: spans.span_pool]],
+                              [h.score for h in hits], spans.span_weight)
     assert [h.node.node_id for h in ranked] == [d for d, _ in want] + ids[spans.span_pool :]
     assert all(h.node.metadata["car_explain"].get("span") is not None for h in ranked[:20])
+    # the rank-fusion variant: the span order fused with the pool's order
+    plain_rrf = CriterionAwareRetriever.from_defaults(
+        nodes=nodes, embed_model=embed, spans=False, similarity_top_k=30, fusion="rrf"
+    )
+    spans_rrf = CriterionAwareRetriever.from_defaults(
+        nodes=nodes, embed_model=embed, similarity_top_k=30, fusion="rrf"
+    )
+    ids = [h.node.node_id for h in plain_rrf.retrieve(query)]
+    head = ids[: spans_rrf.span_pool]
+    want = span_fusion(head, [h.score for h in spans_rrf.span_index.best_spans(q, head)],
+                       spans_rrf.span_weight)
+    ranked = spans_rrf.retrieve(query)
+    assert [h.node.node_id for h in ranked] == [d for d, _ in want] + ids[spans_rrf.span_pool :]
     with pytest.raises(ConfigurationError):
         OfflineCriterionRetriever(plain.dense_retriever, plain.lexical_retriever, span_weight=0.5)

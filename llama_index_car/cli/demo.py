@@ -4,8 +4,7 @@ Offline and key-free by default: the ten bundled HWPX guideline documents are in
 temporary folder with the default embedding (offline multilingual-e5-small, through the shared
 embedding cache, so only the first run embeds) and Kiwi BM25, then each bundled
 criterion question is run through dense, BM25, hybrid (weighted RRF, alpha 0.5, k 60) and
-CAR (offline: dense + BM25 with the router-driven α(s), re-ranked by criterion spans, BM25's
-clear winner first). The
+CAR (offline: z-score fusion of dense + BM25, re-ranked by criterion spans). The
 table shows the rank of the question's gold section under each retriever (1 = top; the rank
 of the section's best node among all nodes; ``—`` = not returned, e.g. BM25 with no shared
 term), like the paper's Table 12, then MRR and Hit@k per retriever and the elapsed time.

@@ -27,7 +27,7 @@ examples:
   llama-car eval docs/ --qa questions.jsonl --systems bm25,dense,reframe:first:dense --out out/x
   llama-car eval ../shared/eval/lhcs_construction --systems hybrid,car --spans --out out/lhcs
 
-systems: bm25 dense hybrid car (offline: dense + BM25, span re-ranking, BM25 lead), and with --llm:
+systems: bm25 dense hybrid car (offline: z-score fusion of dense + BM25, span re-ranking), and with --llm:
   dense+hyp bm25+exp car car-hyde car-auto; each optionally prefixed 'reframe:<first|all|most_frequent>:', suffixed '@<alpha>' (fusion) or '+rerank'.
 outputs: DIR/results.json DIR/runs/<system>.trec DIR/report.md DIR/*.png DIR/per_query.json
   (--spans: DIR/spans.json DIR/spans.md, on sets whose queries carry a reference answer)
@@ -56,7 +56,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="LLM for the criterion hypothesis and car-hyde (default: %(default)s)")
     p.add_argument("--hypothesizer", default="auto", choices=("auto", "offline", "llm"),
                    help="CAR hypothesizer; auto = llm when --llm is set, else offline "
-                        "(car = the offline CAR: dense + BM25, span re-ranking, BM25 lead)")
+                        "(car = the offline CAR: z-score fusion of dense + BM25, span re-ranking)")
     p.add_argument("--rerank", default="none", choices=RERANKERS,
                    help="reranker for '+rerank' systems (default: %(default)s)")
     p.add_argument("--alpha", type=unit_float, default=0.5,

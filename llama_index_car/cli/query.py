@@ -83,7 +83,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=positive_int, default=5, help="hits to show (default 5)")
     p.add_argument(
         "--alpha", type=unit_float, default=None,
-        help="dense weight in the fusion, 0..1 (hybrid: 0.5; car: its own α(s))"
+        help="dense weight in the fusion, 0..1 (hybrid: 0.5; car: its own β, 0.3)"
     )
     p.add_argument("--explain", action="store_true", help="snippets, all cells, fusion details")
     p.add_argument("--full", action="store_true",
@@ -365,7 +365,10 @@ def run(args: argparse.Namespace) -> int:
 
     local = load_index(args.persist_dir, embed_model=embed_model, store=args.store)
     manifest = local.metadata  # read and checked once, by load_index
-    pool = max(50, args.top_k)
+    from llama_index_car.retrievers.criterion_aware import DEFAULT_OFFLINE_POOL
+
+    offline_car = args.retriever == "car" and hypothesizer is None
+    pool = max(DEFAULT_OFFLINE_POOL if offline_car else 50, args.top_k)
     from llama_index_car._errors import ConfigurationError
 
     fused = args.retriever in ("hybrid", "car")

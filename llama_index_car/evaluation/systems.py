@@ -13,8 +13,8 @@ Grammar of a system name::
   ``hybrid``      ``WeightedRRFRetriever.from_alpha(dense, bm25, alpha)`` (rrf_k=60)
   ``dense+hyp``   dense over ``query + "\\n" + hypothesis`` (CAR's dense channel alone; LLM)
   ``bm25+exp``    BM25 over ``query + " " + criterion terms`` (CAR's lexical channel alone; LLM)
-  ``car``         ``OfflineCriterionRetriever``: its recommended configuration (dense + BM25,
-                  α(s), span ranking, BM25 lead); with an LLM, ``HypothesisCriterionRetriever``
+  ``car``         ``OfflineCriterionRetriever``: its recommended configuration (z-score
+                  fusion of dense + BM25, span ranking); with an LLM, ``HypothesisCriterionRetriever``
                   (the paper's CAR) over ``LLMCriterionHypothesizer`` (route="always")
   ``car-hyde``    the LLM fusion with ``HyDEHypothesizer`` (generic hypothesis; needs an LLM)
   ``car-auto``    ``HypothesisCriterionRetriever(route="auto")`` with the LLM hypothesizer: CAR only
@@ -22,7 +22,7 @@ Grammar of a system name::
   ==============  ============================================================================
 
 * ``@<alpha>`` — the dense weight of a fusion system (default: the run's ``--alpha``; the
-  offline ``car`` keeps its own cross-validated α(s) unless ``car@<alpha>`` names one).
+  offline ``car`` keeps its own cross-validated β unless ``car@<alpha>`` names one).
 * ``reframe:<mode>:`` — index variant: the nodes go through
   ``CriterialReframer(mode=<mode>)`` (``first``, ``all``, ``most_frequent``) before indexing.
 * ``+rerank`` — the reranker (``resolve_reranker("cohere")``) reorders the top
@@ -403,7 +403,7 @@ class SystemFactory:
                 "rrf_k": self.rrf_k, "pool_top_k": self.depth, "similarity_top_k": self.depth,
                 "criterion_spans": 0,  # ranking metrics do not read them (100 hits per query)
             }
-            if offline:  # keeps its own α(s) unless the system names one (car@0.4)
+            if offline:  # keeps its own β unless the system names one (car@0.4)
                 retriever = v.index.as_retriever(
                     "car", alpha=spec.alpha, span_index=v.spans, **common
                 )

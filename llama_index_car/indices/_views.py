@@ -129,7 +129,8 @@ def view(
     ``hypothesizer``, re-ranking by the index's span index when it has one; ``kwargs`` are
     its options, e.g. ``criterion_spans``, ``feedback_scale``, ``route``).
 
-    ``pool_top_k`` (default 50) is the per-channel candidate pool of the fused kinds and
+    ``pool_top_k`` (default 50; the offline ``car`` 100) is the per-channel candidate pool of
+    the fused kinds and
     ``rrf_k`` (default 60) their RRF constant; ``filters`` (``MetadataFilters``) apply to
     every channel. An option the kind does not use is refused, never ignored.
 
@@ -159,7 +160,11 @@ def view(
                                  filters=filters)
     if kind == "dense":
         return IndexDense(index, similarity_top_k, filters)
-    pool = max(50 if pool_top_k is None else pool_top_k, similarity_top_k)
+    if pool_top_k is None:  # the offline CAR standardises its channels' scores over 100
+        from llama_index_car.retrievers.criterion_aware import DEFAULT_OFFLINE_POOL
+
+        pool_top_k = DEFAULT_OFFLINE_POOL if kind == "car" and hypothesizer is None else 50
+    pool = max(pool_top_k, similarity_top_k)
     dense = IndexDense(index, pool, filters)
     lexical = KiwiBM25Retriever(index=index, similarity_top_k=pool, filters=filters,
                                 warn_small=False)

@@ -28,7 +28,13 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
-from llama_index_car.fusion import DEFAULT_RRF_K, span_fusion, span_ranks, strictly_decreasing
+from llama_index_car.fusion import (
+    DEFAULT_RRF_K,
+    span_fusion,
+    span_ranks,
+    span_zscore_fusion,
+    strictly_decreasing,
+)
 from llama_index_car.span_index import SpanIndex
 
 __all__ = ["DEFAULT_SPAN_POOL", "DEFAULT_SPAN_WEIGHT", "SpanReranker", "rerank_by_spans"]
@@ -79,14 +85,22 @@ def rerank_by_spans(
     weight: float = DEFAULT_SPAN_WEIGHT,
     pool: int = DEFAULT_SPAN_POOL,
     rrf_k: int = DEFAULT_RRF_K,
+    fusion: str = "rrf",
 ) -> list[NodeWithScore]:
-    """The first ``pool`` of ``nodes`` re-ordered by :func:`span_fusion`, then the rest (new,
-    explained ``NodeWithScore`` objects; the inputs are not modified)."""
+    """The first ``pool`` of ``nodes`` re-ordered by :func:`span_fusion` of the two orders
+    (``fusion="rrf"``) or by :func:`span_zscore_fusion` — the nodes' scores plus ``weight``
+    × their standardised span scores (``"z"``, the offline CAR over its z-score fusion) —
+    then the rest (new, explained ``NodeWithScore`` objects; the inputs are not modified)."""
     head, tail = list(nodes[:pool]), list(nodes[pool:])
     ids = [n.node.node_id for n in head]
     hits = span_index.best_spans(query_vector, ids)
     scores = [h.score if h is not None else None for h in hits]
-    fused = span_fusion(ids, scores, weight, rrf_k)
+    if fusion == "z":
+        fused = span_zscore_fusion(ids, [float(n.score or 0.0) for n in head], scores, weight)
+    elif fusion == "rrf":
+        fused = span_fusion(ids, scores, weight, rrf_k)
+    else:
+        raise ConfigurationError(f"fusion={fusion!r} is unknown; use 'rrf' or 'z'")
     span_rank = span_ranks(scores)
     position = {d: i for i, d in enumerate(ids)}
     out = []
@@ -95,7 +109,8 @@ def rerank_by_spans(
         hit = hits[i]
         span = None
         if hit is not None:
-            span = hit.span.to_dict() | {"score": hit.score, "rank": span_rank[i], "weight": weight}
+            span = hit.span.to_dict() | {"score": hit.score, "rank": span_rank[i], "weight": weight,
+                                         "fusion": fusion}
         out.append(_with_explain(head[i], score, span))
     out += [_with_explain(n, n.score or 0.0, None) for n in tail]
     for nws, score in zip(out, strictly_decreasing([h.score or 0.0 for h in out]), strict=True):

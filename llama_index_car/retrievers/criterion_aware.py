@@ -1,13 +1,12 @@
-"""``CriterionAwareRetriever`` (CAR): weighted-RRF fusion of channels that bridge low overlap.
+"""``CriterionAwareRetriever`` (CAR): fusion of channels that bridge low overlap.
 
 The paper's §5.8 remedy for queries that share few words with the clause that answers them,
 as two retrievers over one fusion helper (this module):
 
 * :class:`~llama_index_car.retrievers.car_offline.OfflineCriterionRetriever` — no LLM,
   nothing learnt at index time: dense(query) ⊕ lexical(query) (⊕ an optional feedback
-  channel), the dense weight α(s) set per query by the router signal, the pool re-ranked by
-  its best spans, BM25's top hit first when it clearly leads (all chosen by
-  cross-validation);
+  channel) fused by their standardised scores (z-score fusion), the pool re-ranked by its
+  best spans' standardised cosines (all chosen by cross-validation);
 * :class:`~llama_index_car.retrievers.car_hypothesis.HypothesisCriterionRetriever` — the
   paper's CAR: a hypothesizer (e.g. ``LLMCriterionHypothesizer``) guesses the criterion,
   dense(query + hypothesis) ⊕ lexical(query + criteria), with a concurrent plain hybrid as the
@@ -89,12 +88,14 @@ from llama_index_car.retrievers.weighted_rrf import (
 from llama_index_car.span_index import SpanIndex
 
 __all__ = [
-    "DEFAULT_ALPHA_OVERLAP",
     "DEFAULT_BM25_LEAD",
     "DEFAULT_FEEDBACK_SCALE",
     "DEFAULT_OFFLINE_ALPHA",
+    "DEFAULT_OFFLINE_FUSION",
+    "DEFAULT_OFFLINE_POOL",
     "DEFAULT_SPAN_POOL",
     "DEFAULT_SPAN_WEIGHT",
+    "DEFAULT_SPAN_Z_WEIGHT",
     "Channels",
     "CriterionAwareRetriever",
     "Embed",
@@ -110,15 +111,20 @@ FEEDBACK_CHANNEL_NAMES = ("dense", "lexical", "feedback")
 #: ``scale`` of the feedback share when it is turned on (``feedback_scale=``; off by default:
 #: it adds nothing on top of span ranking under cross-validation, span_cv.py)
 DEFAULT_FEEDBACK_SCALE = 0.7
-#: offline dense weight when no query word is in its best BM25 hits (router signal s = 0)
-#: (chosen by CV, benchmarks/span_cv.py); with a hypothesizer ``alpha`` defaults to 0.5
+#: offline dense share β of the z-score fusion (chosen by CV, benchmarks/span_cv.py); with a
+#: hypothesizer ``alpha`` is the RRF weight and defaults to 0.5
 DEFAULT_OFFLINE_ALPHA = 0.3
-#: offline dense weight when the query's words are all in its best BM25 hits (router signal
-#: s = 1); α moves linearly from ``alpha`` at s = 0 (chosen by CV, benchmarks/span_cv.py)
-DEFAULT_ALPHA_OVERLAP = 0.0
 #: offline: BM25's top hit goes first when its score leads the second's by this share of
-#: itself (:func:`~llama_index_car.fusion.score_gap`; chosen by CV, benchmarks/span_cv.py)
-DEFAULT_BM25_LEAD = 0.2
+#: itself (:func:`~llama_index_car.fusion.score_gap`); off (0): over the z-score fusion it
+#: added nothing under CV (benchmarks/span_cv.py)
+DEFAULT_BM25_LEAD = 0.0
+#: the offline CAR's fusion of its channels: ``"z"`` (:func:`~llama_index_car.fusion.zscore_fusion`
+#: of their scores; chosen by CV over weighted RRF, benchmarks/span_cv.py) or ``"rrf"``
+DEFAULT_OFFLINE_FUSION = "z"
+#: the offline CAR's candidates per channel: the depth its scores are standardised over
+DEFAULT_OFFLINE_POOL = 100
+#: the offline CAR's span weight γ over the z-score fusion (``score + γ·z(span)``; CV)
+DEFAULT_SPAN_Z_WEIGHT = 0.8
 
 Jobs = tuple[tuple[BaseRetriever, QueryBundle], ...]
 
