@@ -23,7 +23,7 @@ KEY_VARS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "COHERE_API_KEY", "CO_API_KEY
 
 #: example file -> regular expressions its stdout must match (offline run)
 EXPECTED: dict[str, tuple[str, ...]] = {
-    "01_quickstart.py": (r"hypothesis \(\w+\): \S", r"^0\.\d{4}  \S.*\(dg\d{4}_\w+\.hwpx\)$"),
+    "01_quickstart.py": (r"hypothesis \(\w+\): \S", r"^-?\d+\.\d{4}  \S.*\(dg\d{4}_\w+\.hwpx\)$"),
     "02_simple_directory_reader.py": (
         r"^dg2012_tunnel\.hwpx\s+tables=1$",
         r"README\.txt",
@@ -113,5 +113,5 @@ def test_readme_quickstart_runs(tmp_path: Path) -> None:
     script.write_text(code, encoding="utf-8")
     proc = _run(script)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    hits = [line for line in proc.stdout.splitlines() if re.match(r"0\.\d{4}  \S", line)]
+    hits = [line for line in proc.stdout.splitlines() if re.match(r"-?\d+\.\d{4}  \S", line)]
     assert len(hits) == 3, proc.stdout
