@@ -4,11 +4,13 @@ All in one run over a BEIR set (default ``lhcs_construction``), with the default
 (vectors of nodes and spans from the shared cache that ``llama-car eval`` fills):
 
 1. **latency** — per query, median and p95 over the set's queries, of (a) the hybrid's
-   fusion step (weighted RRF of the dense and BM25 lists, depth 100, what span ranking is
-   added to), (b) span ranking of a 50- and a 100-candidate pool
-   (:func:`~llama_index_car.postprocessors.span_rerank.rerank_by_spans`: span scores, fusion,
-   explained copies), with the span vectors loaded; the ratio (b)/(a). The target is
-   ≤ 10 ms per 50-candidate pool on 2 cores.
+   fusion step (weighted RRF of the dense and BM25 lists, depth 100), (b) the offline CAR's
+   fusion step (z-score fusion of the same lists' scores, β = 0.3), (c) span ranking of a
+   20-, 50- and 100-candidate pool as the offline CAR ships it
+   (:func:`~llama_index_car.postprocessors.span_rerank.rerank_by_spans` with ``fusion="z"``
+   and the default span weight: span scores, fusion, explained copies) and, for comparison,
+   with rank fusion (``"rrf"``, the ``SpanReranker`` postprocessor's), with the span vectors
+   loaded; each as a ratio to (a). The target is ≤ 10 ms per 50-candidate pool on 2 cores.
 2. **storage** — spans per node, bytes per node of ``vectors.npy`` and ``spans.json`` as
    persisted, and the memory model at 10⁵ and 10⁶ nodes (same spans/node and dimension).
 3. **float16 loss** — over every query × the spans of its 100 candidates: max and mean
@@ -36,9 +38,10 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
 from llama_index_car.evaluation.runner import load_eval_data
 from llama_index_car.evaluation.systems import SystemFactory
-from llama_index_car.fusion import weighted_rrf
+from llama_index_car.fusion import weighted_rrf, zscore_fusion
 from llama_index_car.postprocessors.span_rerank import rerank_by_spans
 from llama_index_car.providers import resolve_embed_model
+from llama_index_car.retrievers.criterion_aware import DEFAULT_OFFLINE_ALPHA, DEFAULT_SPAN_Z_WEIGHT
 from llama_index_car.span_index import SpanIndex
 from llama_index_car.spans import node_spans
 
@@ -70,7 +73,9 @@ def main() -> int:
 
     # 1. latency
     fuse_t: list[float] = []
+    zfuse_t: list[float] = []
     span_t: dict[int, list[float]] = {20: [], 50: [], 100: []}
+    rrf_t: list[float] = []
     loss: list[float] = []
     changed = total = 0
     for query in data.queries.values():
@@ -82,12 +87,25 @@ def main() -> int:
             [[h.node.node_id for h in dense], [h.node.node_id for h in bm25]], [0.5, 0.5]
         )
         fuse_t.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        zfused = zscore_fusion(
+            [
+                [(h.node.node_id, float(h.score or 0.0)) for h in dense],
+                [(h.node.node_id, float(h.score or 0.0)) for h in bm25],
+            ],
+            [DEFAULT_OFFLINE_ALPHA, 1.0 - DEFAULT_OFFLINE_ALPHA],
+        )
+        zfuse_t.append(time.perf_counter() - t0)
         by_id = {h.node.node_id: h.node for h in dense + bm25}
         pool = [NodeWithScore(node=by_id[d], score=s) for d, s in fused[:100]]
+        zpool = [NodeWithScore(node=by_id[d], score=s) for d, s in zfused[:100]]
         for n in span_t:
             t0 = time.perf_counter()
-            rerank_by_spans(pool[:n], spans, qv, pool=n)
+            rerank_by_spans(zpool[:n], spans, qv, pool=n, fusion="z", weight=DEFAULT_SPAN_Z_WEIGHT)
             span_t[n].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        rerank_by_spans(pool[:50], spans, qv, pool=50, fusion="rrf")
+        rrf_t.append(time.perf_counter() - t0)
         # 3. float16 loss against the float32 cache vectors
         for nws in pool:
             texts = [s.text for s in spans.spans_of(nws.node.node_id)]
@@ -105,9 +123,19 @@ def main() -> int:
     print("| step | median ms | p95 ms | × hybrid fusion |")
     print("|---|---|---|---|")
     print(f"| hybrid fusion (weighted RRF, depth 100) | {f_med:.2f} | {f_p95:.2f} | 1.0 |")
+    med, p95 = _ms(zfuse_t)
+    print(f"| car fusion (z-score, depth 100) | {med:.2f} | {p95:.2f} | {med / f_med:.1f} |")
     for n, ts in span_t.items():
         med, p95 = _ms(ts)
-        print(f"| span ranking, {n}-candidate pool | {med:.2f} | {p95:.2f} | {med / f_med:.1f} |")
+        print(
+            f"| span ranking (z, as shipped), {n}-candidate pool | {med:.2f} | {p95:.2f} "
+            f"| {med / f_med:.1f} |"
+        )
+    med, p95 = _ms(rrf_t)
+    print(
+        f"| span ranking (rank fusion), 50-candidate pool | {med:.2f} | {p95:.2f} "
+        f"| {med / f_med:.1f} |"
+    )
 
     # 2. storage
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,20 +144,30 @@ def main() -> int:
         rec_b = (Path(tmp) / "spans.json").stat().st_size
     n_nodes = len(spans)
     per_node = spans.n_spans / n_nodes
-    print(f"\n{spans.n_spans:,} spans over {n_nodes:,} nodes ({per_node:.2f} per node), "
-          f"dim {spans.dim}, float16")
+    print(
+        f"\n{spans.n_spans:,} spans over {n_nodes:,} nodes ({per_node:.2f} per node), "
+        f"dim {spans.dim}, float16"
+    )
     print("\n| nodes | vectors.npy | spans.json | total |")
     print("|---|---|---|---|")
-    print(f"| {n_nodes:,} (measured) | {vec_b / 1e6:.2f} MB | {rec_b / 1e6:.2f} MB | "
-          f"{(vec_b + rec_b) / 1e6:.2f} MB |")
+    print(
+        f"| {n_nodes:,} (measured) | {vec_b / 1e6:.2f} MB | {rec_b / 1e6:.2f} MB | "
+        f"{(vec_b + rec_b) / 1e6:.2f} MB |"
+    )
     for n in (10**5, 10**6):
         vb, rb = vec_b / n_nodes * n, rec_b / n_nodes * n
-        print(f"| {n:,} (model) | {vb / 1e9:.2f} GB | {rb / 1e9:.2f} GB | {(vb + rb) / 1e9:.2f} GB |")
-    print(f"\nbytes per node: vectors {vec_b / n_nodes:,.0f}, records {rec_b / n_nodes:,.0f} "
-          "(the records hold the span texts; loaded in memory with the index)")
-    print(f"\nfloat16 loss over {len(loss):,} query×span cosines: max {max(loss):.5f}, "
-          f"mean {statistics.fmean(loss):.6f}; best span changed for {changed} of {total:,} "
-          "query×node pairs")
+        print(
+            f"| {n:,} (model) | {vb / 1e9:.2f} GB | {rb / 1e9:.2f} GB | {(vb + rb) / 1e9:.2f} GB |"
+        )
+    print(
+        f"\nbytes per node: vectors {vec_b / n_nodes:,.0f}, records {rec_b / n_nodes:,.0f} "
+        "(the records hold the span texts; loaded in memory with the index)"
+    )
+    print(
+        f"\nfloat16 loss over {len(loss):,} query×span cosines: max {max(loss):.5f}, "
+        f"mean {statistics.fmean(loss):.6f}; best span changed for {changed} of {total:,} "
+        "query×node pairs"
+    )
 
     # 4. embedding time (live model, no cache)
     sample = v.nodes[: args.sample]
@@ -142,10 +180,12 @@ def main() -> int:
     t0 = time.perf_counter()
     model.get_text_embedding_batch(span_texts)
     t_spans = time.perf_counter() - t0
-    print(f"\nembedding {len(sample)} nodes live: sections {t_nodes:.1f} s "
-          f"({sum(map(len, node_texts)):,} chars), their {len(span_texts)} spans {t_spans:.1f} s "
-          f"({sum(map(len, span_texts)):,} chars): spans cost {t_spans / t_nodes:.2f}× the "
-          "section embedding")
+    print(
+        f"\nembedding {len(sample)} nodes live: sections {t_nodes:.1f} s "
+        f"({sum(map(len, node_texts)):,} chars), their {len(span_texts)} spans {t_spans:.1f} s "
+        f"({sum(map(len, span_texts)):,} chars): spans cost {t_spans / t_nodes:.2f}× the "
+        "section embedding"
+    )
     return 0
 
 

@@ -49,6 +49,10 @@ SECTIONS: tuple[Section, ...] = (
             "--markdown docs/results/span_cv.md", generated=True),
     Section("Cost of span ranking", "span_cost.md",
             "python benchmarks/span_cost.py ../shared/eval/lhcs_construction", generated=True),
+    Section("CAR latency against the hybrid (offline, as shipped; slow-LLM profile)",
+            "car_latency.md",
+            "python benchmarks/car_latency.py --dataset lhcs_construction --queries 40 "
+            "> docs/results/car_latency.md", generated=True),
     Section("Cost of attaching criterion spans", "span_attach_cost.md",
             "python benchmarks/span_attach_cost.py --corpus llama_index_car/data/demo_corpus "
             "--corpus ../shared/corpus/hwpx --repeat 3 --out docs/results/span_attach_cost.md",
