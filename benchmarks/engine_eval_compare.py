@@ -3,11 +3,13 @@
 Per system and overlap stratum (all/low/mid/high): the metric in each run, the difference
 B − A, how many queries changed, and a two-sided paired Wilcoxon signed-rank p over the
 queries whose value changed (scipy's ``zero_method='wilcox'``; ``–`` when fewer than 6
-changed, too few for a meaningful test). Reads each folder's ``per_query.json``; the overlap
-strata must agree (they do not depend on the embedding).
+changed, too few for a meaningful test), and a 95 % percentile-bootstrap interval of the mean
+difference over the queries (the band a claim of "within ±x" has to fit in). Reads each
+folder's ``per_query.json``; the overlap strata must agree (they do not depend on the
+embedding).
 
 With three or more folders, one table per metric holds every run's value and every pair's
-difference as ``Δ (changed, p)``.
+difference as ``Δ [95 % CI] (changed, p)``.
 
 Usage::
 
@@ -42,10 +44,24 @@ def wilcoxon_p(diff: np.ndarray) -> float | None:
     return float(wilcoxon(nonzero, zero_method="wilcox", alternative="two-sided").pvalue)
 
 
+def bootstrap_ci(diff: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean paired difference (scipy, 10,000 resamples of
+    the queries, seed 0); ``(0, 0)`` when no query changed."""
+    if not np.any(diff):
+        return 0.0, 0.0
+    from scipy.stats import bootstrap
+
+    res = bootstrap((diff,), np.mean, confidence_level=level, n_resamples=10_000,
+                    method="percentile", random_state=0)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
 def _pair_cell(xa: np.ndarray, xb: np.ndarray) -> str:
     diff = xb - xa
     p = wilcoxon_p(diff)
-    return f"{diff.mean():+.4f} ({int((diff != 0).sum())}, {'–' if p is None else f'{p:.2g}'})"
+    lo, hi = bootstrap_ci(diff)
+    return (f"{diff.mean():+.4f} [{lo:+.3f}, {hi:+.3f}] ({int((diff != 0).sum())}, "
+            f"{'–' if p is None else f'{p:.2g}'})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,11 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                            strict=True)))
         if len(runs) == 2:
             la, lb = labels
-            print(f"| system | stratum | n | {la} | {lb} | {lb} − {la} | changed | p |")
-            print("|---|---|---:|---:|---:|---:|---:|---:|")
+            print(f"| system | stratum | n | {la} | {lb} | {lb} − {la} | 95 % CI | changed | p |")
+            print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         else:
             print("| system | stratum | n | " + " | ".join(labels) + " | " + " | ".join(
-                f"{labels[j]} − {labels[i]} (changed, p)" for i, j in pairs) + " |")
+                f"{labels[j]} − {labels[i]} [95 % CI] (changed, p)" for i, j in pairs) + " |")
             print("|---|---|---:|" + "---:|" * (len(runs) + len(pairs)))
         for system in systems:
             values = [r["systems"][system][metric] for r in runs]
@@ -89,8 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if len(runs) == 2:
                     diff = xs[1] - xs[0]
                     p = wilcoxon_p(diff)
+                    lo, hi = bootstrap_ci(diff)
                     print(f"| {system} | {stratum} | {len(qs)} | {means} | "
-                          f"{diff.mean():+.4f} | {int((diff != 0).sum())} | "
+                          f"{diff.mean():+.4f} | [{lo:+.4f}, {hi:+.4f}] | {int((diff != 0).sum())} | "
                           f"{'–' if p is None else f'{p:.2g}'} |")
                 else:
                     cells = " | ".join(_pair_cell(xs[i], xs[j]) for i, j in pairs)
