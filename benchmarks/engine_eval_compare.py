@@ -56,12 +56,12 @@ def bootstrap_ci(diff: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def _pair_cell(xa: np.ndarray, xb: np.ndarray) -> str:
+def pair_stats(xa: np.ndarray, xb: np.ndarray) -> tuple[float, float, float, int, str]:
+    """Mean of ``xb - xa``, its bootstrap interval, the changed count and the Wilcoxon p as text."""
     diff = xb - xa
     p = wilcoxon_p(diff)
     lo, hi = bootstrap_ci(diff)
-    return (f"{diff.mean():+.4f} [{lo:+.3f}, {hi:+.3f}] ({int((diff != 0).sum())}, "
-            f"{'–' if p is None else f'{p:.2g}'})")
+    return float(diff.mean()), lo, hi, int((diff != 0).sum()), "–" if p is None else f"{p:.2g}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,16 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     continue
                 xs = [np.array([v[q] for q in qs]) for v in values]
                 means = " | ".join(f"{x.mean():.4f}" for x in xs)
+                stats = [pair_stats(xs[i], xs[j]) for i, j in pairs]
                 if len(runs) == 2:
-                    diff = xs[1] - xs[0]
-                    p = wilcoxon_p(diff)
-                    lo, hi = bootstrap_ci(diff)
-                    print(f"| {system} | {stratum} | {len(qs)} | {means} | "
-                          f"{diff.mean():+.4f} | [{lo:+.4f}, {hi:+.4f}] | {int((diff != 0).sum())} | "
-                          f"{'–' if p is None else f'{p:.2g}'} |")
+                    d, lo, hi, changed, p = stats[0]
+                    cells = f"{d:+.4f} | [{lo:+.4f}, {hi:+.4f}] | {changed} | {p}"
                 else:
-                    cells = " | ".join(_pair_cell(xs[i], xs[j]) for i, j in pairs)
-                    print(f"| {system} | {stratum} | {len(qs)} | {means} | {cells} |")
+                    cells = " | ".join(f"{d:+.4f} [{lo:+.3f}, {hi:+.3f}] ({changed}, {p})"
+                                       for d, lo, hi, changed, p in stats)
+                print(f"| {system} | {stratum} | {len(qs)} | {means} | {cells} |")
     return 0
 
 

