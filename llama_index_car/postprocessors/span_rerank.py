@@ -10,8 +10,9 @@ and fuses the two orders by :func:`~llama_index_car.fusion.span_fusion`:
 Every node it returns is a copy whose ``metadata["car_explain"]["span"]`` holds the best
 span (``text``, ``score``, ``rank``, ``kind``, ``start``/``end`` into the node text, and for a
 table row ``table_index``, ``row``, ``col``, ``row_span``, ``col_span``, ``header``); the key is
-excluded from embed and LLM metadata. The defaults (``weight``, ``pool``) are the ones chosen
-by cross-validation in ``benchmarks/span_cv.py`` (docs/RESULTS.md).
+excluded from embed and LLM metadata. The defaults (``weight``, ``pool``) are the ones the
+rank-fusion CAR's cross-validation chose (issue 22; the offline CAR now re-ranks by scores,
+:func:`~llama_index_car.fusion.criterion_ranking`).
 
 >>> reranker = SpanReranker(span_index=spans, embed_model=embed)  # doctest: +SKIP
 >>> engine = index.as_query_engine(node_postprocessors=[reranker])  # doctest: +SKIP
@@ -41,7 +42,8 @@ __all__ = [
     "with_span_explain",
 ]
 
-#: weight of the span order (chosen by 5-fold CV over three developer sets, benchmarks/span_cv.py)
+#: weight of the span order (chosen by 5-fold CV over three developer sets for the rank-fusion
+#: CAR, issue 22)
 DEFAULT_SPAN_WEIGHT = 0.3
 #: nodes of the pool re-ranked (chosen with the weight)
 DEFAULT_SPAN_POOL = 50
