@@ -443,11 +443,16 @@ def store_uri_for(
 ) -> str:
     """The store URI to open for a folder's store ``record``: the one the user ``given``
     (argument, ``--store`` or ``$LLAMA_CAR_STORE``), checked against the record; else, for a
-    store inside the folder, ``folder/store``. The folder itself never names a host or a path.
+    store inside the folder, ``folder/store``, which must be a plain folder holding nothing but
+    folders and files (:func:`~llama_index_car.stores.check_confined`: no symlink, hard link
+    or device), and which is opened only if its client made it
+    (:func:`~llama_index_car.stores.check_local_store`). The folder itself never names a host
+    or a path.
 
     Raises:
-        ConfigurationError: no URI given for a store outside the folder, or the given one is
-            of another kind or another database than the recorded one.
+        ConfigurationError: no URI given for a store outside the folder, the given one is of
+            another kind or another database than the recorded one, or ``folder/store`` is
+            not a plain folder.
     """
     from llama_index_car.stores import store_fingerprint, store_kind
 
@@ -457,6 +462,9 @@ def store_uri_for(
         if given is not None and given != kind:
             raise ConfigurationError(f"--store {given!r} is not the {kind} store of {what}")
         if record.get("inside"):
+            from llama_index_car.stores import check_confined
+
+            check_confined(folder / STORE_DIR)  # a plain folder, not a symlink planted there
             return _local_store_uri(kind, folder)
         raise ConfigurationError(
             f"{what} keeps its vectors in a {kind} store outside the folder; pass its URI "
