@@ -561,9 +561,10 @@ def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
     root = _persist.live_dir(persist_dir)
     if not (root / _storage.VECTORS_NAME).is_file():
         return {}
-    ids = _persist.read_json(root / _storage.INDEX_NAME)["node_ids"]
-    matrix = np.load(root / _storage.VECTORS_NAME, allow_pickle=False)
-    if matrix.ndim != 2 or matrix.shape[0] != len(ids):
+    spec = _persist.read_json(root / _storage.INDEX_NAME)
+    ids = spec.get("node_ids") if isinstance(spec, dict) else None
+    matrix = _persist.read_npy(root / _storage.VECTORS_NAME, dtype=np.float32, ndim=2)
+    if not isinstance(ids, list) or matrix.shape[0] != len(ids):
         raise IndexPersistError(f"{root}: index.json and embeddings.npy disagree; rebuild")
     return {str(i): row.tolist() for i, row in zip(ids, matrix, strict=True)}
 

@@ -21,6 +21,8 @@ Reading checks the manifest once: every file is hashed except the BM25 arrays, w
 
 from __future__ import annotations
 
+import math
+import re
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -37,7 +39,8 @@ from llama_index_car.bm25 import BM25Okapi, Verify
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
-__all__ = ["FORMAT_VERSION", "KIND", "read", "read_generation", "write"]
+__all__ = ["FORMAT_VERSION", "KIND", "TOKENIZER_FIELDS", "read", "read_generation",
+           "tokenizer_from_spec", "write"]
 
 #: 4: one generation of flat files bound by one manifest (BM25 arrays included)
 FORMAT_VERSION = 4
@@ -157,10 +160,9 @@ def read_generation(
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise IndexPersistError(f"{root / NODES_NAME} is damaged ({exc}); rebuild") from exc
     saved = spec["tokenizer"]
+    persisted = tokenizer_from_spec(saved, root / INDEX_NAME)  # checked even when one is given
     if tokenizer is None:
-        from llama_index_car.tokenizers.kiwi import KiwiTokenizer
-
-        tokenizer = KiwiTokenizer.from_dict(saved)
+        tokenizer = persisted
     same_analysis = _check_spec(saved, tokenizer, root)
     try:
         bm25 = BM25Okapi.load(root, verify=verify, prefix=BM25_PREFIX,
@@ -195,6 +197,87 @@ def read_generation(
     return index
 
 
+_TAG = re.compile(r"^[A-Z][A-Z_-]{0,15}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: Kiwi model types a persisted spec may name (kiwipiepy 0.24)
+KIWI_MODEL_TYPES = ("none", "knlm", "sbg", "cong", "cong-global", "largest")
+MAX_WORDS = 100_000
+MAX_WORD_CHARS = 100
+
+
+def _words(value: Any, limit: int = MAX_WORDS) -> bool:
+    return isinstance(value, list) and len(value) <= limit and all(
+        isinstance(w, str) and 0 < len(w) <= MAX_WORD_CHARS for w in value)
+
+
+def _user_word(entry: Any) -> bool:
+    return (
+        isinstance(entry, list) and len(entry) == 3 and _words(entry[:1])
+        and isinstance(entry[1], str) and bool(_TAG.match(entry[1]))
+        and type(entry[2]) in (int, float) and math.isfinite(entry[2])
+    )
+
+
+#: the fields of a persisted ``KiwiTokenizer`` config and their checks: what changes tokens.
+#: Resource fields (``num_workers``, ``processes``, ``min_texts_per_process``) are not among
+#: them: threads and processes are the caller's to choose, never a folder's.
+TOKENIZER_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "keep_tags": lambda v: isinstance(v, list) and 0 < len(v) <= 64 and all(
+        isinstance(t, str) and _TAG.match(t) for t in v),
+    "stopwords": _words,
+    "compounds": lambda v: v in ("none", "criterion", "all"),
+    "compound_heads": lambda v: _words(v, 1000),
+    "normalize_domain": lambda v: isinstance(v, bool),
+    "lowercase": lambda v: isinstance(v, bool),
+    "user_words": lambda v: isinstance(v, list) and len(v) <= MAX_WORDS and all(
+        _user_word(w) for w in v),
+    "model_type": lambda v: v is None or v in KIWI_MODEL_TYPES,
+    "max_chars_per_call": lambda v: type(v) is int and 1_000 <= v <= 100_000,
+}
+_SPEC_STRINGS = ("kiwipiepy_version", "model_version", "model_path_name", "model_type",
+                 "user_dict_sha256", "spec_hash")
+
+
+def tokenizer_from_spec(saved: Any, path: Path) -> Any:
+    """The :class:`~llama_index_car.tokenizers.kiwi.KiwiTokenizer` of a persisted spec
+    (``index.json`` ``tokenizer``), every config field checked against
+    :data:`TOKENIZER_FIELDS`; a field outside it (a thread or process count included) or a
+    value out of its range is an :class:`IndexPersistError` naming it. Resource settings take
+    the tokenizer's defaults."""
+    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+    def bad(what: str) -> IndexPersistError:
+        return IndexPersistError(f"{path}: tokenizer {what}; rebuild the index")
+
+    if not isinstance(saved, dict) or saved.get("type") != "KiwiTokenizer" or not isinstance(
+            saved.get("config"), dict):
+        raise bad("spec is not a KiwiTokenizer spec (type, config)")
+    for key in _SPEC_STRINGS:
+        if key in saved and not (isinstance(saved[key], str) and len(saved[key]) <= 256):
+            raise bad(f"field {key!r} is not a short string")
+    if "patterns" in saved and not (isinstance(saved["patterns"], list)
+                                    and len(saved["patterns"]) <= 64):
+        raise bad("field 'patterns' is not a list of patterns")
+    config = saved["config"]
+    for key, value in config.items():
+        check = TOKENIZER_FIELDS.get(key)
+        if check is None:
+            raise bad(f"config field {key!r} is not allowed (allowed: "
+                      f"{', '.join(TOKENIZER_FIELDS)}; threads and processes are the caller's)")
+        if not check(value):
+            raise bad(f"config field {key!r} has an invalid value ({str(value)[:60]!r})")
+    kwargs = dict(config)
+    if "user_words" in kwargs:
+        kwargs["user_words"] = tuple(tuple(w) for w in kwargs["user_words"])
+    for key in ("keep_tags", "stopwords", "compound_heads"):
+        if key in kwargs:
+            kwargs[key] = tuple(kwargs[key])
+    try:
+        return KiwiTokenizer(**kwargs)
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+        raise bad(f"config is invalid ({' '.join(str(exc).split())[:200]})") from exc
+
+
 def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     path = root / INDEX_NAME
     spec = _persist.read_json(path)
@@ -209,6 +292,11 @@ def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
                  for d in spec["documents"]):
         raise IndexPersistError(f"{path}: malformed fields {wrong or ['vectors/spans/documents']}"
                                 "; rebuild the index")
+    ids, hashes = spec["node_ids"], spec["text_hashes"]
+    if not all(isinstance(i, str) and 0 < len(i) <= 512 for i in ids) or not all(
+            isinstance(h, str) and _SHA256.match(h) for h in hashes):
+        raise IndexPersistError(f"{path}: node_ids or text_hashes hold something else than "
+                                "node ids and sha256 digests; rebuild the index")
     if spec["vectors"] == "local" and VECTORS_NAME not in manifest["files"]:
         raise IndexPersistError(f"{root / VECTORS_NAME} is not listed; rebuild the index")
     return spec
@@ -281,17 +369,16 @@ def _index_from_vectors(path: Path, nodes: list[BaseNode], embed_model: Any) -> 
     from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
 
     try:
-        with _persist.open_regular(path) as fh:
-            matrix = np.load(fh, allow_pickle=False)
+        matrix = _persist.read_npy(path, dtype=np.float32, ndim=2)
     except FileNotFoundError as exc:
         raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
-    except (OSError, ValueError, EOFError) as exc:
-        raise IndexPersistError(f"{path} is damaged ({exc}); rebuild the index") from exc
-    if matrix.ndim != 2 or matrix.shape[0] != len(nodes) or matrix.dtype != np.float32:
+    if matrix.shape[0] != len(nodes):
         raise IndexPersistError(
-            f"{path} holds {matrix.dtype} {matrix.shape}, not one float32 row per node "
-            f"({len(nodes)}); rebuild the index"
+            f"{path} holds {matrix.shape[0]} rows, not one per node ({len(nodes)}); "
+            "rebuild the index"
         )
+    if not np.isfinite(matrix).all():
+        raise IndexPersistError(f"{path} holds non-finite values; rebuild the index")
     vectors = {n.node_id: row.tolist() for n, row in zip(nodes, matrix, strict=True)}
     # filled directly: VectorStoreIndex(nodes) re-serialises every node and its document's
     # node list once per node (~1 s for 752 nodes); the stores hold the same entries
