@@ -58,16 +58,6 @@ _VECTOR_KINDS = ("none", "local", "store")
 Bind = Callable[[Path, dict[str, Any], Any, Any], tuple[Any, Any]]
 
 
-def local_vectors(vector_index: Any) -> dict[str, list[float]] | None:
-    """``{node_id: vector}`` of an in-memory ``SimpleVectorStore`` (None for other stores)."""
-    from llama_index.core.vector_stores.simple import SimpleVectorStore
-
-    store = getattr(vector_index, "vector_store", None)
-    if not isinstance(store, SimpleVectorStore):
-        return None
-    return dict(store.data.embedding_dict)
-
-
 def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]) -> None:
     """Persist ``index``'s current snapshot to ``target`` (see the module docstring)."""
     import numpy as np
@@ -75,22 +65,19 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
     snap = index.snapshot
     lex = snap.lexical
     ids = [n.node_id for n in lex.nodes]
-    vectors = None if index.vector_index is None else local_vectors(index.vector_index)
-    kind = "none" if index.vector_index is None else ("store" if vectors is None else "local")
-    if vectors is not None:
-        missing = [i for i in ids if i not in vectors]
-        if missing:
-            raise IndexPersistError(f"the vector index lacks vectors for {missing[:3]}")
+    dense = snap.dense  # an in-memory index's vectors, of the snapshot written
+    kind = "none" if index.vector_index is None else ("store" if dense is None else "local")
+    if dense is not None and not dense.present.all():
+        missing = [i for i, p in zip(dense.ids, dense.present, strict=True) if not p]
+        raise IndexPersistError(f"the vector index lacks vectors for {missing[:3]}")
     bad = [n for n in documents if n in (INDEX_NAME, NODES_NAME, _persist.MANIFEST_NAME)]
     if bad:
         raise ConfigurationError(f"documents may not be named {bad}")
     with _persist.replace_dir(target) as gen:
         meta = lex.bm25.write_to(gen, prefix=BM25_PREFIX, manifest=False)
         _persist.write_json(gen / NODES_NAME, [doc_to_json(n) for n in lex.nodes])
-        if vectors is not None:
-            matrix = np.asarray([vectors[i] for i in ids], dtype=np.float32)
-            if not ids:
-                matrix = matrix.reshape(0, 0)
+        if dense is not None:
+            matrix = dense.matrix if ids else np.zeros((0, 0), dtype=np.float32)
             with open(gen / VECTORS_NAME, "wb") as fh:
                 np.save(fh, matrix, allow_pickle=False)
         if snap.spans is not None:
@@ -185,14 +172,18 @@ def read_generation(
             f"{root} keeps its vectors in a {spec['vector_store']}: pass vector_index= (a "
             "VectorStoreIndex over that store)"
         )
+    dense = None
     if vector_index is None and spec["vectors"] == "local":
         if embed_model is None:
             from llama_index_car.providers import resolve_embed_model
 
             embed_model = resolve_embed_model()
-        vector_index = _index_from_vectors(root / VECTORS_NAME, nodes, embed_model)
+        vector_index, matrix = _index_from_vectors(root / VECTORS_NAME, nodes, embed_model)
+        from llama_index_car.indices._dense import DenseVectors
+
+        dense = DenseVectors.from_matrix(spec["node_ids"], matrix)
     index = cls.from_parts(lexical, tokens, vector_index=vector_index, embed_model=embed_model,
-                           spans=spans)
+                           spans=spans, dense=dense)
     index.metadata = documents
     return index
 
@@ -360,8 +351,11 @@ def _check_spec(saved: dict[str, Any], tokenizer: Any, root: Path) -> bool:
     return not problems
 
 
-def _index_from_vectors(path: Path, nodes: list[BaseNode], embed_model: Any) -> Any:
-    """An in-memory ``VectorStoreIndex`` over ``nodes`` with the stored vectors (no embedding)."""
+def _index_from_vectors(
+    path: Path, nodes: list[BaseNode], embed_model: Any
+) -> tuple[Any, Any]:
+    """An in-memory ``VectorStoreIndex`` over ``nodes`` with the stored vectors (no
+    embedding), and the vectors' matrix (one float32 row per node)."""
     import numpy as np
     from llama_index.core import StorageContext, VectorStoreIndex
     from llama_index.core.data_structs.data_structs import IndexDict
@@ -402,5 +396,6 @@ def _index_from_vectors(path: Path, nodes: list[BaseNode], embed_model: Any) -> 
     storage = StorageContext.from_defaults(
         docstore=docstore, vector_store=SimpleVectorStore(data=data)
     )
-    return VectorStoreIndex(index_struct=struct, storage_context=storage,
-                            embed_model=embed_model)
+    index = VectorStoreIndex(index_struct=struct, storage_context=storage,
+                             embed_model=embed_model)
+    return index, matrix
