@@ -33,13 +33,16 @@ __all__ = [
 ]
 
 
-def check_view_filters(filters: Any) -> MetadataFilters | None:
-    """``filters`` if ``None`` or valid ``MetadataFilters``, else :class:`ConfigurationError`."""
+def check_view_filters(filters: Any, store: Any = None) -> MetadataFilters | None:
+    """``filters`` if ``None`` or valid ``MetadataFilters`` (for ``store`` too: a vector
+    store that would read them with another meaning is refused, see
+    :func:`~llama_index_car.retrievers._filters.check_filters`), else
+    :class:`ConfigurationError`."""
     if filters is not None and not isinstance(filters, MetadataFilters):
         raise ConfigurationError(
             f"filters must be llama_index MetadataFilters, got {type(filters).__name__}"
         )
-    check_filters(filters)
+    check_filters(filters, store=store)
     return filters
 
 
@@ -68,8 +71,11 @@ class IndexDense(VectorIndexRetriever):
                 "this CriterionAwareIndex has no vector index (BM25 only): build it with "
                 "CriterionAwareIndex.from_defaults(nodes=..., embed_model=...) for dense views"
             )
+        # a store-kept index: the store applies the filters, with the meaning they have on
+        # the other channels or not at all
+        store = index.vector_index.vector_store if index.snapshot.dense is None else None
         super().__init__(index.vector_index, similarity_top_k=similarity_top_k,
-                         filters=check_view_filters(filters),
+                         filters=check_view_filters(filters, store),
                          embed_model=index.embed_model)
         self.index = index
         self.snapshot: IndexSnapshot | None = None
