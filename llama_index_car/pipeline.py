@@ -556,7 +556,7 @@ def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
     import numpy as np
 
     from llama_index_car import _persist
-    from llama_index_car.indices import _storage
+    from llama_index_car.indices import _layout as _storage
 
     root = _persist.live_dir(persist_dir)
     if not (root / _storage.VECTORS_NAME).is_file():
@@ -983,7 +983,7 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
         IndexPersistError: missing, unreadable, damaged or of another ``format_version``.
     """
     from llama_index_car import _persist
-    from llama_index_car.indices import _storage
+    from llama_index_car.indices import _layout as _storage  # names only: no LlamaIndex
 
     def read(root: Path) -> dict[str, Any]:
         manifest = _folder_record(persist_dir, root)

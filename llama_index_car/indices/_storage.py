@@ -35,21 +35,25 @@ from llama_index_car import _persist
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
 from llama_index_car._lexical import Lexical, Tokens
 from llama_index_car.bm25 import BM25Okapi, Verify
+from llama_index_car.indices._layout import (
+    BM25_PREFIX,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    KIND,
+    NODES_NAME,
+    SPAN_NAMES,
+    VECTORS_NAME,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
-__all__ = ["FORMAT_VERSION", "KIND", "TOKENIZER_FIELDS", "read", "read_generation",
-           "tokenizer_from_spec", "write"]
+__all__ = [
+    "BM25_PREFIX", "FORMAT_VERSION", "INDEX_NAME", "KIND", "NODES_NAME", "SPAN_NAMES",
+    "TOKENIZER_FIELDS", "VECTORS_NAME", "read", "read_generation", "tokenizer_from_spec",
+    "write",
+]
 
-#: 4: one generation of flat files bound by one manifest (BM25 arrays included)
-FORMAT_VERSION = 4
-KIND = "CriterionAwareIndex"
-INDEX_NAME = "index.json"
-NODES_NAME = "nodes.json"
-BM25_PREFIX = "bm25."
-VECTORS_NAME = "embeddings.npy"
-SPAN_NAMES = ("spans.json", "span_vectors.npy")
 MAX_NODES_BYTES = 16 << 30
 _VECTOR_KINDS = ("none", "local", "store")
 
