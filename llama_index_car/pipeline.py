@@ -982,8 +982,8 @@ def update_index(
                if k in hashes and k not in changed_keys and v.get("text")}
     digests |= _file_digests(documents, keys)
     canon = twin_canon(digests)
-    promoted = [f for f in files if keys[str(f)] not in changed_keys
-                and canon.get(keys[str(f)]) == keys[str(f)] and sources[keys[str(f)]].get("alias_of")]
+    promoted = [f for f in files if (k := keys[str(f)]) not in changed_keys
+                and canon.get(k) == k and sources[k].get("alias_of")]
     demoted = {k for k, c in canon.items()
                if c != k and k not in changed_keys and not sources[k].get("alias_of")}
     if promoted:  # an alias whose indexed twin changed or vanished: indexed now

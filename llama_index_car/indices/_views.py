@@ -103,7 +103,9 @@ class IndexDense(VectorIndexRetriever):
             return self._search_memory(query_bundle, snap)
         return [h for h in super()._retrieve(query_bundle) if h.node.node_id in snap.ids]
 
-    def _search_memory(self, query_bundle: QueryBundle, snap: IndexSnapshot) -> list[NodeWithScore]:
+    def _search_memory(
+        self, query_bundle: QueryBundle, snap: IndexSnapshot
+    ) -> list[NodeWithScore]:
         """Cosine top-k over the snapshot's vectors (what ``SimpleVectorStore`` computes)."""
         dense = snap.dense
         if dense is None:  # pragma: no cover - _search checked it

@@ -93,7 +93,8 @@ def plan_update(
         return None if dense is None else dense.plus(vectors, [n.node_id for n in chosen])
 
     if not store or not removed or not again:
-        final = IndexSnapshot.of(plus(base, nodes), with_spans(nodes), with_dense(base_dense, nodes))
+        final = IndexSnapshot.of(plus(base, nodes), with_spans(nodes),
+                                 with_dense(base_dense, nodes))
         mid = final
     else:
         mid_lex = plus(base, fresh)
