@@ -189,8 +189,8 @@ def test_the_answer_is_sanitised_and_bounded(local: LocalIndex, fake: FakeProvid
     response = local.as_citation_engine(_llm(fake)).query(Q_REST)
     assert str(response) == sanitize_text(_HOSTILE, keep_newlines=True) == "기준은 여기 [1] 입니다."
     assert [c.number for c in response.metadata["citations"]] == [1]
-    fake.anthropic_text = "기준 [2]. " + "가" * 10_000_000 + " [3]"
-    # an LLM that takes a 30 MB body (BoundedAnthropic's own cap is 1 MiB by default)
+    fake.anthropic_text = "기준 [2]. " + "가" * 3_500_000 + " [3]"  # 10.5 MB of UTF-8
+    # an LLM that takes a 10 MB body (BoundedAnthropic's own cap is 1 MiB by default)
     big = local.as_citation_engine(_llm(fake, max_response_bytes=64 << 20)).query(Q_REST)
     assert len(big.response) == DEFAULT_MAX_ANSWER_CHARS + 1 and big.response.endswith("…")
     assert [c.number for c in big.metadata["citations"]] == [2]  # [3] was cut off
