@@ -8,9 +8,10 @@ once with the old tree and once with this one:
   ever. ``--queries`` CAR queries (``hypothesis_timeout=--deadline``) all fall back; the table
   shows threads and open fds after a warm-up query, after the queries, and ``--settle`` seconds
   later (a leak stays).
-* ``huge`` — one reply of ``--huge-mb`` MB (a valid Messages body). The table shows the client's
-  peak RSS (``VmHWM``) before and after the query, what the server managed to send, and whether
-  CAR fell back.
+* ``huge`` / ``huge-chunked`` — one reply of ``--huge-mb`` MB (a valid Messages body) with a
+  ``Content-Length`` / chunked. The table shows the client's peak RSS (``VmHWM``) before and
+  after the query, what the server managed to send (an upper bound of what the client read),
+  and whether CAR fell back.
 * ``loops`` — ``asyncio.run(car.aretrieve(q))`` six times with a healthy server: fallbacks and
   requests (6 and 6 when nothing fails).
 * ``call-body`` / ``call-headers`` — one hypothesizer call alone, sync then async
@@ -25,7 +26,7 @@ The old tree is ``git archive <--old-ref>`` (default ``main``) of ``llama_index_
 ``--old PATH`` (a directory holding an older ``llama_index_car``). Run::
 
     python benchmarks/llm_hostile_server.py [--queries 20] [--huge-mb 400] [--old-ref main] \
-        [--cases drip,huge,loops,call-body,call-headers]
+        [--cases drip,huge,huge-chunked,loops,call-body,call-headers]
 """
 
 from __future__ import annotations
@@ -174,9 +175,11 @@ def scripted(server: FakeProviderServer, case: str, args: argparse.Namespace) ->
     if case == "drip":
         server.enqueue(MESSAGES, Reply())  # the warm-up query
         server.set_default(MESSAGES, Reply.slow_drip(0.05))
-    elif case == "huge":
+    elif case.startswith("huge"):
         server.enqueue(MESSAGES, Reply())
-        server.set_default(MESSAGES, Reply.huge(args.huge_mb * 1_000_000))
+        server.set_default(
+            MESSAGES, Reply.huge(args.huge_mb * 1_000_000, declare_length=case == "huge")
+        )
     elif case.startswith("call"):
         server.enqueue(MESSAGES, Reply())
         server.set_default(MESSAGES, Reply.slow_drip(args.call_drip, headers=case.endswith("headers")))
@@ -197,7 +200,7 @@ def main() -> None:
     parser.add_argument("--old", default=None, help="a directory holding an old llama_index_car")
     parser.add_argument("--call-deadline", type=float, default=3.0, help="llm_deadline, s")
     parser.add_argument("--call-drip", type=float, default=1.0, help="s between dripped bytes")
-    parser.add_argument("--cases", default="drip,huge,loops,call-body,call-headers")
+    parser.add_argument("--cases", default="drip,huge,huge-chunked,loops,call-body,call-headers")
     args = parser.parse_args()
     rows: list[tuple[str, str, Any, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -222,16 +225,16 @@ def main() -> None:
                     rows.append(("drip", "fallbacks", o["fallbacks"], n["fallbacks"]))
                     rows.append(("drip", "seconds for the queries", round(o["seconds"], 1),
                                  round(n["seconds"], 1)))
-                elif case == "huge":
-                    rows.append((f"huge {args.huge_mb} MB", "peak RSS MB before",
+                elif case.startswith("huge"):
+                    label = f"{case} {args.huge_mb} MB"
+                    rows.append((label, "peak RSS MB before",
                                  round(o["before"]["peak_mb"]), round(n["before"]["peak_mb"])))
-                    rows.append((f"huge {args.huge_mb} MB", "peak RSS MB after",
+                    rows.append((label, "peak RSS MB after",
                                  round(o["settled"]["peak_mb"]), round(n["settled"]["peak_mb"])))
-                    rows.append((f"huge {args.huge_mb} MB", "server bytes sent (MB)",
-                                 round(o["server_bytes"] / 1e6, 1),
-                                 round(n["server_bytes"] / 1e6, 1)))
-                    rows.append((f"huge {args.huge_mb} MB", "fallback", o["fallbacks"],
-                                 n["fallbacks"]))
+                    rows.append((label, "server bytes sent (KB)",
+                                 round(o["server_bytes"] / 1e3, 1),
+                                 round(n["server_bytes"] / 1e3, 1)))
+                    rows.append((label, "fallback", o["fallbacks"], n["fallbacks"]))
                 elif case.startswith("call"):
                     for mode in ("sync", "async"):
                         rows.append((f"{case} {mode}", f"seconds to return (deadline "
