@@ -391,3 +391,56 @@ def test_a_full_cache_disk_is_one_warning_naming_the_file_and_the_job_goes_on(
 
 def _truth_dim(texts: list[str], dim: int) -> np.ndarray:
     return np.asarray([VecModel(dim=dim)._vec(t) for t in texts], np.float32)
+
+
+@pytest.mark.slow
+def test_index_on_a_full_cache_disk_warns_once_and_builds(
+    tmpfs: Callable[[str], Path], fake: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: ``llama-car index --cache-dir FULL`` ended with ``error: 12288 requested and
+    11232 written``; now one warning names the cache file and the cause, and the index is
+    built (OpenAI embeddings from the local fake server, so the test embeds nothing real)."""
+    from llama_index_car.cli import main
+    from llama_index_car.demo.loader import DEMO_CORPUS_DIR
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for path in sorted(DEMO_CORPUS_DIR.glob("*.hwpx"))[:2]:
+        shutil.copy(path, src / path.name)
+    cache = tmpfs("16k")
+    rc = main(["index", str(src), "--persist", str(tmp_path / "idx"), "--embed", "openai",
+               "--cache-dir", str(cache), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    full = [line for line in err.splitlines() if "no space left on device" in line]
+    assert len(full) == 1 and "warning" in full[0] and str(cache) in full[0], err
+    assert "error" not in err, err
+    assert (tmp_path / "idx" / "CURRENT").is_file()
+
+
+# ----------------------------------------------------------------------------- pgserver
+def test_a_failing_pgserver_initdb_is_one_typed_line(capfd: pytest.CaptureFixture[str]) -> None:
+    """Before: a folder initdb refuses (here: not empty) was a ``CalledProcessError``
+    traceback after pgserver's multi-line log; now a :class:`StoreError` naming the folder
+    and initdb's own error line, and nothing else on stderr. Real pgserver, real initdb."""
+    pytest.importorskip("pgserver")
+    pytest.importorskip("llama_index.vector_stores.postgres")
+    import tempfile
+
+    from llama_index_car._errors import StoreError
+    from llama_index_car.stores import open_vector_store
+
+    # mkdtemp, not tmp_path: as root, pgserver opens the folder's parents to its own user
+    root = Path(tempfile.mkdtemp())
+    folder = root / "pg"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a database", "utf-8")
+    try:
+        with pytest.raises(StoreError) as info:
+            open_vector_store(f"pgserver://{folder}", dim=3)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    message = str(info.value)
+    assert "\n" not in message and str(folder) in message, message
+    assert "initdb: error:" in message and "exists but is not empty" in message, message
+    assert "initdb" not in capfd.readouterr().err

@@ -89,6 +89,8 @@ _SHARD_NAME = re.compile(r"shard-[0-9a-f]{32}\.npy")
 _KEY = re.compile(r"[tq]:[0-9a-f]{64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: write failures that are the folder's, not one file's
+_FOLDER_CAUSES = ("no space left on device", "read-only file system", "permission denied")
 
 #: embedding classes whose query and text embeddings are the same function of the string
 SYMMETRIC_MODELS: frozenset[str] = frozenset(
@@ -333,10 +335,15 @@ class EmbeddingCache:
                        "again (and cached anew)")
 
     def _stop_persisting(self, path: Path, exc: OSError) -> None:
-        """After a failed write: one warning naming the file and the cause, no more writes."""
+        """After a failed write: one warning naming the file (the cache folder when the cause
+        is the folder's: a full disk, a read-only mount, no permission; so every cache of a
+        run on it says the same line) and the cause; no more writes."""
         self._persist = False
-        self._warn(f"cannot write {path}: {write_cause(path, exc)}; this run's embeddings are "
-                   "kept in memory, not cached (free some space or choose another cache folder)")
+        cause = write_cause(path, exc)
+        if cause in _FOLDER_CAUSES:
+            path = self.path
+        self._warn(f"cannot write {path}: {cause}; this run's embeddings are kept in memory, "
+                   "not cached (free some space or choose another cache folder)")
 
     def _save(self) -> None:
         """Merge this process's entries into ``index.json`` under an exclusive file lock.
