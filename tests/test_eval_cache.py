@@ -79,7 +79,7 @@ def test_damaged_index_is_one_warning_and_the_texts_are_embedded_again(tmp_path:
     cache.embed(["x"])
     (cache.path / "index.json").write_text("{broken")
     m = CountingEmbedding()
-    with pytest.warns(CacheWarning, match=r"index\.json is damaged"):
+    with pytest.warns(CacheWarning, match=r"index\.json is not usable"):
         again = EmbeddingCache(tmp_path, m)
     np.testing.assert_array_equal(again.embed(["x"]), cache.embed(["x"]))
     assert m.text_calls == 1

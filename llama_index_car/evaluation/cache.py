@@ -323,7 +323,7 @@ class EmbeddingCache:
         try:
             return parse_index(json.loads(raw), self.spec)
         except (ValueError, RecursionError) as exc:  # JSON, UTF-8, digits, depth, fields
-            raise UntrustedFileError(f"{index} is damaged ({str(exc)[:200]})") from exc
+            raise UntrustedFileError(f"{index} is not usable ({str(exc)[:200]})") from exc
 
     def _load(self) -> None:
         try:
@@ -432,22 +432,20 @@ class EmbeddingCache:
         self._arrays[shard] = vectors
         for row, key in enumerate(keys):
             self._entries[key] = (shard, row)
-        if not self._persist:
-            self._refused.add(name)  # never written: never merged into an index
+        if not self._persist:  # kept in memory; no index is written again by this instance
             return
         path = self.path / name
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             _write_new(path, data)
         except OSError as exc:
-            self._refused.add(name)
             self._stop_persisting(path, exc)
             return
         try:
             self._save()
-        except OSError as exc:
-            self._stop_persisting(Path(exc.filename) if exc.filename else self.path / "index.json",
-                                  exc)
+        except OSError as exc:  # os.replace names the index as its second file
+            where = exc.filename2 or exc.filename or self.path / "index.json"
+            self._stop_persisting(Path(where), exc)
 
     # -- public --------------------------------------------------------------------------
     def __len__(self) -> int:
