@@ -63,6 +63,7 @@ __all__ = [
     "open_regular",
     "read_json",
     "read_manifest",
+    "read_npy",
     "read_owned_file",
     "write_cause",
     "write_error",
@@ -647,3 +648,65 @@ def _read_current_lenient(root: Path) -> str | None:
     if current is None or not (root / current["generation"]).is_dir():
         return None
     return str(current["generation"])
+
+
+#: what numpy's ``.npy`` header parser raises on a damaged header (a dict cut in the middle
+#: fails to tokenize: ``tokenize.TokenError``)
+def _npy_errors() -> tuple[type[BaseException], ...]:
+    import tokenize
+
+    return (ValueError, SyntaxError, TypeError, OverflowError, MemoryError, RecursionError,
+            EOFError, UnicodeDecodeError, tokenize.TokenError)
+
+
+def read_npy(path: str | os.PathLike[str], *, dtype: Any, ndim: int) -> Any:
+    """The C-ordered ``ndim``-dimensional ``dtype`` array in the ``.npy`` file ``path`` of an
+    (untrusted) index folder: a regular file (:func:`open_regular`) whose header parses and
+    declares exactly the file's size before anything is allocated; no pickle. Any other
+    content is an :class:`IndexPersistError` naming the file.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
+    import numpy as np
+
+    fmt = np.lib.format
+    want = np.dtype(dtype)
+    with open_regular(path) as fh:
+        try:
+            version = fmt.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, found = fmt.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, fortran, found = fmt.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"unsupported .npy format version {version}")
+        except _npy_errors() as exc:
+            raise IndexPersistError(
+                f"{path} is not a readable .npy array (damaged header: {exc}); "
+                "rebuild the index"
+            ) from exc
+        except OSError as exc:
+            raise IndexPersistError(f"{path} is unreadable ({exc}); rebuild the index") from exc
+        if found != want or fortran or len(shape) != ndim:
+            raise IndexPersistError(
+                f"{path} holds a {found} array of shape {shape}, expected a {ndim}-D {want} "
+                "array; rebuild the index"
+            )
+        count = 1
+        for n in shape:
+            count *= int(n)
+        offset = fh.tell()
+        size = os.fstat(fh.fileno()).st_size
+        if offset + count * want.itemsize != size:
+            raise IndexPersistError(
+                f"{path}: its header declares {shape} ({offset + count * want.itemsize} bytes "
+                f"with the header), the file has {size} bytes; rebuild the index"
+            )
+        try:
+            arr = np.fromfile(fh, dtype=want, count=count)
+        except (OSError, ValueError) as exc:
+            raise IndexPersistError(f"{path} is unreadable ({exc}); rebuild the index") from exc
+    if arr.size != count:
+        raise IndexPersistError(f"{path} was truncated while read; rebuild the index")
+    return arr.reshape(shape)

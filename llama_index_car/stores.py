@@ -54,7 +54,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 __all__ = [
+    "STORE_FILES",
     "STORE_KINDS",
+    "check_confined",
+    "check_local_store",
     "client_errors",
     "close_vector_store",
     "fetch_embeddings",
@@ -150,9 +153,8 @@ def open_vector_store(
     if overwrite and not create:
         raise ConfigurationError("overwrite=True needs create=True")
     path = _path_of(uri) if kind in LOCAL_KINDS else ""
-    if path:
-        if not create:
-            _must_exist(uri, path, is_file=kind == "milvus")
+    if path and not create:
+        check_local_store(uri, collection)
     try:
         if kind == "milvus":
             return _milvus(path, dim, collection, overwrite, create)
@@ -193,16 +195,95 @@ def store_error(uri: str, exc: BaseException) -> StoreError:
     return StoreError(f"cannot use the store {_safe(uri)}: {text[:300]}")
 
 
-def _must_exist(uri: str, path: str, *, is_file: bool) -> None:
-    """``create=False``: the local store must already be there (as a file or a folder)."""
-    p = Path(path)
-    ok = p.is_file() if is_file else p.is_dir()
-    if not ok:
-        what = "file" if is_file else "folder"
-        raise ConfigurationError(
-            f"{uri}: no store {what} at {p}; give the path of the store this index was "
-            "built with (nothing is created when an index is opened)"
+#: what each local store's client has written once it holds ``collection`` (paths under the
+#: store's path; ``{c}`` is the collection): a store opened with ``create=False`` must hold it,
+#: else the client would create it. Milvus Lite 2.x kept one file, 3.x keeps a folder.
+STORE_FILES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "qdrant": (("meta.json", ".lock", "collection/{c}/storage.sqlite"),),
+    "chroma": (("chroma.sqlite3",),),
+    "milvus": (("",), ("collections/{c}/schema.json",)),
+    "pgserver": (("PG_VERSION", "postgresql.conf", "global/pg_control"),),
+}
+
+
+def check_local_store(uri: str, collection: str = DEFAULT_COLLECTION) -> None:
+    """Refuse to open the local store ``uri`` unless its client already made it: each file of
+    one of its :data:`STORE_FILES` layouts is there as a regular file (Milvus Lite 2.x: the
+    path itself). Opening it then creates nothing new (a Qdrant ``.lock``, a Chroma
+    ``chroma.sqlite3``, a pgserver ``initdb``): what ``create=False`` promises.
+
+    >>> check_local_store("qdrant:///nonexistent/q")
+    Traceback (most recent call last):
+    ...
+    llama_index_car._errors.ConfigurationError: qdrant:///nonexistent/q: no qdrant store at /nonexistent/q (meta.json, .lock, collection/llama_car/storage.sqlite missing); give the path of the store this index was built with (nothing is created when an index is opened)
+    """
+    import stat
+
+    kind = store_kind(uri)
+    if kind not in LOCAL_KINDS:
+        return
+    root = Path(_path_of(uri))
+    missing: list[str] = []
+    for layout in STORE_FILES[kind]:
+        names = [n.format(c=collection) for n in layout]
+        gone = []
+        for name in names:
+            try:
+                mode = (root / name if name else root).lstat().st_mode
+            except OSError:
+                mode = 0
+            if not stat.S_ISREG(mode):
+                gone.append(name or root.name)
+        if not gone:
+            return
+        missing = missing or gone
+    raise ConfigurationError(
+        f"{uri}: no {kind} store at {root} ({', '.join(missing)} missing); give the path of "
+        "the store this index was built with (nothing is created when an index is opened)"
+    )
+
+
+def check_confined(where: Path) -> None:
+    """Refuse a store folder ``where`` that its index did not create: it must be a real
+    folder (not a symlink) holding only folders, regular files with one link, and sockets —
+    no symlink, hard link, FIFO or device that would let a store client read or write
+    outside it. (An index folder is data: whoever wrote it may have planted any of those.)"""
+    import os
+    import stat
+
+    def refuse(path: Path, what: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"{path} is {what}; the store of an index folder is a plain folder it created "
+            "(rebuild the index, or pass the store's path with --store)"
         )
+
+    try:
+        top = os.lstat(where)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise refuse(where, f"unreadable ({exc.strerror})") from exc
+    if stat.S_ISLNK(top.st_mode):
+        raise refuse(where, "a symlink")
+    if not stat.S_ISDIR(top.st_mode):
+        raise refuse(where, "not a folder")
+    def unreadable(exc: OSError) -> None:
+        raise refuse(Path(str(exc.filename)), f"unreadable ({exc.strerror})")
+
+    for base, dirs, files in os.walk(where, onerror=unreadable):
+        for name in (*dirs, *files):
+            path = Path(base) / name
+            try:
+                mode = os.lstat(path)
+            except OSError as exc:
+                raise refuse(path, f"unreadable ({exc.strerror})") from exc
+            if stat.S_ISLNK(mode.st_mode):
+                raise refuse(path, "a symlink")
+            if stat.S_ISREG(mode.st_mode) and mode.st_nlink > 1:
+                raise refuse(path, "a hard link")
+            if not (stat.S_ISREG(mode.st_mode) or stat.S_ISDIR(mode.st_mode)
+                    or stat.S_ISSOCK(mode.st_mode)):
+                raise refuse(path, "not a regular file or folder")
 
 
 def close_vector_store(store: Any) -> None:

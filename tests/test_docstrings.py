@@ -76,6 +76,8 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.hypothesizers.llm",
     "llama_index_car.hypothesizers.prompts",
     "llama_index_car.indices",
+    "llama_index_car.indices._dense",
+    "llama_index_car.indices._layout",
     "llama_index_car.indices._storage",
     "llama_index_car.indices._views",
     "llama_index_car.indices._writer",
