@@ -58,13 +58,10 @@ async def send_error(send: Send, status: int, code: str, message: str, generatio
     await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     """Refuse request bodies over ``limit`` bytes with 413 ``body_too_large``: by
-    ``Content-Length`` before reading, else while reading (chunked bodies)."""
+    ``Content-Length`` before reading, else while reading (chunked bodies); the body (at most
+    ``limit`` bytes) is read whole before the app sees it."""
 
     def __init__(self, app: ASGIApp, limit: int, generation: Callable[[], str | None]) -> None:
         self.app, self.limit, self.generation = app, int(limit), generation
@@ -82,29 +79,32 @@ class BodyLimit:
                 if declared > self.limit:
                     await self._refuse(send)
                     return
+        # read the whole body first (at most ``limit`` bytes), then replay it to the app: a
+        # chunked body over the limit is refused before the app parses any of it
+        chunks: list[bytes] = []
         seen = 0
-        started = False
-
-        async def limited() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLarge
-            return message
-
-        async def tracking(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited, tracking)
-        except _TooLarge:
-            if not started:
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
                 await self._refuse(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()  # after the body: http.disconnect when the client leaves
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
         await send_error(send, 413, "body_too_large",
