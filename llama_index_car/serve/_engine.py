@@ -30,7 +30,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,8 @@ class FolderEngine:
         self._swap = threading.Lock()  # one refresh at a time
         self._leases = threading.Condition()
         self._failed: dict[str, int] = {}
+        #: names this engine (one per process or Ray replica) in ``/readyz``
+        self.replica = uuid.uuid4().hex[:12]
 
     # ------------------------------------------------------------------ generations
     @property
@@ -495,7 +498,7 @@ class FolderEngine:
     def describe(self, gen: Generation) -> dict[str, Any]:
         """What ``/readyz`` reports: the generation, node count and embedding."""
         embed = dict((gen.index.metadata or {}).get("embed") or {})
-        return {"generation": gen.name, "nodes": len(gen.nodes),
+        return {"generation": gen.name, "nodes": len(gen.nodes), "replica": self.replica,
                 "embedding": _text(embed.get("model_name")),
                 "vectors": "store" if (gen.index.metadata or {}).get("store") else "folder"}
 
@@ -504,8 +507,3 @@ def dumps(payload: Any) -> bytes:
     """``payload`` as compact UTF-8 JSON (Korean kept readable; NaN refused)."""
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"),
                       allow_nan=False).encode("utf-8")
-
-
-def kinds_of(index_has_vectors: bool) -> Sequence[str]:
-    """The retriever kinds a generation can serve."""
-    return KINDS if index_has_vectors else ("bm25",)
