@@ -46,7 +46,7 @@ def deployment(folder: str, *, store: str | None, llm: str, llm_timeout: float,
 
             return create_app(self.engine, self.settings)
 
-    app = serve.deployment(
+    app: Any = serve.deployment(
         LlamaCarReplica, name="llama-car", num_replicas=replicas,
         ray_actor_options={"num_cpus": 1},
         max_ongoing_requests=max(8, 4 * settings.threads),
