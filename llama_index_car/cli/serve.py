@@ -66,7 +66,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--deadline", type=positive_seconds, default=30.0, metavar="SECONDS",
                    help="longest a request may take (default %(default)g; answers with an "
                    "LLM get --llm-timeout on top)")
-    p.add_argument("--reload-interval", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--reload-interval", type=seconds_or_zero, default=1.0, metavar="SECONDS",
                    help="how often to look for a new generation of DIR (default %(default)g; "
                    "0: never)")
     p.add_argument("--threads", type=positive_int, default=4,
@@ -99,6 +99,17 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="deadline of one answer's LLM call, retries included (default %(default)g)")
 
 
+def seconds_or_zero(value: str) -> float:
+    """A finite number of seconds >= 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not (number >= 0 and number < float("inf")):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds >= 0")
+    return number
+
+
 def port_number(value: str) -> int:
     """A TCP port, 1..65535."""
     try:
@@ -127,8 +138,8 @@ def api_key(args: argparse.Namespace) -> str | None:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Refuse a non-loopback address without an API key, a short key, ``--replicas``
-    without ``--ray`` and a negative reload interval (one line, exit 2)."""
+    """Refuse a non-loopback address without an API key, a short key and ``--replicas``
+    without ``--ray`` (one line, exit 2)."""
     key = api_key(args)
     if not is_loopback(args.host) and key is None:
         raise ConfigurationError(
@@ -142,8 +153,6 @@ def check_args(args: argparse.Namespace) -> None:
         )
     if args.replicas is not None and not args.ray:
         raise ConfigurationError("--replicas needs --ray")
-    if args.reload_interval < 0:
-        raise ConfigurationError("--reload-interval must be >= 0 (0: never reload)")
 
 
 def settings_of(args: argparse.Namespace) -> Any:

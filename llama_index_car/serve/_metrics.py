@@ -5,8 +5,8 @@ Pure and thread-safe; no client library. Series:
 * ``llama_car_requests_total{endpoint, retriever, status}`` — requests answered;
 * ``llama_car_errors_total{endpoint, code}`` — error responses by their stable ``code``;
 * ``llama_car_request_seconds{endpoint, retriever}`` — a histogram (cumulative ``_bucket``
-  with ``le``, ``_sum``, ``_count``) of the time from the request's arrival to its response
-  (a stream: to its last event);
+  with ``le``, ``_sum``, ``_count``) of the time from the request's arrival to the start of
+  its response (a stream: to its first byte);
 * ``llama_car_generation_info{generation}`` (1), ``llama_car_reloads_total{result}``,
   ``llama_car_in_flight`` — the index generation served, swaps done or failed, requests open.
 
