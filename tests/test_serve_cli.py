@@ -40,6 +40,19 @@ def test_unsafe_or_inconsistent_options_are_refused_in_one_line(
     assert message in err and err.count("\n") == 1
 
 
+def test_the_store_option_reaches_the_folder_loader(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--store`` is the user's, checked against the folder's record before serving: a
+    folder that keeps its own vectors refuses a store URI (one line, exit 2, nothing bound)."""
+    folder = shared_folder(tmp_path_factory)[1]
+    assert main(["serve", str(folder), "--store", f"qdrant://{tmp_path}/q",
+                 "--port", str(_free_port())]) == 2
+    err = capsys.readouterr().err
+    assert "keeps its vectors in the folder" in err and err.count("\n") == 1
+
+
 def test_loopback_addresses_need_no_key() -> None:
     from llama_index_car.cli.serve import is_loopback
 
