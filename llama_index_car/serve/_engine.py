@@ -3,8 +3,9 @@ its ``CURRENT`` pointer and the index's views is here (``app``, ``_mcp`` and ``_
 only :class:`FolderEngine`).
 
 * :meth:`FolderEngine.open` reads the folder once (:func:`llama_index_car.pipeline.load_index`:
-  the query embedding is the provider recorded in the folder) and warms every model (Kiwi, the
-  embedding engine, the span index) with one query per retriever kind, so ready means ready.
+  the query embedding is the provider recorded in the folder) and warms every model (Kiwi's and
+  the embedding engine's at once, then the arrays and the span index with one CAR query), so
+  ready means ready.
 * Each request takes a :meth:`~FolderEngine.lease` on the current :class:`Generation` and reads
   only it; the response names ``generation.name`` (the folder's ``gen-…`` directory).
 * :meth:`~FolderEngine.refresh` (the service calls it every ``reload_interval`` seconds) reads
@@ -232,11 +233,17 @@ class FolderEngine:
         raise CarError(f"{self.folder}: the generation kept changing while it was opened")
 
     def _warm(self, gen: Generation) -> None:
-        """One query per retriever kind, so every model and array is loaded before serving."""
-        for kind in KINDS:
-            if kind in ("dense", "hybrid", "car") and gen.index.vector_index is None:
-                continue
-            self.hits(gen, WARM_QUERY, kind, 3)
+        """Load Kiwi's model (in a thread) while the embedding engine embeds a first query,
+        then run one CAR query (BM25 without vectors): every model and array is in memory
+        before the generation is served."""
+        tokenizer = threading.Thread(target=gen.index.tokenizer.tokenize, args=(WARM_QUERY,))
+        tokenizer.start()
+        try:
+            if gen.index.vector_index is not None:
+                gen.index.embed_model.get_query_embedding(WARM_QUERY)
+        finally:
+            tokenizer.join()
+        self.hits(gen, WARM_QUERY, "car" if gen.index.vector_index is not None else "bm25", 3)
 
     def refresh(self) -> Generation | None:
         """If ``CURRENT`` names another generation, open it and swap it in; return it
