@@ -153,7 +153,7 @@ def test_hostile_text_shows_as_text_and_never_runs(
 
     from llama_index_car.serve._html import visible
 
-    url, _ = served
+    url, engine = served
     page = browser.new_page()
     watch = Watch(page)
     page.goto(url + "/")
@@ -170,10 +170,19 @@ def test_hostile_text_shows_as_text_and_never_runs(
     text = body.locator(".text").all_inner_texts()
     assert any("<script>alert('cell')</script>" in t for t in text)
     assert any("⟦U+202E⟧" in t for t in text)
+    node_text = engine.current.nodes[hostile.get_attribute("data-node")].get_content()
+    sentences = 0
     for button in hostile.locator("button.span").all():  # every span of the hit, shown
         page.evaluate("document.getElementById('status').textContent = ''")
         button.click()
         expect(page.locator("#status")).to_have_text(re.compile("표시했습니다[.]$"))
+        if button.get_attribute("data-kind") == "sentence":  # the sentence is highlighted
+            start, end = int(button.get_attribute("data-start")), int(
+                button.get_attribute("data-end"))
+            mark = page.locator("#detail-body mark.cited")
+            assert mark.count() == 1 and mark.text_content() == visible(node_text[start:end])
+            sentences += 1
+    assert sentences > 0
     assert page.evaluate("typeof window.alert") == "function"
     watch.clean(url)
 

@@ -21,6 +21,7 @@ import argparse
 import ipaddress
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -186,13 +187,26 @@ def run(args: argparse.Namespace) -> int:
         from llama_index_car.serve._ray import serve_on_ray
 
         return serve_on_ray(args, settings)
+    started = time.perf_counter()
+    engine = engine_of(args)
+    opened: dict[str, Any] = {}
+
+    def open_engine() -> None:
+        try:
+            opened["gen"] = engine.open()
+        except BaseException as exc:  # re-raised below, in the main thread
+            opened["error"] = exc
+
+    loader = threading.Thread(target=open_engine, daemon=True)
+    loader.start()  # the folder and models load while the web stack imports
     import uvicorn
 
     from llama_index_car.serve.app import create_app
 
-    started = time.perf_counter()
-    engine = engine_of(args)
-    gen = engine.open()
+    loader.join()
+    if "error" in opened:
+        raise opened["error"]
+    gen = opened["gen"]
     print(f"llama-car serve: {args.persist_dir}: {gen.name}, {len(gen.nodes)} nodes, "
           f"ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     app = create_app(engine, settings)

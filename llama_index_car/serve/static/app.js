@@ -97,7 +97,7 @@
         const label = where(s) + (s.kind === "cell" && s.header ? " · " + s.header : "");
         const button = el("button", { type: "button", class: "span span-" + s.kind,
           "data-node": h.node_id, "data-kind": s.kind, "data-table": s.table_index,
-          "data-row": s.row, "data-col": s.col },
+          "data-row": s.row, "data-col": s.col, "data-start": s.start, "data-end": s.end },
           el("span", { class: "tag" }, label), " ", s.text || "",
           el("span", { class: "score" }, " " + (s.score == null ? "" : s.score.toFixed(3))));
         button.addEventListener("click", () => show(h.node_id, s));
