@@ -198,18 +198,18 @@ def run(args: argparse.Namespace) -> int:
             opened["error"] = exc
 
     loader = threading.Thread(target=open_engine, daemon=True)
-    loader.start()  # the folder and models load while the web stack imports
+    loader.start()  # the folder and models load while the web stack imports and builds
     import uvicorn
 
     from llama_index_car.serve.app import create_app
 
+    app = create_app(engine, settings)  # reads the engine only per request
     loader.join()
     if "error" in opened:
         raise opened["error"]
     gen = opened["gen"]
     print(f"llama-car serve: {args.persist_dir}: {gen.name}, {len(gen.nodes)} nodes, "
           f"ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
-    app = create_app(engine, settings)
     grace = settings.deadline + (float(args.llm_timeout) if engine.llm is not None else 0.0)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info",
                 access_log=args.access_log, timeout_graceful_shutdown=int(grace) + 5,

@@ -210,51 +210,11 @@ class FolderEngine:
         return self._current
 
     def open(self) -> Generation:
-        """Open the live generation, warm it and make it current. Kiwi's model and the
-        embedding engine the folder records load in threads while the folder is read."""
+        """Open the live generation, warm it and make it current."""
         with self._swap:
-            prefetch = self._prefetch()
-            try:
-                gen = self._load()
-            finally:
-                for thread in prefetch:
-                    thread.join()
+            gen = self._load()
             self._current = gen
             return gen
-
-    def _prefetch(self) -> list[threading.Thread]:
-        """Threads loading the models the live generation names (its tokenizer spec, its
-        offline embedding provider) into the process-wide shares ``load_index`` reuses. Only
-        a head start: anything unreadable is left to ``load_index`` to report."""
-        from llama_index_car import _persist
-
-        try:
-            live = _persist.live_dir(self.folder)
-            spec = _persist.read_json(live / "index.json", max_bytes=1 << 20)["tokenizer"]
-            record = _persist.read_json(live / "car_index.json", max_bytes=1 << 24)
-            provider = record["embed"]["provider"]
-        except (CarError, OSError, ValueError, KeyError, TypeError):
-            return []
-
-        def kiwi() -> None:
-            from llama_index_car.tokenizers.kiwi import KiwiTokenizer
-
-            with contextlib.suppress(Exception):  # a bad spec is load_index's to report
-                KiwiTokenizer.from_dict(spec).tokenize(WARM_QUERY)
-
-        def embedding() -> None:
-            from llama_index_car.providers import resolve_embed_model
-
-            with contextlib.suppress(Exception):
-                resolve_embed_model(provider).get_query_embedding(WARM_QUERY)
-
-        jobs = [kiwi]
-        if self._embed_model is None and provider in ("e5", "use"):  # offline, shared engines
-            jobs.append(embedding)
-        threads = [threading.Thread(target=job, daemon=True) for job in jobs]
-        for thread in threads:
-            thread.start()
-        return threads
 
     def _load(self) -> Generation:
         """The live generation, opened and warmed (retried when ``CURRENT`` moved meanwhile)."""
