@@ -347,13 +347,18 @@ def test_security_headers_and_no_cors_by_default(client: httpx.Client) -> None:
 def test_cors_only_for_the_origins_asked_for(engine: Any) -> None:
     from llama_index_car.serve import ServeSettings, create_app
 
-    app = create_app(engine, ServeSettings(reload_interval=0,
+    app = create_app(engine, ServeSettings(reload_interval=0, api_key="k" * 24,
                                            cors_origins=("http://app.example",)))
     with running(app) as url, httpx.Client(base_url=url) as c:
         ok = c.get("/healthz", headers={"origin": "http://app.example"})
         assert ok.headers["access-control-allow-origin"] == "http://app.example"
         other = c.get("/healthz", headers={"origin": "http://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+        pre = c.options("/v1/retrieve", headers={  # a preflight needs no key
+            "origin": "http://app.example", "access-control-request-method": "POST",
+            "access-control-request-headers": "authorization, content-type"})
+        assert pre.status_code == 200
+        assert pre.headers["access-control-allow-origin"] == "http://app.example"
 
 
 def test_api_key_is_required_where_configured(engine: Any) -> None:

@@ -113,8 +113,9 @@ class BodyLimit:
 
 class BearerAuth:
     """Require ``Authorization: Bearer KEY`` (compared in constant time with
-    :func:`hmac.compare_digest`) on every path but :data:`OPEN_PATHS`; else 401
-    ``unauthorized``. ``key=None``: no check."""
+    :func:`hmac.compare_digest`) on every path but :data:`OPEN_PATHS` and ``OPTIONS``
+    (a CORS preflight, which answers with headers only); else 401 ``unauthorized``.
+    ``key=None``: no check."""
 
     def __init__(self, app: ASGIApp, key: str | None,
                  generation: Callable[[], str | None]) -> None:
@@ -126,7 +127,8 @@ class BearerAuth:
         return path in OPEN_PATHS[:4] or path.startswith(OPEN_PATHS[4])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.key is None or scope["type"] != "http" or self.open_path(scope.get("path", "")):
+        if (self.key is None or scope["type"] != "http" or scope.get("method") == "OPTIONS"
+                or self.open_path(scope.get("path", ""))):  # a CORS preflight carries no key
             await self.app(scope, receive, send)
             return
         given = b""
