@@ -39,9 +39,11 @@ llama_index_car._errors.ConfigurationError: unsupported store URI 'redis://x'; u
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -300,15 +302,67 @@ def _milvus(path: str, dim: int | None, collection: str, overwrite: bool, create
 
 
 def _pg_server(path: str) -> str:
+    """The URI of the pgserver PostgreSQL kept in ``path``, started (``initdb`` first for a new
+    folder) on first use.
+
+    Raises:
+        StoreError: ``initdb``, the server or ``CREATE EXTENSION vector`` failed: one line
+            naming the folder and the command's own error (e.g. ``initdb: error: directory
+            "…" exists but is not empty``); pgserver's multi-line log of it is not printed.
+    """
     require("pgserver", extra="stores", package="pgserver")
+    import subprocess
+
     import pgserver
 
     def start(p: str) -> Any:
-        server = pgserver.get_server(p, cleanup_mode="stop")
-        server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+        with _kept_log("pgserver") as log:
+            try:
+                server = pgserver.get_server(p, cleanup_mode="stop")
+                server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+            except subprocess.CalledProcessError as exc:
+                raise StoreError(
+                    f"pgserver://{p}: cannot initialise or start PostgreSQL in {p}: "
+                    f"{_command_error(log, exc)}"
+                ) from exc
         return server
 
     return str(_shared("pgserver", path, start).get_uri())
+
+
+@contextlib.contextmanager
+def _kept_log(name: str) -> Iterator[list[str]]:
+    """The messages the logger ``name`` emits at ERROR or above while active, kept in a list
+    instead of reaching Python's last-resort handler (which prints them on stderr)."""
+    import logging
+
+    messages: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger(name)
+    handler = _Keep(logging.ERROR)
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+
+
+def _command_error(log: list[str], exc: Any) -> str:
+    """The first ``error``/``FATAL`` line of the stderr pgserver logged for a failed command,
+    else the command's name and exit status."""
+    for message in log:
+        if "stderr:" not in message:
+            continue
+        for line in message.rsplit("stderr:", 1)[1].splitlines():
+            line = " ".join(line.split())
+            if "error:" in line.lower() or line.startswith("FATAL"):
+                return line[:300]
+    cmd = exc.cmd[0] if isinstance(exc.cmd, list | tuple) and exc.cmd else exc.cmd
+    return f"{Path(str(cmd)).name} exited with status {exc.returncode}"
 
 
 def _postgres(
