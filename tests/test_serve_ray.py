@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,16 +21,17 @@ pytest.importorskip("ray.serve", reason="the [ray] extra is needed")
 
 @pytest.mark.slow
 def test_two_ray_serve_replicas_share_the_folder(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path,
 ) -> None:
     folder = shared_folder(tmp_path_factory)[1]
     generation = json.loads((folder / "CURRENT").read_text())["generation"]
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "serve.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_index_car", "serve", str(folder), "--ray", "--replicas",
          "2", "--port", str(port)], env=_env(), stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+        stderr=log.open("wb"))
     try:
         _wait_ready(url, proc, seconds=900)
         replicas = set()
@@ -45,7 +47,7 @@ def test_two_ray_serve_replicas_share_the_folder(
                 assert r.json()["hits"]
         assert len(replicas) == 2
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=300) == 0
+        assert proc.wait(timeout=300) == 0, log.read_text(errors="replace")[-3000:]
     finally:
         if proc.poll() is None:
             proc.kill()

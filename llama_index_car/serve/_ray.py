@@ -68,14 +68,19 @@ def serve_on_ray(args: argparse.Namespace, settings: Any) -> int:
         else:
             ray.init(num_cpus=max(replicas, 2), include_dashboard=False, log_to_driver=False)
     stop = threading.Event()
+
+    def trap() -> None:  # Ray installs its own handlers (an abort on SIGTERM) at init
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+
+    trap()
     try:
         serve.start(http_options={"host": args.host, "port": args.port})
         serve.run(deployment(str(args.persist_dir), store=args.store, llm=args.llm,
                              llm_timeout=float(args.llm_timeout), settings=settings,
                              replicas=replicas),
                   name="llama-car", route_prefix="/", blocking=False)
-        for sig in (signal.SIGTERM, signal.SIGINT):  # after Ray's own handlers are set
-            signal.signal(sig, lambda *_: stop.set())
+        trap()  # again: deploying may have set handlers of its own
         print(f"llama-car serve: {args.persist_dir} on Ray Serve, {replicas} replicas, "
               f"http://{args.host}:{args.port}/, ready in {time.perf_counter() - started:.1f} s",
               file=sys.stderr, flush=True)
