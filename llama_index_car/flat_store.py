@@ -1,0 +1,550 @@
+"""An exact, memory-mapped flat vector store: int8 scan, certified float64 rescoring.
+
+:class:`FlatVectorStore` is a LlamaIndex ``BasePydanticVectorStore`` (``stores_text=False``,
+like ``SimpleVectorStore``, whose results it reproduces: cosine similarity, the same top-k)
+built to stay fast at 10⁶ vectors:
+
+* **Search** (:meth:`FlatState.search`): one pass over int8 codes of every row (numkong's
+  SIMD int8 dot product when installed, ``scan="int8"``; else a float32 numpy matrix-vector
+  product, ``scan="float32"``) gives approximate scores with a proven per-row error bound
+  (:mod:`~llama_index_car._flat_math`); rows are then taken in order of their upper bound and
+  rescored exactly (float64 cosine of the stored float32 vectors) until every row not
+  rescored has an upper bound strictly below the k-th exact score. The result is the exact
+  top-k of a brute-force float64 scan, ties broken by node id ascending.
+* **Filters**: ``MetadataFilters`` mean exactly what they mean on the BM25 channel
+  (``_lexical.matches`` on the node's ``metadata``; checked first by
+  ``retrievers._filters.check_filters``); they are evaluated lazily, only on the rows the
+  search considers, in upper-bound order.
+* **Snapshots**: a :class:`FlatState` is immutable; ``add``/``delete``/``delete_nodes`` build a
+  new state (appended rows in memory, a new alive mask) and swap it in under one writer lock,
+  so a query that took the old state (:meth:`FlatVectorStore.snapshot`) stays correct.
+  ``add`` of an id that is present replaces it.
+* **Persistence**: :meth:`FlatVectorStore.persist` writes one crash-safe generation
+  (``_persist.replace_dir``) of plain files bound by ``manifest.json`` (kind
+  ``FlatVectorStore``, format 1): ``vectors.npy`` float32 (n, d), ``codes.npy`` int8 (n, d),
+  ``scale.npy``/``code_norm.npy``/``resid.npy`` float32 (n,), ``norm.npy`` float64 (n,), the
+  record sets ``nodes`` (key: node id; payload: ``{"ref": ref_doc_id, "metadata": {...}}``)
+  and ``refs`` (key: ref_doc_id; payload: its node ids) of
+  :mod:`~llama_index_car._records`, and ``flat.json`` (dim, count). No pickle.
+  :meth:`FlatVectorStore.from_persist_dir` maps them: the small files are hashed against the
+  manifest, every other file's size is checked against it, every ``.npy`` header, dtype and
+  shape is checked before mapping (``_npy.open_npy``), and every record read is
+  bounds-checked; any failure is an ``IndexPersistError`` naming the file. Resident memory
+  after load is constant; a query touches the codes (d bytes per row) and the rows it
+  rescores.
+
+Memory at rest per row: ``5·d + 20`` bytes of arrays plus the records; a query process
+scanning int8 keeps ``d`` bytes per row resident (384 MB at 10⁶ × 384).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.schema import BaseNode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+    VectorStoreQueryResult,
+)
+
+from llama_index_car import _flat_math as fm
+from llama_index_car._errors import ConfigurationError, IndexPersistError
+from llama_index_car._lexical import matches
+from llama_index_car._npy import open_npy, write_npy
+from llama_index_car._persist import (
+    live_dir,
+    read_manifest,
+    replace_dir,
+    write_json,
+    write_manifest,
+)
+from llama_index_car._records import RecordFile, write_records
+from llama_index_car.retrievers._filters import check_filters
+
+__all__ = ["FLAT_FORMAT_VERSION", "FlatState", "FlatVectorStore"]
+
+FLAT_FORMAT_VERSION = 1
+KIND = "FlatVectorStore"
+Scan = Literal["auto", "int8", "float32"]
+_U32 = 2.0**-24  # unit roundoff of float32
+_MAX_DIM = 1040  # int8 dot products stay below 2**24 (exact in float32)
+_FIRST_POOL = 64
+
+
+@lru_cache(maxsize=1)
+def _numkong() -> Any:
+    if importlib.util.find_spec("numkong") is None:
+        return None
+    import numkong
+
+    return numkong
+
+
+def resolve_scan(scan: str) -> str:
+    """``"int8"`` or ``"float32"`` for a ``scan`` option (``"auto"``: int8 with numkong)."""
+    if scan not in ("auto", "int8", "float32"):
+        raise ConfigurationError(f"scan must be 'auto', 'int8' or 'float32', got {scan!r}")
+    if scan == "auto":
+        return "int8" if _numkong() is not None else "float32"
+    if scan == "int8" and _numkong() is None:
+        raise ConfigurationError("scan='int8' needs numkong: pip install 'llama-index-car[fast]'")
+    return scan
+
+
+# ----------------------------------------------------------------------------- segments
+@dataclass(frozen=True, eq=False)
+class _Segment:
+    """Rows ``0..n-1``: their vectors, int8 codes and bounds, ids and metadata (a record file
+    for a loaded segment, lists for rows added in memory)."""
+
+    vectors: np.ndarray
+    codes: np.ndarray
+    scale: np.ndarray
+    code_norm: np.ndarray
+    resid: np.ndarray
+    norm: np.ndarray
+    records: RecordFile | None = None
+    refs: RecordFile | None = None
+    mem_ids: tuple[str, ...] = ()
+    mem_meta: tuple[tuple[str | None, dict[str, Any]], ...] = ()
+
+    @property
+    def size(self) -> int:
+        return int(self.vectors.shape[0])
+
+    def node_id(self, i: int) -> str:
+        return self.records.key(i) if self.records is not None else self.mem_ids[i]
+
+    def meta(self, i: int) -> tuple[str | None, dict[str, Any]]:
+        if self.records is None:
+            return self.mem_meta[i]
+        rec = self.records.json(i)
+        ref, md = (rec.get("ref"), rec.get("metadata")) if isinstance(rec, dict) else (None, None)
+        if not (ref is None or isinstance(ref, str)) or not isinstance(md, dict):
+            raise IndexPersistError(f"{self.records._paths['blob']}: record {i} is not a node record")
+        return ref, md
+
+    def find(self, node_id: str) -> int | None:
+        if self.records is not None:
+            return self.records.find(node_id)
+        try:
+            return self.mem_ids.index(node_id)
+        except ValueError:
+            return None
+
+    def rows_of_ref(self, ref: str) -> list[int]:
+        if self.records is None:
+            return [i for i, (r, _) in enumerate(self.mem_meta) if r == ref]
+        if self.refs is None:
+            return []
+        j = self.refs.find(ref)
+        if j is None:
+            return []
+        ids = self.refs.json(j)
+        if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
+            raise IndexPersistError(f"{self.refs._paths['blob']}: record {j} is not a list of ids")
+        return [i for i in (self.records.find(x) for x in ids) if i is not None]
+
+
+def _memory_segment(
+    vectors: np.ndarray, ids: Sequence[str], meta: Sequence[tuple[str | None, dict[str, Any]]]
+) -> _Segment:
+    codes, scale, code_norm, resid, norm = fm.quantize_rows(vectors)
+    return _Segment(vectors, codes, scale, code_norm, resid, norm,
+                    mem_ids=tuple(ids), mem_meta=tuple(meta))
+
+
+# ----------------------------------------------------------------------------- the state
+@dataclass(frozen=True, eq=False)
+class FlatState:
+    """One immutable version of the store: segments and their alive masks (never changed in
+    place; :meth:`plus` and :meth:`without` return new states)."""
+
+    dim: int
+    segments: tuple[_Segment, ...]
+    alive: tuple[np.ndarray, ...]
+    scan: str
+
+    @classmethod
+    def empty(cls, dim: int, scan: str) -> FlatState:
+        return cls(dim, (), (), scan)
+
+    @property
+    def count(self) -> int:
+        """Live rows."""
+        return int(sum(int(a.sum()) for a in self.alive))
+
+    def _locate(self, node_id: str) -> tuple[int, int] | None:
+        for s, seg in enumerate(self.segments):
+            i = seg.find(node_id)
+            if i is not None and self.alive[s][i]:
+                return s, i
+        return None
+
+    def without(self, rows: Iterable[tuple[int, int]]) -> FlatState:
+        """A state with ``(segment, row)`` pairs marked dead."""
+        alive = list(self.alive)
+        copied: set[int] = set()
+        for s, i in rows:
+            if s not in copied:
+                alive[s] = alive[s].copy()
+                copied.add(s)
+            alive[s][i] = False
+        return FlatState(self.dim, self.segments, tuple(alive), self.scan)
+
+    def plus(
+        self, vectors: np.ndarray, ids: Sequence[str],
+        meta: Sequence[tuple[str | None, dict[str, Any]]],
+    ) -> FlatState:
+        """A state with rows appended (ids present are replaced). The last in-memory segment
+        is rebuilt with them (old states keep theirs)."""
+        state = self.without(p for p in map(self._locate, ids) if p is not None)
+        segs, alive = list(state.segments), list(state.alive)
+        if segs and segs[-1].records is None:
+            last, mask = segs.pop(), alive.pop()
+            vectors = np.concatenate([last.vectors, vectors])
+            ids = [*last.mem_ids, *ids]
+            meta = [*last.mem_meta, *meta]
+            mask = np.concatenate([mask, np.ones(len(vectors) - last.size, dtype=bool)])
+        else:
+            mask = np.ones(len(ids), dtype=bool)
+        segs.append(_memory_segment(vectors, ids, meta))
+        alive.append(mask)
+        return FlatState(self.dim, tuple(segs), tuple(alive), self.scan)
+
+    # ------------------------------------------------------------------ search
+    def _row(self, g: int, starts: np.ndarray) -> tuple[_Segment, int]:
+        s = int(np.searchsorted(starts, g, side="right")) - 1
+        return self.segments[s], g - int(starts[s])
+
+    def _exact(self, rows: np.ndarray, starts: np.ndarray, q: np.ndarray, qn: float) -> np.ndarray:
+        out = np.empty(rows.size, dtype=np.float64)
+        for j, g in enumerate(rows.tolist()):
+            seg, i = self._row(g, starts)
+            n = float(seg.norm[i])
+            dot = float(np.dot(np.asarray(seg.vectors[i], dtype=np.float64), q))
+            out[j] = dot / (n * qn) if n > 0 else 0.0
+        if not np.isfinite(out).all():
+            raise IndexPersistError("a stored vector is not finite: the vectors file is damaged")
+        return out
+
+    def _approx(self, q: np.ndarray, qn: float) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate cosine and its bound for every row (dead rows: -inf, 0)."""
+        approx, bound = [], []
+        if self.scan == "int8":
+            qc, qs, qr, _ = fm.quantize_query(q)
+            nk = _numkong()
+        else:
+            q32 = q.astype(np.float32)
+            q_err = float(np.linalg.norm(q - q32.astype(np.float64)))
+            gamma = self.dim * _U32 / (1 - self.dim * _U32)
+        for seg, mask in zip(self.segments, self.alive, strict=True):
+            if seg.size == 0:
+                continue
+            norm = np.asarray(seg.norm, dtype=np.float64)
+            if self.scan == "int8":
+                dots = np.asarray(nk.cdist(seg.codes, qc[None, :], metric="dot",
+                                           out_dtype="float32")).reshape(-1)
+                a = fm.approx_scores(dots, np.asarray(seg.scale), qs)
+                e = fm.dot_error_bound(np.asarray(seg.code_norm), np.asarray(seg.resid), qr, qn)
+            else:
+                a = np.asarray(seg.vectors @ q32, dtype=np.float64)
+                # |fl(x·q32) − x·q32| <= γ_d·Σ|x_j q_j| <= γ_d·‖x‖‖q32‖; |x·(q − q32)| <= ‖x‖·‖q − q32‖
+                e = norm * (gamma * float(np.linalg.norm(q32)) * (1 + 1e-6) + q_err) + fm.SLACK
+            with np.errstate(divide="ignore", invalid="ignore"):
+                denom = norm * qn
+                a = np.where(norm > 0, a / denom, 0.0)
+                e = np.where(norm > 0, e / denom, 0.0)
+            a = np.where(mask, a, -np.inf)
+            a[~np.isfinite(a) & mask] = np.inf  # damaged values are rescored (and refused)
+            e = np.where(np.isfinite(e) & (e >= 0), e, np.inf)  # damaged bounds: rescore
+            approx.append(a)
+            bound.append(np.where(mask, e, 0.0))
+        if not approx:
+            return np.zeros(0), np.zeros(0)
+        return np.concatenate(approx), np.concatenate(bound)
+
+    def search(
+        self,
+        query: Sequence[float] | np.ndarray,
+        k: int,
+        filters: MetadataFilters | None = None,
+        node_ids: Sequence[str] | None = None,
+    ) -> list[tuple[str, float]]:
+        """The exact top-``k`` ``(node id, cosine)`` among live rows passing ``filters``
+        (and among ``node_ids`` when given): cosine desc, then id asc."""
+        check_filters(filters)
+        q = np.asarray(query, dtype=np.float64).reshape(-1)
+        if q.shape[0] != self.dim:
+            raise ConfigurationError(f"query has {q.shape[0]} dimensions, the store {self.dim}")
+        if not np.isfinite(q).all():
+            raise ConfigurationError("the query embedding holds NaN or infinity")
+        k = int(k)
+        qn = float(np.linalg.norm(q))
+        if k <= 0 or not self.segments or qn == 0:
+            return []
+        starts = np.cumsum([0] + [s.size for s in self.segments])[:-1]
+        passes: dict[int, bool] = {}
+
+        def keep(g: int) -> bool:
+            if filters is None or not filters.filters:
+                return True
+            if g not in passes:
+                seg, i = self._row(g, starts)
+                passes[g] = matches(filters, seg.meta(i)[1])
+            return passes[g]
+
+        if node_ids is not None:
+            rows = []
+            for nid in dict.fromkeys(node_ids):
+                loc = self._locate(nid)
+                if loc is not None:
+                    rows.append(int(starts[loc[0]]) + loc[1])
+            cand = np.asarray([g for g in rows if keep(g)], dtype=np.int64)
+            return self._best(cand, self._exact(cand, starts, q, qn), starts, k)
+        approx, bound = self._approx(q, qn)
+        upper = approx + bound
+        n = upper.size
+        considered = np.zeros(n, dtype=bool)
+        m = min(n, max(4 * k, _FIRST_POOL))
+        rows_done: list[np.ndarray] = []
+        scores_done: list[np.ndarray] = []
+        while True:
+            if m < n:
+                part = np.argpartition(-upper, m)
+                top, rest = part[:m], float(upper[part[m]])  # rest >= every row outside top
+            else:
+                top, rest = np.arange(n), -np.inf
+            new = top[~considered[top] & (upper[top] > -np.inf)]
+            considered[top] = True
+            new = new[np.lexsort((new, -upper[new]))]
+            new = np.asarray([g for g in new.tolist() if keep(g)], dtype=np.int64)
+            rows_done.append(new)
+            scores_done.append(self._exact(new, starts, q, qn))
+            got = np.concatenate(scores_done)
+            kth = float(np.partition(got, got.size - k)[got.size - k]) if got.size >= k else None
+            if rest == -np.inf or fm.certified(rest, kth) or m >= n:
+                break
+            m = min(n, m * 4)
+        return self._best(np.concatenate(rows_done), np.concatenate(scores_done), starts, k)
+
+    def _best(self, rows: np.ndarray, scores: np.ndarray, starts: np.ndarray, k: int) -> list[tuple[str, float]]:
+        ids = [self._row(g, starts)[0].node_id(self._row(g, starts)[1]) for g in rows.tolist()]
+        ranked = sorted(zip(ids, scores.tolist(), strict=True), key=lambda t: (-t[1], t[0]))
+        return ranked[:k]
+
+    # ------------------------------------------------------------------ iteration
+    def live_rows(self) -> Iterable[tuple[_Segment, int]]:
+        for seg, mask in zip(self.segments, self.alive, strict=True):
+            for i in np.flatnonzero(mask).tolist():
+                yield seg, i
+
+
+# ----------------------------------------------------------------------------- the store
+class FlatVectorStore(BasePydanticVectorStore):
+    """Exact flat vector store over memory-mapped arrays (see the module docstring).
+
+    Example:
+        >>> from llama_index.core.schema import TextNode
+        >>> from llama_index.core.vector_stores.types import VectorStoreQuery
+        >>> store = FlatVectorStore(dim=2)
+        >>> _ = store.add([TextNode(id_="a", embedding=[1.0, 0.0]), TextNode(id_="b", embedding=[0.6, 0.8])])
+        >>> store.query(VectorStoreQuery(query_embedding=[0.0, 1.0], similarity_top_k=1)).ids
+        ['b']
+    """
+
+    stores_text: bool = False
+    flat_metadata: bool = False
+    dim: int = Field(gt=0, le=_MAX_DIM, description="Vector dimensions.")
+    scan: Scan = Field(
+        default="auto",
+        description="First pass: 'int8' (numkong SIMD codes), 'float32' (numpy) or 'auto' "
+        "(int8 when numkong is installed). Results are exact either way.",
+    )
+    _state: FlatState = PrivateAttr()
+    _lock: Any = PrivateAttr(default_factory=threading.Lock)
+
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        self._state = FlatState.empty(self.dim, resolve_scan(self.scan))
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "FlatVectorStore"
+
+    @property
+    def client(self) -> Any:
+        return None
+
+    def snapshot(self) -> FlatState:
+        """The current immutable state (a query pinned to it stays correct across updates)."""
+        return self._state
+
+    def __len__(self) -> int:
+        return self._state.count
+
+    # ------------------------------------------------------------------ writes
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        if not nodes:
+            return []
+        vecs = np.asarray([n.get_embedding() for n in nodes], dtype=np.float32)
+        if vecs.ndim != 2 or vecs.shape[1] != self.dim:
+            raise ConfigurationError(f"embeddings must have {self.dim} dimensions, got {vecs.shape}")
+        if not np.isfinite(vecs).all():
+            raise ConfigurationError("an embedding holds NaN or infinity")
+        ids = [n.node_id for n in nodes]
+        if len(set(ids)) != len(ids):
+            raise ConfigurationError("duplicate node ids in one add")
+        meta = [(n.ref_doc_id, json.loads(json.dumps(dict(n.metadata), ensure_ascii=False)))
+                for n in nodes]
+        with self._lock:
+            self._state = self._state.plus(vecs, ids, meta)
+        return ids
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        with self._lock:
+            st = self._state
+            rows = [(s, i) for s, seg in enumerate(st.segments) for i in seg.rows_of_ref(ref_doc_id)
+                    if st.alive[s][i]]
+            self._state = st.without(rows)
+
+    def delete_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None,
+        **delete_kwargs: Any,
+    ) -> None:
+        check_filters(filters)
+        with self._lock:
+            st = self._state
+            rows: list[tuple[int, int]] = []
+            if node_ids is not None:
+                rows = [p for p in map(st._locate, node_ids) if p is not None]
+            if filters is not None and filters.filters:
+                want = set(rows) if node_ids is not None else None
+                rows = []
+                for s, (seg, mask) in enumerate(zip(st.segments, st.alive, strict=True)):
+                    for i in np.flatnonzero(mask).tolist():
+                        if (want is None or (s, i) in want) and matches(filters, seg.meta(i)[1]):
+                            rows.append((s, i))
+            self._state = st.without(rows)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._state = FlatState.empty(self.dim, self._state.scan)
+
+    # ------------------------------------------------------------------ query
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        if query.mode != VectorStoreQueryMode.DEFAULT:
+            raise ConfigurationError(f"FlatVectorStore supports the default mode, not {query.mode}")
+        if query.query_embedding is None:
+            raise ConfigurationError("FlatVectorStore needs a query embedding")
+        state = self._state
+        node_ids = query.node_ids
+        if query.doc_ids is not None:
+            ref_rows = [seg.node_id(i) for seg in state.segments for r in query.doc_ids
+                        for i in seg.rows_of_ref(r)]
+            node_ids = ref_rows if node_ids is None else [x for x in node_ids if x in set(ref_rows)]
+        hits = state.search(query.query_embedding, query.similarity_top_k, query.filters, node_ids)
+        return VectorStoreQueryResult(
+            ids=[h[0] for h in hits], similarities=[h[1] for h in hits], nodes=None
+        )
+
+    # ------------------------------------------------------------------ persistence
+    def persist(self, persist_path: str, fs: Any = None) -> None:
+        """Write the live rows as one generation of ``persist_path`` (a directory)."""
+        if fs is not None:
+            raise ConfigurationError("FlatVectorStore persists to a local directory (fs=None)")
+        state = self._state
+        with replace_dir(persist_path) as gen:
+            _write_state(gen, state)
+            write_manifest(gen, kind=KIND, format_version=FLAT_FORMAT_VERSION,
+                           meta={"dim": state.dim, "count": state.count})
+
+    @classmethod
+    def from_persist_dir(
+        cls, persist_dir: str, *, scan: Scan = "auto", verify: Literal["lazy", "full"] = "lazy"
+    ) -> FlatVectorStore:
+        """Open a folder written by :meth:`persist` (checks of the module docstring)."""
+        root = live_dir(persist_dir)
+        manifest = read_manifest(root, kind=KIND, format_versions=(FLAT_FORMAT_VERSION,),
+                                 verify=(lambda n: True) if verify == "full" else
+                                 (lambda n: n.endswith(".json")), required=_REQUIRED)
+        for name, entry in manifest["files"].items():
+            path = root / name
+            if not path.is_file() or path.stat().st_size != entry["bytes"]:
+                raise IndexPersistError(f"{path} is missing or its size differs from manifest.json")
+        seg, dim = _read_segment(root, verify)
+        store = cls(dim=dim, scan=scan)
+        store._state = FlatState(dim, (seg,), (np.ones(seg.size, dtype=bool),), store._state.scan)
+        return store
+
+
+_ARRAYS = ("vectors", "codes", "scale", "code_norm", "resid", "norm")
+_REQUIRED = ("flat.json", *(f"{a}.npy" for a in _ARRAYS), "nodes.meta.json", "refs.meta.json")
+
+
+def _write_state(gen: Path, state: FlatState) -> None:
+    rows = list(state.live_rows())
+    dim = state.dim
+    vecs = np.empty((len(rows), dim), dtype=np.float32)
+    for j, (seg, i) in enumerate(rows):
+        vecs[j] = seg.vectors[i]
+    codes, scale, code_norm, resid, norm = fm.quantize_rows(vecs)
+    for name, arr in zip(_ARRAYS, (vecs, codes, scale, code_norm, resid, norm), strict=True):
+        write_npy(gen / f"{name}.npy", arr)
+    refs: dict[str, list[str]] = {}
+    node_items = []
+    for seg, i in rows:
+        nid = seg.node_id(i)
+        ref, md = seg.meta(i)
+        if ref is not None:
+            refs.setdefault(ref, []).append(nid)
+        node_items.append((nid, json.dumps({"ref": ref, "metadata": md}, ensure_ascii=False).encode()))
+    write_records(gen, "nodes", node_items)
+    write_records(gen, "refs", ((r, json.dumps(v, ensure_ascii=False).encode()) for r, v in refs.items()))
+    write_json(gen / "flat.json", {"dim": dim, "count": len(rows)})
+
+
+def _read_segment(root: Path, verify: str) -> tuple[_Segment, int]:
+    from llama_index_car._persist import read_json
+
+    info = read_json(root / "flat.json", max_bytes=4096, max_depth=1)
+    dim, count = (info.get(k) if isinstance(info, dict) else None for k in ("dim", "count"))
+    for key, v, hi in (("dim", dim, _MAX_DIM), ("count", count, 1 << 40)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= hi or (key == "dim" and v == 0):
+            raise IndexPersistError(f"{root / 'flat.json'}: {key} must be an int in range, got {v!r}")
+    assert isinstance(dim, int) and isinstance(count, int)
+    two = {"vectors": np.float32, "codes": np.int8}
+    arrays = {}
+    for name in _ARRAYS:
+        if name in two:
+            arrays[name] = open_npy(root / f"{name}.npy", dtypes=(two[name],), ndim=2, shape=(count, dim))
+        else:
+            dt = np.float64 if name == "norm" else np.float32
+            arrays[name] = open_npy(root / f"{name}.npy", dtypes=(dt,), ndim=1, shape=(count,))
+    records = RecordFile.open(root, "nodes", verify="full" if verify == "full" else "lazy")
+    refs = RecordFile.open(root, "refs", verify="full" if verify == "full" else "lazy")
+    if len(records) != count:
+        raise IndexPersistError(f"{root / 'nodes.meta.json'}: {len(records)} records for {count} rows")
+    if verify == "full":
+        for name in ("scale", "code_norm", "resid", "norm"):
+            a = np.asarray(arrays[name])
+            if not (np.isfinite(a).all() and (a >= 0).all()):
+                raise IndexPersistError(f"{root / (name + '.npy')}: values must be finite and >= 0")
+        if not math.isfinite(float(np.asarray(arrays["vectors"]).sum(dtype=np.float64))):
+            raise IndexPersistError(f"{root / 'vectors.npy'}: a value is not finite")
+    seg = _Segment(arrays["vectors"], arrays["codes"], arrays["scale"], arrays["code_norm"],
+                   arrays["resid"], arrays["norm"], records=records, refs=refs)
+    return seg, dim
