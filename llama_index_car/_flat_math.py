@@ -25,6 +25,7 @@ __all__ = [
     "INT8_MAX",
     "approx_scores",
     "certified",
+    "cosine_coefficients",
     "dot_error_bound",
     "quantize_query",
     "quantize_rows",
@@ -33,6 +34,9 @@ __all__ = [
 INT8_MAX = 127
 #: added to every bound: covers float64 rounding of the exact and approximate scores
 SLACK = 1e-9
+#: added to a cosine bound computed in float32 (values <= ~1, a handful of roundings)
+SLACK32 = 1e-6
+_CHUNK = 1 << 15
 
 
 def _up(x: np.ndarray) -> np.ndarray:
@@ -53,14 +57,26 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     ([[127, -64, 0]], 0.5, True)
     """
     x = np.ascontiguousarray(x, dtype=np.float32)
-    peak = np.abs(x).max(axis=1) if x.size else np.zeros(x.shape[0], dtype=np.float32)
-    scale = np.where(peak > 0, peak / np.float32(INT8_MAX), np.float32(1)).astype(np.float32)
-    codes = np.clip(np.rint(x / scale[:, None]), -INT8_MAX, INT8_MAX).astype(np.int8)
-    recon = codes.astype(np.float64) * scale.astype(np.float64)[:, None]
-    x64 = x.astype(np.float64)
-    code_norm = _up(np.linalg.norm(recon, axis=1))
-    resid = _up(np.linalg.norm(x64 - recon, axis=1))
-    return codes, scale, code_norm, resid, np.linalg.norm(x64, axis=1)
+    n = x.shape[0]
+    codes = np.empty(x.shape, dtype=np.int8)
+    scale = np.empty(n, dtype=np.float32)
+    code_norm = np.empty(n, dtype=np.float32)
+    resid = np.empty(n, dtype=np.float32)
+    norm = np.empty(n, dtype=np.float64)
+    for a in range(0, n, _CHUNK):  # bounded float64 temporaries
+        b = min(n, a + _CHUNK)
+        blk = x[a:b]
+        peak = np.abs(blk).max(axis=1) if blk.shape[1] else np.zeros(b - a, dtype=np.float32)
+        s = np.where(peak > 0, peak / np.float32(INT8_MAX), np.float32(1)).astype(np.float32)
+        c = np.clip(np.rint(blk / s[:, None]), -INT8_MAX, INT8_MAX).astype(np.int8)
+        recon = c.astype(np.float64) * s.astype(np.float64)[:, None]
+        x64 = blk.astype(np.float64)
+        codes[a:b], scale[a:b] = c, s
+        code_norm[a:b] = _up(np.sqrt(np.einsum("ij,ij->i", recon, recon)))
+        diff = x64 - recon
+        resid[a:b] = _up(np.sqrt(np.einsum("ij,ij->i", diff, diff)))
+        norm[a:b] = np.sqrt(np.einsum("ij,ij->i", x64, x64))
+    return codes, scale, code_norm, resid, norm
 
 
 def quantize_query(q: np.ndarray) -> tuple[np.ndarray, float, float, float]:
@@ -88,6 +104,22 @@ def dot_error_bound(
     True
     """
     return code_norm.astype(np.float64) * q_resid + resid.astype(np.float64) * q_norm + SLACK
+
+
+def cosine_coefficients(
+    scale: np.ndarray, code_norm: np.ndarray, resid: np.ndarray, norm: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float32 ``(scale/norm, code_norm/norm, resid/norm)`` (0 where ``norm`` is 0; the last
+    two rounded up): the per-row factors of the approximate cosine
+    ``dots·(scale/norm)·(t/‖q‖)`` and of its bound
+    ``(code_norm/norm)·(‖e_q‖/‖q‖) + resid/norm``."""
+    n64 = norm.astype(np.float64)
+    safe = np.where(n64 > 0, n64, 1.0)
+    zero = n64 <= 0
+    son = np.where(zero, 0.0, scale.astype(np.float64) / safe).astype(np.float32)
+    cnn = np.where(zero, 0.0, _up(code_norm.astype(np.float64) / safe))
+    ron = np.where(zero, 0.0, _up(resid.astype(np.float64) / safe))
+    return son, cnn.astype(np.float32), ron.astype(np.float32)
 
 
 def certified(upper_rest: float, kth_exact: float | None) -> bool:

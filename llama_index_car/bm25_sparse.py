@@ -185,8 +185,9 @@ class BM25Stats:
         if not isinstance(got, dict) or got.get("kind") != "BM25Stats" or got.get("format_version") != 1:
             raise bad("not a format-1 BM25Stats file")
         terms, df, versions = got.get("terms"), got.get("df"), got.get("versions")
-        ints = [got.get("n_docs"), got.get("total_len")]
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints):
+        raw = [got.get("n_docs"), got.get("total_len")]
+        ints = [v for v in raw if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+        if len(ints) != 2:
             raise bad("n_docs and total_len must be ints >= 0")
         if not (isinstance(terms, list) and isinstance(df, list) and len(terms) == len(df)
                 and all(isinstance(t, str) for t in terms) and len(set(terms)) == len(terms)

@@ -44,7 +44,7 @@ import json
 import math
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -120,6 +120,19 @@ class _Segment:
     refs: RecordFile | None = None
     mem_ids: tuple[str, ...] = ()
     mem_meta: tuple[tuple[str | None, dict[str, Any]], ...] = ()
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def coefficients(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """float32 ``(scale/‖x‖, ‖s·c‖/‖x‖, ‖e_x‖/‖x‖)`` per row (0 for a zero row; the two
+        bounds rounded up), computed once per segment: 12 bytes per row."""
+        got = self._cache.get("coef")
+        if got is None:
+            got = fm.cosine_coefficients(
+                np.asarray(self.scale), np.asarray(self.code_norm), np.asarray(self.resid),
+                np.asarray(self.norm),
+            )
+            self._cache["coef"] = got
+        return got  # type: ignore[no-any-return]
 
     @property
     def size(self) -> int:
@@ -231,19 +244,27 @@ class FlatState:
         return self.segments[s], g - int(starts[s])
 
     def _exact(self, rows: np.ndarray, starts: np.ndarray, q: np.ndarray, qn: float) -> np.ndarray:
-        out = np.empty(rows.size, dtype=np.float64)
-        for j, g in enumerate(rows.tolist()):
-            seg, i = self._row(g, starts)
-            n = float(seg.norm[i])
-            dot = float(np.dot(np.asarray(seg.vectors[i], dtype=np.float64), q))
-            out[j] = dot / (n * qn) if n > 0 else 0.0
+        """Exact float64 cosines of the global ``rows`` (one gather per segment)."""
+        out = np.zeros(rows.size, dtype=np.float64)
+        seg_of = np.searchsorted(starts, rows, side="right") - 1
+        for s in np.unique(seg_of).tolist():
+            pick = np.flatnonzero(seg_of == s)
+            local = rows[pick] - int(starts[s])
+            seg = self.segments[s]
+            order = np.argsort(local, kind="stable")  # ascending reads of the map
+            vecs = np.asarray(seg.vectors[local[order]], dtype=np.float64)
+            norm = np.asarray(seg.norm[local[order]], dtype=np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                cos = np.where(norm > 0, (vecs @ q) / (norm * qn), 0.0)
+            out[pick[order]] = cos
         if not np.isfinite(out).all():
             raise IndexPersistError("a stored vector is not finite: the vectors file is damaged")
         return out
 
-    def _approx(self, q: np.ndarray, qn: float) -> tuple[np.ndarray, np.ndarray]:
-        """Approximate cosine and its bound for every row (dead rows: -inf, 0)."""
-        approx, bound = [], []
+    def _upper(self, q: np.ndarray, qn: float) -> np.ndarray:
+        """An upper bound of every row's cosine to ``q`` (dead rows: -inf), from the first
+        pass (int8 codes, or float32 vectors) and its error bound."""
+        parts = []
         if self.scan == "int8":
             qc, qs, qr, _ = fm.quantize_query(q)
             nk = _numkong()
@@ -254,28 +275,30 @@ class FlatState:
         for seg, mask in zip(self.segments, self.alive, strict=True):
             if seg.size == 0:
                 continue
-            norm = np.asarray(seg.norm, dtype=np.float64)
             if self.scan == "int8":
+                son, cnn, ron = seg.coefficients()
                 dots = np.asarray(nk.cdist(seg.codes, qc[None, :], metric="dot",
                                            out_dtype="float32")).reshape(-1)
-                a = fm.approx_scores(dots, np.asarray(seg.scale), qs)
-                e = fm.dot_error_bound(np.asarray(seg.code_norm), np.asarray(seg.resid), qr, qn)
+                # cos ≈ dots·s·t/(‖x‖‖q‖), error <= (‖s·c‖‖e_q‖ + ‖e_x‖‖q‖)/(‖x‖‖q‖); float32
+                # arithmetic on values <= ~1 errs by < 1e-6 (SLACK32)
+                up = son * np.float32(qs / qn)
+                np.multiply(dots, up, out=up)
+                up += cnn * np.float32(qr / qn)
+                up += ron
+                up += np.float32(fm.SLACK32)
             else:
+                norm = np.asarray(seg.norm, dtype=np.float64)
                 a = np.asarray(seg.vectors @ q32, dtype=np.float64)
-                # |fl(x·q32) − x·q32| <= γ_d·Σ|x_j q_j| <= γ_d·‖x‖‖q32‖; |x·(q − q32)| <= ‖x‖·‖q − q32‖
+                # |fl(x·q32) − x·q32| <= γ_d·‖x‖‖q32‖; |x·(q − q32)| <= ‖x‖·‖q − q32‖
                 e = norm * (gamma * float(np.linalg.norm(q32)) * (1 + 1e-6) + q_err) + fm.SLACK
-            with np.errstate(divide="ignore", invalid="ignore"):
-                denom = norm * qn
-                a = np.where(norm > 0, a / denom, 0.0)
-                e = np.where(norm > 0, e / denom, 0.0)
-            a = np.where(mask, a, -np.inf)
-            a[~np.isfinite(a) & mask] = np.inf  # damaged values are rescored (and refused)
-            e = np.where(np.isfinite(e) & (e >= 0), e, np.inf)  # damaged bounds: rescore
-            approx.append(a)
-            bound.append(np.where(mask, e, 0.0))
-        if not approx:
-            return np.zeros(0), np.zeros(0)
-        return np.concatenate(approx), np.concatenate(bound)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    up = np.where(norm > 0, (a + e) / (norm * qn), fm.SLACK)
+            if not mask.all():
+                up = np.where(mask, up, -np.inf)
+            parts.append(up)
+        if not parts:
+            return np.zeros(0)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def search(
         self,
@@ -315,8 +338,7 @@ class FlatState:
                     rows.append(int(starts[loc[0]]) + loc[1])
             cand = np.asarray([g for g in rows if keep(g)], dtype=np.int64)
             return self._best(cand, self._exact(cand, starts, q, qn), starts, k)
-        approx, bound = self._approx(q, qn)
-        upper = approx + bound
+        upper = self._upper(q, qn)
         n = upper.size
         considered = np.zeros(n, dtype=bool)
         m = min(n, max(4 * k, _FIRST_POOL))
@@ -342,7 +364,16 @@ class FlatState:
         return self._best(np.concatenate(rows_done), np.concatenate(scores_done), starts, k)
 
     def _best(self, rows: np.ndarray, scores: np.ndarray, starts: np.ndarray, k: int) -> list[tuple[str, float]]:
-        ids = [self._row(g, starts)[0].node_id(self._row(g, starts)[1]) for g in rows.tolist()]
+        """The top ``k`` by (score desc, id asc); ids are read only for the top ``k`` and
+        the rows tied with the k-th score."""
+        if rows.size > k:
+            kth = np.partition(scores, rows.size - k)[rows.size - k]
+            pick = np.flatnonzero(scores >= kth)
+            rows, scores = rows[pick], scores[pick]
+        ids = []
+        for g in rows.tolist():
+            seg, i = self._row(g, starts)
+            ids.append(seg.node_id(i))
         ranked = sorted(zip(ids, scores.tolist(), strict=True), key=lambda t: (-t[1], t[0]))
         return ranked[:k]
 
