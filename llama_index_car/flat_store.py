@@ -81,7 +81,10 @@ KIND = "FlatVectorStore"
 Scan = Literal["auto", "int8", "float32"]
 _U32 = 2.0**-24  # unit roundoff of float32
 _MAX_DIM = 1040  # int8 dot products stay below 2**24 (exact in float32)
-_FIRST_POOL = 64
+#: first round of rescoring: max(_POOL_PER_K·k, _FIRST_POOL) rows by upper bound (measured:
+#: e5-like vectors at 10^5-10^6 need ~16·k rows for k = 100; benchmarks/dense_scale.py)
+_FIRST_POOL = 256
+_POOL_PER_K = 16
 
 
 @lru_cache(maxsize=1)
@@ -261,10 +264,11 @@ class FlatState:
             raise IndexPersistError("a stored vector is not finite: the vectors file is damaged")
         return out
 
-    def _upper(self, q: np.ndarray, qn: float) -> np.ndarray:
-        """An upper bound of every row's cosine to ``q`` (dead rows: -inf), from the first
-        pass (int8 codes, or float32 vectors) and its error bound."""
-        parts = []
+    def _upper(self, q: np.ndarray, qn: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(upper, bound)``: an upper bound of every row's cosine to ``q`` (dead rows: -inf)
+        from the first pass (int8 codes, or float32 vectors), and the half-width of the
+        interval (``upper − 2·bound`` is a lower bound)."""
+        parts, bounds = [], []
         if self.scan == "int8":
             qc, qs, qr, _ = fm.quantize_query(q)
             nk = _numkong()
@@ -281,24 +285,29 @@ class FlatState:
                                            out_dtype="float32")).reshape(-1)
                 # cos ≈ dots·s·t/(‖x‖‖q‖), error <= (‖s·c‖‖e_q‖ + ‖e_x‖‖q‖)/(‖x‖‖q‖); float32
                 # arithmetic on values <= ~1 errs by < 1e-6 (SLACK32)
+                bnd = cnn * np.float32(qr / qn)
+                bnd += ron
+                bnd += np.float32(fm.SLACK32)
                 up = son * np.float32(qs / qn)
                 np.multiply(dots, up, out=up)
-                up += cnn * np.float32(qr / qn)
-                up += ron
-                up += np.float32(fm.SLACK32)
+                up += bnd
             else:
                 norm = np.asarray(seg.norm, dtype=np.float64)
                 a = np.asarray(seg.vectors @ q32, dtype=np.float64)
                 # |fl(x·q32) − x·q32| <= γ_d·‖x‖‖q32‖; |x·(q − q32)| <= ‖x‖·‖q − q32‖
                 e = norm * (gamma * float(np.linalg.norm(q32)) * (1 + 1e-6) + q_err) + fm.SLACK
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    up = np.where(norm > 0, (a + e) / (norm * qn), fm.SLACK)
+                    bnd = np.where(norm > 0, e / (norm * qn), fm.SLACK)
+                    up = np.where(norm > 0, a / (norm * qn), 0.0) + bnd
             if not mask.all():
                 up = np.where(mask, up, -np.inf)
             parts.append(up)
+            bounds.append(bnd)
         if not parts:
-            return np.zeros(0)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+            return np.zeros(0), np.zeros(0)
+        if len(parts) == 1:
+            return parts[0], bounds[0]
+        return np.concatenate(parts), np.concatenate(bounds)
 
     def search(
         self,
@@ -338,10 +347,10 @@ class FlatState:
                     rows.append(int(starts[loc[0]]) + loc[1])
             cand = np.asarray([g for g in rows if keep(g)], dtype=np.int64)
             return self._best(cand, self._exact(cand, starts, q, qn), starts, k)
-        upper = self._upper(q, qn)
+        upper, _ = self._upper(q, qn)
         n = upper.size
         considered = np.zeros(n, dtype=bool)
-        m = min(n, max(4 * k, _FIRST_POOL))
+        m = min(n, max(_POOL_PER_K * k, _FIRST_POOL))
         rows_done: list[np.ndarray] = []
         scores_done: list[np.ndarray] = []
         while True:
