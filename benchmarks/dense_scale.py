@@ -16,11 +16,12 @@ Two tables, one run:
    is a pure-Python scan: run at 10^4 and 10^5 only (10^6 would take ~1 min per query and
    ~25 GB of Python floats).
 
-Methods: ``simple`` (LlamaIndex ``SimpleVectorStore``, persisted JSON), ``numpy`` (roofline),
+Methods: ``simple`` (LlamaIndex ``SimpleVectorStore``; its "open" is re-adding the vectors in
+the query process, since parsing its persisted JSON took 260 s at 10^4 here), ``numpy`` (roofline),
 ``flat`` (``FlatVectorStore``, int8 scan + exact rescoring, memory-mapped folder), ``flat32``
 (its float32 scan), ``faiss-flat`` (``IndexFlatIP``, exact), ``faiss-sq8`` (8-bit scalar
-quantizer, approximate), ``faiss-hnsw`` (HNSW32 over float32, approximate), ``usearch-hnsw``
-(i8 HNSW, approximate, ``restore(view=True)``), ``lancedb`` (no index: exact brute force).
+quantizer, approximate), ``faiss-hnsw`` (HNSW32 over float32, efSearch 200, approximate),
+``usearch-hnsw`` (i8 HNSW, expansion_search 200, approximate, ``restore(view=True)``), ``lancedb`` (no index: exact brute force).
 Every child runs with ``OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=--threads`` (default 1: the query
 process of a service shares its cores with the other channels; on this shared machine
 multi-threaded BLAS/OpenMP scans thrash). "open s" excludes importing the library.
@@ -51,6 +52,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 K = 100
+#: HNSW search breadth (faiss efSearch, usearch expansion_search): 2·K
+EF_SEARCH = 200
 METHODS = ["simple", "numpy", "flat", "flat32", "faiss-flat", "faiss-sq8", "faiss-hnsw",
            "usearch-hnsw", "lancedb"]
 IMPORTS = {"simple": "llama_index.core.vector_stores", "flat": "llama_index_car.flat_store",
@@ -148,7 +151,7 @@ def build(method: str, x: np.ndarray, where: Path) -> None:
 
         store = SimpleVectorStore()
         store.add([TextNode(id_=f"n{i:08d}", text="", embedding=x[i].tolist()) for i in range(len(x))])
-        store.persist(str(where / "simple.json"))
+        np.save(where / "x.npy", x)  # its JSON takes minutes to parse: the query process re-adds
     elif method == "numpy":
         np.save(where / "x.npy", x)
     elif method.startswith("faiss"):
@@ -190,10 +193,14 @@ def open_searcher(method: str, where: Path, d: int):  # type: ignore[no-untyped-
             str(where / "flat"), scan="int8" if method == "flat" else "float32").snapshot()
         return lambda q: [int(i[1:]) for i, _ in state.search(q, K)]
     if method == "simple":
+        from llama_index.core.schema import TextNode
         from llama_index.core.vector_stores import SimpleVectorStore
         from llama_index.core.vector_stores.types import VectorStoreQuery
 
-        store = SimpleVectorStore.from_persist_path(str(where / "simple.json"))
+        x = np.load(where / "x.npy")
+        store = SimpleVectorStore()
+        store.add([TextNode(id_=f"n{i:08d}", text="", embedding=x[i].tolist()) for i in range(len(x))])
+        del x
         return lambda q: [int(i[1:]) for i in store.query(
             VectorStoreQuery(query_embedding=q.tolist(), similarity_top_k=K)).ids]
     if method == "numpy":
@@ -210,11 +217,14 @@ def open_searcher(method: str, where: Path, d: int):  # type: ignore[no-untyped-
 
         index = faiss.read_index(str(where / "faiss.index"),
                                  faiss.IO_FLAG_MMAP if method == "faiss-flat" else 0)
+        if method == "faiss-hnsw":
+            index.hnsw.efSearch = EF_SEARCH
         return lambda q: index.search(q[None, :].astype(np.float32), K)[1][0].tolist()
     if method == "usearch-hnsw":
         from usearch.index import Index
 
         index = Index.restore(str(where / "usearch.index"), view=True)
+        index.expansion_search = EF_SEARCH
         return lambda q: index.search(q.astype(np.float32), K).keys.tolist()
     if method == "lancedb":
         import lancedb
