@@ -362,7 +362,8 @@ class FlatState:
             new = top[~considered[top] & (upper[top] > -np.inf)]
             considered[top] = True
             new = new[np.lexsort((new, -upper[new]))]
-            new = np.asarray([g for g in new.tolist() if keep(g)], dtype=np.int64)
+            if filters is not None and filters.filters:
+                new = np.asarray([g for g in new.tolist() if keep(g)], dtype=np.int64)
             rows_done.append(new)
             scores_done.append(self._exact(new, starts, q, qn))
             got = np.concatenate(scores_done)
