@@ -496,7 +496,8 @@ class FlatVectorStore(BasePydanticVectorStore):
         if query.doc_ids is not None:
             ref_rows = [seg.node_id(i) for seg in state.segments for r in query.doc_ids
                         for i in seg.rows_of_ref(r)]
-            node_ids = ref_rows if node_ids is None else [x for x in node_ids if x in set(ref_rows)]
+            allowed = set(ref_rows)
+            node_ids = ref_rows if node_ids is None else [x for x in node_ids if x in allowed]
         hits = state.search(query.query_embedding, query.similarity_top_k, query.filters, node_ids)
         return VectorStoreQueryResult(
             ids=[h[0] for h in hits], similarities=[h[1] for h in hits], nodes=None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rank_bm25
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car.bm25 import BM25Okapi
@@ -22,7 +23,6 @@ from llama_index_car.bm25_sparse import (
     drift_bounds,
 )
 
-rank_bm25 = pytest.importorskip("rank_bm25")
 TOL = 1e-9
 
 
