@@ -311,6 +311,8 @@ def main() -> None:
     ap.add_argument("--fast-max", type=int, default=10_000)
     ap.add_argument("--workdir", default="/tmp/car-scale/work")
     ap.add_argument("--keep", action="store_true", help="keep the index folders")
+    ap.add_argument("--model", nargs="*", type=int, default=[1_000_000, 10_000_000],
+                    help="sizes predicted by the memory model from the measured ones")
     ap.add_argument("--log", default="/tmp/car-scale/scale.log")
     ap.add_argument("--child")
     ap.add_argument("--n", type=int)
@@ -350,6 +352,24 @@ def main() -> None:
         if isinstance(b, dict):
             per = ", ".join(f"{k} {v / n:,.0f}" for k, v in sorted(b["files"].items(), key=lambda t: -t[1]) if v / n >= 1)
             print(f"- {n:,}: {per}")
+    ok = [(n, b, q) for n, (b, q) in results.items() if isinstance(b, dict) and isinstance(q, dict)]
+    if len(ok) >= 2 and args.model:
+        print("\nMemory model (a straight line a + b·n through the measured sizes; today's code):\n")
+        print("| sections | folder GB | load s | RSS after load GB | RSS after queries GB | fits in 24 GiB? |")
+        print("|---:|---:|---:|---:|---:|---|")
+        ns = np.array([n for n, _, _ in ok], dtype=np.float64)
+
+        def fit(values: list[float], n: int) -> float:
+            b, a = np.polyfit(ns, np.array(values, dtype=np.float64), 1)
+            return float(a + b * n)
+
+        for n in args.model:
+            folder = fit([sum(b["files"].values()) for _, b, _ in ok], n) / 2**30
+            load = fit([q["load_s"] for _, _, q in ok], n)
+            rss = fit([q["rss_load_mb"] for _, _, q in ok], n) / 1024
+            rss_end = fit([q["rss_end_mb"] for _, _, q in ok], n) / 1024
+            print(f"| {n:,} | {folder:.1f} | {load:.0f} | {rss:.1f} | {rss_end:.1f} | "
+                  f"{'yes' if rss_end < 24 else 'no'} |")
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
 
 
