@@ -156,10 +156,11 @@ class _Segment:
     def find(self, node_id: str) -> int | None:
         if self.records is not None:
             return self.records.find(node_id)
-        try:
-            return self.mem_ids.index(node_id)
-        except ValueError:
-            return None
+        pos = self._cache.get("pos")
+        if pos is None:  # built once per in-memory segment (segments never change)
+            pos = self._cache["pos"] = {x: i for i, x in enumerate(self.mem_ids)}
+        got: int | None = pos.get(node_id)
+        return got
 
     def rows_of_ref(self, ref: str) -> list[int]:
         if self.records is None:
@@ -176,10 +177,19 @@ class _Segment:
 
 
 def _memory_segment(
-    vectors: np.ndarray, ids: Sequence[str], meta: Sequence[tuple[str | None, dict[str, Any]]]
+    vectors: np.ndarray, ids: Sequence[str], meta: Sequence[tuple[str | None, dict[str, Any]]],
+    before: _Segment | None = None,
 ) -> _Segment:
-    codes, scale, code_norm, resid, norm = fm.quantize_rows(vectors)
-    return _Segment(vectors, codes, scale, code_norm, resid, norm,
+    """An in-memory segment of ``vectors`` (quantized here), appended to ``before``'s rows
+    (whose arrays are copied, not re-quantized)."""
+    parts = fm.quantize_rows(vectors)
+    arrays = [vectors, *parts]
+    if before is not None:
+        old = (before.vectors, before.codes, before.scale, before.code_norm, before.resid, before.norm)
+        arrays = [np.concatenate([a, b]) for a, b in zip(old, arrays, strict=True)]
+        ids, meta = [*before.mem_ids, *ids], [*before.mem_meta, *meta]
+    vecs, codes, scale, code_norm, resid, norm = arrays
+    return _Segment(vecs, codes, scale, code_norm, resid, norm,
                     mem_ids=tuple(ids), mem_meta=tuple(meta))
 
 
@@ -226,18 +236,15 @@ class FlatState:
         meta: Sequence[tuple[str | None, dict[str, Any]]],
     ) -> FlatState:
         """A state with rows appended (ids present are replaced). The last in-memory segment
-        is rebuilt with them (old states keep theirs)."""
+        is copied with them appended (old states keep theirs); only new rows are quantized."""
         state = self.without(p for p in map(self._locate, ids) if p is not None)
         segs, alive = list(state.segments), list(state.alive)
+        last = None
+        mask = np.ones(len(ids), dtype=bool)
         if segs and segs[-1].records is None:
-            last, mask = segs.pop(), alive.pop()
-            vectors = np.concatenate([last.vectors, vectors])
-            ids = [*last.mem_ids, *ids]
-            meta = [*last.mem_meta, *meta]
-            mask = np.concatenate([mask, np.ones(len(vectors) - last.size, dtype=bool)])
-        else:
-            mask = np.ones(len(ids), dtype=bool)
-        segs.append(_memory_segment(vectors, ids, meta))
+            last = segs.pop()
+            mask = np.concatenate([alive.pop(), mask])
+        segs.append(_memory_segment(vectors, ids, meta, before=last))
         alive.append(mask)
         return FlatState(self.dim, tuple(segs), tuple(alive), self.scan)
 
