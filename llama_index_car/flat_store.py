@@ -545,25 +545,29 @@ _REQUIRED = ("flat.json", *(f"{a}.npy" for a in _ARRAYS), "nodes.meta.json", "re
 
 
 def _write_state(gen: Path, state: FlatState) -> None:
-    rows = list(state.live_rows())
-    dim = state.dim
-    vecs = np.empty((len(rows), dim), dtype=np.float32)
-    for j, (seg, i) in enumerate(rows):
-        vecs[j] = seg.vectors[i]
-    codes, scale, code_norm, resid, norm = fm.quantize_rows(vecs)
-    for name, arr in zip(_ARRAYS, (vecs, codes, scale, code_norm, resid, norm), strict=True):
-        write_npy(gen / f"{name}.npy", arr)
+    """The live rows of ``state`` as one segment (arrays gathered per segment, not
+    re-quantized; records streamed)."""
+    live = [(seg, np.flatnonzero(mask)) for seg, mask in zip(state.segments, state.alive, strict=True)]
+    count = int(sum(idx.size for _, idx in live))
+    for name in _ARRAYS:
+        parts = [np.asarray(getattr(seg, name)[idx]) for seg, idx in live]
+        shape = (0, state.dim) if name in ("vectors", "codes") else (0,)
+        dtype = {"vectors": np.float32, "codes": np.int8, "norm": np.float64}.get(name, np.float32)
+        write_npy(gen / f"{name}.npy", np.concatenate(parts) if parts else np.zeros(shape, dtype=dtype))
     refs: dict[str, list[str]] = {}
-    node_items = []
-    for seg, i in rows:
-        nid = seg.node_id(i)
-        ref, md = seg.meta(i)
-        if ref is not None:
-            refs.setdefault(ref, []).append(nid)
-        node_items.append((nid, json.dumps({"ref": ref, "metadata": md}, ensure_ascii=False).encode()))
-    write_records(gen, "nodes", node_items)
+
+    def node_items() -> Iterable[tuple[str, bytes]]:
+        for seg, idx in live:
+            for i in idx.tolist():
+                nid = seg.node_id(i)
+                ref, md = seg.meta(i)
+                if ref is not None:
+                    refs.setdefault(ref, []).append(nid)
+                yield nid, json.dumps({"ref": ref, "metadata": md}, ensure_ascii=False).encode()
+
+    write_records(gen, "nodes", node_items())
     write_records(gen, "refs", ((r, json.dumps(v, ensure_ascii=False).encode()) for r, v in refs.items()))
-    write_json(gen / "flat.json", {"dim": dim, "count": len(rows)})
+    write_json(gen / "flat.json", {"dim": state.dim, "count": count})
 
 
 def _read_segment(root: Path, verify: str) -> tuple[_Segment, int]:

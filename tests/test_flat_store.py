@@ -296,3 +296,12 @@ def test_near_duplicates_below_the_first_pass_resolution(scan: str, spread: floa
     for _ in range(3):
         q = base + 0.5 * rng.standard_normal(64)
         _same(store.snapshot().search(q, 10), _oracle(x, ids, q, 10))
+
+
+def test_an_empty_store_persists_and_loads(tmp_path: Path) -> None:
+    store = FlatVectorStore(dim=8)
+    store.persist(str(tmp_path / "empty"))
+    loaded = FlatVectorStore.from_persist_dir(str(tmp_path / "empty"), verify="full")
+    assert len(loaded) == 0 and loaded.snapshot().search(np.ones(8), 5) == []
+    loaded.add(_nodes(_data(10, 8)))
+    assert [h[0] for h in loaded.snapshot().search(_data(10, 8)[2], 1)] == ["n00002"]
