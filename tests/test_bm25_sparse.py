@@ -240,3 +240,38 @@ def test_eval_sets_equal_local_bm25(name: str, backend: object) -> None:
 def _full(bm: BM25Okapi, docs: Sequence[tuple[str, Sequence[str]]], q: Sequence[str]) -> list[tuple[str, float]]:
     s = bm.get_scores(list(q))
     return sorted(((docs[i][0], float(s[i])) for i in np.flatnonzero(s)), key=lambda t: (-t[1], t[0]))
+
+
+@pytest.fixture(scope="module")
+def demo_tokens() -> tuple[list[tuple[str, list[str]]], list[list[str]]]:
+    """The built demo corpus (HWPX reader, node parser, Kiwi): ``(docs, query tokens)``."""
+    from llama_index.core.schema import MetadataMode
+    from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
+
+    from llama_index_car.demo.loader import demo_corpus_files, load_demo_questions
+    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+    reader, parser = HWPXReader(split_sections=True), HWPXNodeParser()
+    nodes = [n for f in demo_corpus_files() for n in parser.get_nodes_from_documents(reader.load_data(f))]
+    tok = KiwiTokenizer()
+    texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
+    docs = list(zip([n.node_id for n in nodes], tok.tokenize_batch(texts), strict=True))
+    return docs, tok.tokenize_batch([q.question for q in load_demo_questions()])
+
+
+def test_demo_corpus_kiwi_bm25_in_the_store_equals_local(
+    backend: object, demo_tokens: tuple[list[tuple[str, list[str]]], list[list[str]]]
+) -> None:
+    """A tenth of the demo corpus inserted and a tenth deleted: every demo question equal to
+    the local BM25 channel."""
+    docs, queries = demo_tokens
+    held, base = docs[::10], [d for i, d in enumerate(docs) if i % 10]
+    eng = SparseBM25(backend)  # type: ignore[arg-type]
+    eng.insert(base)
+    for q in queries:
+        agree(eng.search(q, 5), oracle(base, q), 5)
+    eng.insert(held)
+    eng.delete([d for d, _ in base[::10]])
+    live = [x for x in base if x not in base[::10]] + held
+    for q in queries:
+        agree(eng.search(q, 5), oracle(live, q), 5)
