@@ -38,6 +38,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -337,6 +338,51 @@ def scale_table(args: argparse.Namespace) -> None:
                   f"{vs_roof} | {vs_simple} |", flush=True)
 
 
+def interleaved(args: argparse.Namespace) -> None:
+    """All methods in one process, queries round-robin: ratios robust to a machine whose load
+    drifts during the run (each method sees the same moments)."""
+    print("\n## Interleaved in one process (round-robin queries; p50 ms, ratio to numpy)\n")
+    print("| n | " + " | ".join(args.interleave_methods) + " |")
+    print("|---:|" + "---:|" * len(args.interleave_methods))
+    for n in args.sizes:
+        x, q = make_vectors(Path(args.cache), args.sets, n, args.noise)
+        q = q[: args.queries]
+        tmp = Path(tempfile.mkdtemp(prefix="dense-inter-", dir=args.workdir))
+        try:
+            searchers = {}
+            for m in args.interleave_methods:
+                if m == "simple" and n > args.simple_max:
+                    continue
+                (tmp / m).mkdir()
+                build(m, x, tmp / m)
+                searchers[m] = open_searcher(m, tmp / m, x.shape[1])
+                searchers[m](q[0])
+            gc.collect()
+            gc.freeze()  # SimpleVectorStore's millions of floats would make every GC pass long
+            times: dict[str, list[float]] = {m: [] for m in searchers}
+            for j in range(len(q)):
+                for m, fn in searchers.items():
+                    if m == "simple" and j >= args.simple_queries:
+                        continue
+                    t0 = time.perf_counter()
+                    fn(q[j])
+                    times[m].append(time.perf_counter() - t0)
+        finally:
+            gc.unfreeze()
+            shutil.rmtree(tmp, ignore_errors=True)
+        p50 = {m: float(np.percentile(t, 50)) * 1000 for m, t in times.items()}
+        cells = []
+        for m in args.interleave_methods:
+            if m not in p50:
+                cells.append("not run")
+            else:
+                cells.append(f"{p50[m]:.1f} ({p50[m] / p50['numpy']:.2f}×)" if "numpy" in p50 else f"{p50[m]:.1f}")
+        print(f"| {n:,} | " + " | ".join(cells) + " |", flush=True)
+        if "simple" in p50:
+            print(f"\nSimpleVectorStore p50 ÷ flat p50 at {n:,}: {p50['simple'] / p50['flat']:.0f}×"
+                  f" (÷ flat32: {p50['simple'] / p50['flat32']:.0f}×)\n" if "flat" in p50 and "flat32" in p50 else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", default="/tmp/car-scale/cache")
@@ -352,6 +398,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--log", default="/tmp/car-scale/dense_scale.log")
+    ap.add_argument("--interleave", action="store_true", help="only the interleaved table")
+    ap.add_argument("--interleave-methods", nargs="+", default=["numpy", "flat", "flat32", "faiss-flat", "simple"])
     ap.add_argument("--child-method")
     ap.add_argument("--child-dir")
     ap.add_argument("--child-phase")
@@ -361,6 +409,10 @@ def main() -> None:
         child(args)
         return
     print(f"# dense_scale: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+    if args.interleave:
+        interleaved(args)
+        print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
+        return
     ranking_loss(Path(args.cache), args.loss_sets if args.loss_sets is not None else args.sets)
     if args.sizes:
         scale_table(args)
