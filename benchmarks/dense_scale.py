@@ -235,9 +235,11 @@ def open_searcher(method: str, where: Path, d: int):  # type: ignore[no-untyped-
     raise ValueError(method)
 
 
-def _rss_mb() -> float:
+def _rss_mb(field: str = "VmRSS") -> float:
+    """Resident memory from /proc/self/status: ``VmRSS`` (all), ``RssAnon`` (private, what
+    the process holds), ``RssFile`` (mapped file pages: clean, dropped under pressure)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -267,6 +269,7 @@ def child(args: argparse.Namespace) -> None:
         recall.append(len(set(got) & set(truth[j].tolist())) / K)
     print(json.dumps({"open_s": open_s, "p50": float(np.percentile(times, 50)) * 1000,
                       "p95": float(np.percentile(times, 95)) * 1000, "rss_mb": _rss_mb(),
+                      "anon_mb": _rss_mb("RssAnon"), "file_mb": _rss_mb("RssFile"),
                       "recall": float(np.mean(recall)), "queries": len(q)}))
 
 
@@ -298,7 +301,7 @@ def scale_table(args: argparse.Namespace) -> None:
     print(f"noise σ = {args.noise} per component; {args.queries} queries per method "
           f"({args.simple_queries} for SimpleVectorStore); build and query in separate processes; "
           f"{args.threads} BLAS/OpenMP thread(s)\n")
-    print("| n | method | build s | open s | p50 ms | p95 ms | query RSS MB | folder MB | recall@100 | p50 ÷ numpy | SimpleVectorStore p50 ÷ this |")
+    print("| n | method | build s | open s | p50 ms | p95 ms | query RSS MB (anon + file) | folder MB | recall@100 | p50 ÷ numpy | SimpleVectorStore p50 ÷ this |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     log = Path(args.log)
     for n in args.sizes:
@@ -334,7 +337,7 @@ def scale_table(args: argparse.Namespace) -> None:
             vs_roof = f"{r['p50'] / roof['p50']:.2f}" if isinstance(roof, dict) else ""
             vs_simple = f"{simple['p50'] / r['p50']:.0f}×" if isinstance(simple, dict) else ""
             print(f"| {n:,} | {method} | {r['build_s']:.1f} | {r['open_s']:.2f} | {r['p50']:.1f} | "
-                  f"{r['p95']:.1f} | {r['rss_mb']:.0f} | {r['bytes'] / 2**20:.0f} | {r['recall']:.3f} | "
+                  f"{r['p95']:.1f} | {r['rss_mb']:.0f} ({r.get('anon_mb', float('nan')):.0f} + {r.get('file_mb', float('nan')):.0f}) | {r['bytes'] / 2**20:.0f} | {r['recall']:.3f} | "
                   f"{vs_roof} | {vs_simple} |", flush=True)
 
 

@@ -194,9 +194,11 @@ def _queries(cache: Path, count: int) -> dict[str, list[float]]:
     return dict(list(out.items())[:count])
 
 
-def _rss_mb() -> float:
+def _rss_mb(field: str = "VmRSS") -> float:
+    """Resident memory from /proc/self/status: ``VmRSS`` (all), ``RssAnon`` (private, what
+    the process holds), ``RssFile`` (mapped file pages: clean, dropped under pressure)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -264,6 +266,7 @@ def child_query(args: argparse.Namespace) -> dict[str, Any]:
                      "p95": float(np.percentile(times, 95)) * 1000, "queries": len(times)}
         print(f"[{args.n}] {kind}: {out[kind]}", file=sys.stderr, flush=True)
     out["rss_end_mb"] = _rss_mb()
+    out["anon_end_mb"], out["file_end_mb"] = _rss_mb("RssAnon"), _rss_mb("RssFile")
     return out
 
 

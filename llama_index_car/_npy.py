@@ -20,6 +20,7 @@ naming the file.
 from __future__ import annotations
 
 import math
+import mmap as _mmap
 import os
 import tokenize
 from collections.abc import Sequence
@@ -69,9 +70,12 @@ def open_npy(
     ndim: int,
     shape: Sequence[int | None] | None = None,
     mmap: bool = True,
+    random_access: bool = False,
 ) -> np.ndarray:
     """The array in ``path``, read-only memory-mapped (``mmap``) or read, after the checks
     of the module docstring. ``shape``: the expected shape, ``None`` for a free dimension.
+    ``random_access``: advise the kernel that the map is read at random places
+    (``MADV_RANDOM``: no read-ahead, so reading one row brings in one page, not 128 KiB).
 
     Raises:
         IndexPersistError: naming ``path`` and the problem (a missing file included).
@@ -119,10 +123,12 @@ def open_npy(
         try:
             if math.prod(got_shape) == 0:
                 return np.zeros(got_shape, dtype=dtype)
-            if mmap:  # a plain ndarray view (np.memmap's item access is ~10x slower)
-                return np.asarray(
-                    np.memmap(fh, dtype=dtype, mode="r", offset=offset, shape=tuple(got_shape))
-                )
+            if mmap:  # a plain read-only ndarray over the map (np.memmap's item access is slow)
+                mm = _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
+                if random_access and hasattr(mm, "madvise") and hasattr(_mmap, "MADV_RANDOM"):
+                    mm.madvise(_mmap.MADV_RANDOM)
+                arr = np.frombuffer(mm, dtype=dtype, count=math.prod(got_shape), offset=offset)
+                return arr.reshape(got_shape)
             arr = np.fromfile(fh, dtype=dtype, count=math.prod(got_shape))
         except (OSError, ValueError) as exc:
             raise IndexPersistError(f"{path} is unreadable ({exc})") from exc

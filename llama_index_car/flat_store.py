@@ -582,8 +582,9 @@ def _read_segment(root: Path, verify: str) -> tuple[_Segment, int]:
     two = {"vectors": np.float32, "codes": np.int8}
     arrays = {}
     for name in _ARRAYS:
-        if name in two:
-            arrays[name] = open_npy(root / f"{name}.npy", dtypes=(two[name],), ndim=2, shape=(count, dim))
+        if name in two:  # vectors are read a row at a time: no read-ahead
+            arrays[name] = open_npy(root / f"{name}.npy", dtypes=(two[name],), ndim=2,
+                                    shape=(count, dim), random_access=name == "vectors")
         else:
             dt = np.float64 if name == "norm" else np.float32
             arrays[name] = open_npy(root / f"{name}.npy", dtypes=(dt,), ndim=1, shape=(count,))
