@@ -142,9 +142,7 @@ def build(method: str, x: np.ndarray, where: Path) -> None:
         from llama_index_car.flat_store import FlatVectorStore
 
         store = FlatVectorStore(dim=d, scan="int8" if method == "flat" else "float32")
-        for a in range(0, len(x), 50_000):
-            store.add([TextNode(id_=f"n{i:08d}", text="", embedding=x[i].tolist())
-                       for i in range(a, min(len(x), a + 50_000))])
+        store.add_vectors([f"n{i:08d}" for i in range(len(x))], x)
         store.persist(str(where / "flat"))
     elif method == "simple":
         from llama_index.core.schema import TextNode

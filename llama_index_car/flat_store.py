@@ -462,6 +462,31 @@ class FlatVectorStore(BasePydanticVectorStore):
             self._state = self._state.plus(vecs, ids, meta)
         return ids
 
+    def add_vectors(
+        self,
+        ids: Sequence[str],
+        vectors: np.ndarray,
+        metadata: Sequence[dict[str, Any]] | None = None,
+        ref_doc_ids: Sequence[str | None] | None = None,
+    ) -> None:
+        """Bulk :meth:`add` from arrays (no ``BaseNode`` per row): ``vectors`` (n, dim),
+        ``metadata`` JSON-serialisable dicts (default empty), ``ref_doc_ids`` (default None)."""
+        vecs = np.asarray(vectors, dtype=np.float32)
+        n = len(ids)
+        if vecs.ndim != 2 or vecs.shape != (n, self.dim):
+            raise ConfigurationError(f"vectors must have shape ({n}, {self.dim}), got {vecs.shape}")
+        if not np.isfinite(vecs).all():
+            raise ConfigurationError("a vector holds NaN or infinity")
+        if len(set(ids)) != n:
+            raise ConfigurationError("duplicate ids in one add")
+        mds = list(metadata) if metadata is not None else [{}] * n
+        refs = list(ref_doc_ids) if ref_doc_ids is not None else [None] * n
+        if len(mds) != n or len(refs) != n:
+            raise ConfigurationError("metadata and ref_doc_ids must have one entry per id")
+        meta = [(r, json.loads(json.dumps(dict(m), ensure_ascii=False))) for r, m in zip(refs, mds, strict=True)]
+        with self._lock:
+            self._state = self._state.plus(vecs, list(ids), meta)
+
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         with self._lock:
             st = self._state

@@ -305,3 +305,19 @@ def test_an_empty_store_persists_and_loads(tmp_path: Path) -> None:
     assert len(loaded) == 0 and loaded.snapshot().search(np.ones(8), 5) == []
     loaded.add(_nodes(_data(10, 8)))
     assert [h[0] for h in loaded.snapshot().search(_data(10, 8)[2], 1)] == ["n00002"]
+
+
+def test_add_vectors_equals_add_of_nodes() -> None:
+    x = _data(300, 16, seed=15)
+    nodes = _nodes(x)
+    a, b = FlatVectorStore(dim=16), FlatVectorStore(dim=16)
+    a.add(nodes)
+    b.add_vectors([n.node_id for n in nodes], x, [n.metadata for n in nodes], [n.ref_doc_id for n in nodes])
+    q = np.random.default_rng(16).standard_normal(16)
+    for f in (None, FILTERS[2]):
+        assert a.snapshot().search(q, 20, f) == b.snapshot().search(q, 20, f)
+    b.delete("doc4")
+    a.delete("doc4")
+    assert a.snapshot().search(q, 50) == b.snapshot().search(q, 50)
+    with pytest.raises(ConfigurationError, match="shape"):
+        b.add_vectors(["z"], np.zeros((1, 15)))
