@@ -42,6 +42,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -108,6 +109,36 @@ def resolve_scan(scan: str) -> str:
 
 
 # ----------------------------------------------------------------------------- segments
+class _RowFile:
+    """Rows of a C-order float32 ``.npy`` (already checked by ``open_npy``) read by
+    ``os.pread``; a short read (the file changed after it was opened) is an
+    ``IndexPersistError`` naming it."""
+
+    def __init__(self, path: Path, offset: int, count: int, dim: int) -> None:
+        self.path, self.offset, self.count, self.dim = path, offset, count, dim
+        self.row_bytes = dim * 4
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def read(self, local: np.ndarray) -> np.ndarray:
+        out = np.empty((local.size, self.dim), dtype=np.float32)
+        view = out.data.cast("B")
+        rb = self.row_bytes
+        for j, i in enumerate(local.tolist()):
+            if not 0 <= i < self.count:
+                raise IndexPersistError(f"{self.path}: row {i} out of range [0, {self.count})")
+            got = os.preadv(self._fd, [view[j * rb : (j + 1) * rb]], self.offset + i * rb)
+            if got != rb:
+                raise IndexPersistError(f"{self.path} was truncated after it was opened")
+        return out.astype(np.float64)
+
+    def __del__(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+
+
 @dataclass(frozen=True, eq=False)
 class _Segment:
     """Rows ``0..n-1``: their vectors, int8 codes and bounds, ids and metadata (a record file
@@ -121,9 +152,18 @@ class _Segment:
     norm: np.ndarray
     records: RecordFile | None = None
     refs: RecordFile | None = None
+    rows_file: _RowFile | None = None
     mem_ids: tuple[str, ...] = ()
     mem_meta: tuple[tuple[str | None, dict[str, Any]], ...] = ()
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def rows(self, local: np.ndarray) -> np.ndarray:
+        """float64 vectors of the rows ``local`` (ascending): read with ``pread`` from a
+        loaded segment's file (a row costs its bytes, not a mapped page neighbourhood: the
+        query process's resident memory does not grow with the rows it rescores)."""
+        if self.rows_file is not None:
+            return self.rows_file.read(local)
+        return np.asarray(self.vectors[local], dtype=np.float64)
 
     def coefficients(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """float32 ``(scale/‖x‖, ‖s·c‖/‖x‖, ‖e_x‖/‖x‖)`` per row (0 for a zero row; the two
@@ -262,7 +302,7 @@ class FlatState:
             local = rows[pick] - int(starts[s])
             seg = self.segments[s]
             order = np.argsort(local, kind="stable")  # ascending reads of the map
-            vecs = np.asarray(seg.vectors[local[order]], dtype=np.float64)
+            vecs = seg.rows(local[order])
             norm = np.asarray(seg.norm[local[order]], dtype=np.float64)
             with np.errstate(divide="ignore", invalid="ignore"):
                 cos = np.where(norm > 0, (vecs @ q) / (norm * qn), 0.0)
@@ -624,6 +664,9 @@ def _read_segment(root: Path, verify: str) -> tuple[_Segment, int]:
                 raise IndexPersistError(f"{root / (name + '.npy')}: values must be finite and >= 0")
         if not math.isfinite(float(np.asarray(arrays["vectors"]).sum(dtype=np.float64))):
             raise IndexPersistError(f"{root / 'vectors.npy'}: a value is not finite")
+    vec_path = root / "vectors.npy"
+    header = vec_path.stat().st_size - count * dim * 4  # open_npy checked header + data = size
     seg = _Segment(arrays["vectors"], arrays["codes"], arrays["scale"], arrays["code_norm"],
-                   arrays["resid"], arrays["norm"], records=records, refs=refs)
+                   arrays["resid"], arrays["norm"], records=records, refs=refs,
+                   rows_file=_RowFile(vec_path, header, count, dim) if count else None)
     return seg, dim

@@ -321,3 +321,18 @@ def test_add_vectors_equals_add_of_nodes() -> None:
     assert a.snapshot().search(q, 50) == b.snapshot().search(q, 50)
     with pytest.raises(ConfigurationError, match="shape"):
         b.add_vectors(["z"], np.zeros((1, 15)))
+
+
+@pytest.mark.skipif("int8" not in SCANS, reason="the int8 scan needs numkong (dev dependency)")
+def test_rows_are_read_bounds_checked_after_open(tmp_path: Path) -> None:
+    # the int8 pass maps only the codes; rescored rows are read with pread, so a vectors file
+    # truncated under an open store is a typed error (a mapped read would be SIGBUS)
+    store = FlatVectorStore(dim=8, scan="int8")
+    store.add(_nodes(_data(40, 8)))
+    store.persist(str(tmp_path / "flat"))
+    loaded = FlatVectorStore.from_persist_dir(str(tmp_path / "flat"), scan="int8")
+    vec = live_dir(tmp_path / "flat") / "vectors.npy"
+    with open(vec, "r+b") as fh:
+        fh.truncate(200)
+    with pytest.raises(IndexPersistError, match="vectors.npy"):
+        loaded.snapshot().search(np.ones(8), 5)
