@@ -30,11 +30,12 @@ built to stay fast at 10⁶ vectors:
   manifest, every other file's size is checked against it, every ``.npy`` header, dtype and
   shape is checked before mapping (``_npy.open_npy``), and every record read is
   bounds-checked; any failure is an ``IndexPersistError`` naming the file. Resident memory
-  after load is constant; a query touches the codes (d bytes per row) and the rows it
-  rescores.
+  after load is constant; a query touches the codes (d bytes per row) and per-row
+  coefficients (12 bytes), and reads the rows it rescores with ``pread`` (not through the
+  map: a mapped read would keep a 64 KiB neighbourhood resident per row).
 
 Memory at rest per row: ``5·d + 20`` bytes of arrays plus the records; a query process
-scanning int8 keeps ``d`` bytes per row resident (384 MB at 10⁶ × 384).
+scanning int8 keeps ``d + 12`` bytes per row resident (396 MB at 10⁶ × 384).
 """
 
 from __future__ import annotations
