@@ -9,7 +9,9 @@ as a folder): ``StoreError``/``IndexPersistError`` name the store and the row.
 * :class:`MilvusSparse` — ``pymilvus.MilvusClient`` (Milvus Lite ``PATH.db`` or a server
   URI), one collection: ``id`` VARCHAR primary key, ``w`` ``SPARSE_FLOAT_VECTOR`` with a
   ``SPARSE_INVERTED_INDEX`` and metric ``IP`` (exact: no ``drop_ratio``), ``dl`` INT64,
-  ``avgdl`` DOUBLE, ``tf`` JSON; strong consistency. Milvus returns at most 16,384 results.
+  ``avgdl`` DOUBLE, ``tf`` JSON; strong consistency; every write is flushed (Milvus Lite
+  searches unflushed rows by brute force: 569 ms against 3.5 ms flushed for 6,000 rows here).
+  Milvus returns at most 16,384 results.
 * :class:`QdrantSparse` — ``qdrant_client.QdrantClient`` (local mode ``path=`` or a server
   ``url=``), one collection with the sparse vector ``w`` (dot product); point ids are
   ``uuid5`` of the document id, the payload holds ``doc_id``, ``dl``, ``avgdl``, ``tf``.
@@ -84,10 +86,12 @@ class MilvusSparse:
                  "avgdl": r.avgdl, "tf": {str(t): c for t, c in r.tf.items()}}
                 for r in rows
             ])
+            self.client.flush(self.collection)
 
     def delete(self, doc_ids: Sequence[str]) -> None:
         if doc_ids:
             self.client.delete(self.collection, ids=[_check_id(d) for d in doc_ids])
+            self.client.flush(self.collection)
 
     def search(self, weights: Mapping[int, float], limit: int) -> list[tuple[str, float]]:
         res = self.client.search(
