@@ -67,7 +67,8 @@ def ranking_loss(cache: Path, sets: list[str]) -> None:
     from _eval_vectors import load_set, vectors
 
     from llama_index_car import _flat_math as fm
-    from llama_index_car.flat_store import FlatState, _memory_segment
+    from llama_index_car._flat_storage import memory_segment
+    from llama_index_car.flat_store import FlatState
 
     print("\n## Ranking loss against exact float64 cosine (real e5 vectors)\n")
     print("| set | docs | queries | variant | top-10 overlap | top-100 overlap | MRR@10 | ΔMRR@10 |")
@@ -87,7 +88,7 @@ def ranking_loss(cache: Path, sets: list[str]) -> None:
             qc, qs, _, _ = fm.quantize_query(q)
             int8[:, j] = fm.approx_scores(codes.astype(np.int32) @ qc.astype(np.int32), scale, qs)
         variants["int8 codes alone"] = int8
-        seg = _memory_segment(docs, ids, [(None, {})] * len(ids))
+        seg = memory_segment(docs, ids, [(None, {})] * len(ids))
         state = FlatState(docs.shape[1], (seg,), (np.ones(len(ids), dtype=bool),), "int8")
         base_mrr = None
         for label, scores in [*variants.items(), ("FlatVectorStore (int8 + rescoring)", None)]:

@@ -28,6 +28,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car._bm25_storage",
     "llama_index_car._errors",
     "llama_index_car._flat_math",
+    "llama_index_car._flat_storage",
     "llama_index_car._jsonl",
     "llama_index_car._npy",
     "llama_index_car._persist",
