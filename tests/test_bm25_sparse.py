@@ -206,7 +206,9 @@ EVAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "eval"
 
 @pytest.mark.corpus
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["lhcs_construction", "autorag_ko", "legal_prec2statute"])
+# legal_prec2statute (6,472 passages, 1,721 queries, twice per store) takes too long for CI's
+# slow tier; benchmarks/sparse_store_bench.py checks it query by query (docs/SCALE.md)
+@pytest.mark.parametrize("name", ["lhcs_construction", "autorag_ko"])
 def test_eval_sets_equal_local_bm25(name: str, backend: object) -> None:
     from llama_index_car.evaluation.io import load_beir
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
