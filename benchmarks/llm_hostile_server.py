@@ -8,16 +8,25 @@ once with the old tree and once with this one:
   ever. ``--queries`` CAR queries (``hypothesis_timeout=--deadline``) all fall back; the table
   shows threads and open fds after a warm-up query, after the queries, and ``--settle`` seconds
   later (a leak stays).
-* ``huge`` — one reply of ``--huge-mb`` MB (a valid Messages body). The table shows the client's
-  peak RSS (``VmHWM``) before and after the query, what the server managed to send, and whether
-  CAR fell back.
+* ``huge`` / ``huge-chunked`` — one reply of ``--huge-mb`` MB (a valid Messages body) with a
+  ``Content-Length`` / chunked. The table shows the client's peak RSS (``VmHWM``) before and
+  after the query, what the server managed to send (an upper bound of what the client read),
+  and whether CAR fell back.
 * ``loops`` — ``asyncio.run(car.aretrieve(q))`` six times with a healthy server: fallbacks and
   requests (6 and 6 when nothing fails).
+* ``call-body`` / ``call-headers`` — one hypothesizer call alone, sync then async
+  (``asyncio.run``), inside ``llm_deadline(--call-deadline)`` against a server dripping one
+  byte every ``--call-drip`` seconds (default 1 s) in the body or in a header block that never
+  ends: the seconds until the call returns, against the deadline (CAR's fallback hides this:
+  it answers at the deadline whether or not the call has ended), then threads and fds after
+  ``--settle`` seconds and how many dripping handlers ended (a handler ends only when the client
+  closes its socket).
 
 The old tree is ``git archive <--old-ref>`` (default ``main``) of ``llama_index_car``, or
 ``--old PATH`` (a directory holding an older ``llama_index_car``). Run::
 
-    python benchmarks/llm_hostile_server.py [--queries 20] [--huge-mb 400] [--old-ref main]
+    python benchmarks/llm_hostile_server.py [--queries 20] [--huge-mb 400] [--old-ref main] \
+        [--cases drip,huge,huge-chunked,loops,call-body,call-headers]
 """
 
 from __future__ import annotations
@@ -74,7 +83,25 @@ car = CriterionAwareRetriever.from_defaults(
     hypothesis_timeout=deadline,
 )
 out = {}
-if case == "loops":
+if case.startswith("call"):
+    from llama_index_car.llms import llm_deadline
+    hyp = LLMCriterionHypothesizer(llm=resolve_llm("anthropic"))
+    hyp.hypothesize("예열 질문")  # warm-up, answered normally
+    for mode in ("sync", "async"):
+        started = time.monotonic()
+        try:
+            with llm_deadline(deadline):
+                if mode == "async":
+                    asyncio.run(hyp.ahypothesize(f"이음부 질문 {mode}"))
+                else:
+                    hyp.hypothesize(f"이음부 질문 {mode}")
+            outcome = "answered"
+        except Exception as exc:  # the error the caller sees, and what caused it
+            outcome = type(exc.__cause__ or exc).__name__
+        out[mode] = {"seconds": time.monotonic() - started, "error": outcome}
+    time.sleep(settle)
+    out["settled"] = now()
+elif case == "loops":
     fb = [asyncio.run(car.aretrieve(f"이음부 질문 {i}"))[0].node.metadata["car_explain"]["fallback"]
           for i in range(6)]
     out["fallbacks"] = sum(fb)
@@ -91,6 +118,7 @@ else:
     time.sleep(settle)
     out["settled"] = now()
 print("RESULT " + json.dumps(out), flush=True)
+sys.stdin.readline()  # alive (its sockets too) until the parent has counted the server's side
 os._exit(0)  # the old code's stuck threads must not hold the measurement
 '''
 
@@ -119,17 +147,25 @@ def run_child(
         ANTHROPIC_BASE_URL=server.url,
     )
     env.pop("CAR_LLM", None)
-    deadline = args.deadline if case == "drip" else 30.0
+    deadline = {"drip": args.deadline}.get(case, args.call_deadline if "call" in case else 30.0)
     queries = args.queries if case == "drip" else 1
-    settle = args.settle if case == "drip" else 0.0
-    proc = subprocess.run(
+    settle = args.settle if case == "drip" or "call" in case else 0.0
+    with tempfile.TemporaryFile("w+") as err, subprocess.Popen(
         [sys.executable, "-c", CHILD, case, str(queries), str(deadline), str(settle)],
-        env=env, capture_output=True, text=True, timeout=1800, cwd=tempfile.gettempdir(),
-    )
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if line is None:
-        raise SystemExit(f"{case} on {tree}: no result\n{proc.stderr[-3000:]}")
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+        cwd=tempfile.gettempdir(),
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        line = next((ln for ln in proc.stdout if ln.startswith("RESULT ")), None)
+        time.sleep(0.5)  # let the server's handlers see a closed socket
+        ended = len(server.body_bytes_sent)  # counted while the client still lives
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        if line is None:
+            err.seek(0)
+            raise SystemExit(f"{case} on {tree}: no result\n{err.read()[-3000:]}")
     result: dict[str, Any] = json.loads(line[len("RESULT "):])
+    result["handlers_ended"] = ended
     return result
 
 
@@ -139,9 +175,14 @@ def scripted(server: FakeProviderServer, case: str, args: argparse.Namespace) ->
     if case == "drip":
         server.enqueue(MESSAGES, Reply())  # the warm-up query
         server.set_default(MESSAGES, Reply.slow_drip(0.05))
-    elif case == "huge":
+    elif case.startswith("huge"):
         server.enqueue(MESSAGES, Reply())
-        server.set_default(MESSAGES, Reply.huge(args.huge_mb * 1_000_000))
+        server.set_default(
+            MESSAGES, Reply.huge(args.huge_mb * 1_000_000, declare_length=case == "huge")
+        )
+    elif case.startswith("call"):
+        server.enqueue(MESSAGES, Reply())
+        server.set_default(MESSAGES, Reply.slow_drip(args.call_drip, headers=case.endswith("headers")))
 
 
 def ratio(old: float, new: float) -> str:
@@ -157,7 +198,9 @@ def main() -> None:
     parser.add_argument("--huge-mb", type=int, default=400)
     parser.add_argument("--old-ref", default="main")
     parser.add_argument("--old", default=None, help="a directory holding an old llama_index_car")
-    parser.add_argument("--cases", default="drip,huge,loops")
+    parser.add_argument("--call-deadline", type=float, default=3.0, help="llm_deadline, s")
+    parser.add_argument("--call-drip", type=float, default=1.0, help="s between dripped bytes")
+    parser.add_argument("--cases", default="drip,huge,huge-chunked,loops,call-body,call-headers")
     args = parser.parse_args()
     rows: list[tuple[str, str, Any, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -182,16 +225,28 @@ def main() -> None:
                     rows.append(("drip", "fallbacks", o["fallbacks"], n["fallbacks"]))
                     rows.append(("drip", "seconds for the queries", round(o["seconds"], 1),
                                  round(n["seconds"], 1)))
-                elif case == "huge":
-                    rows.append((f"huge {args.huge_mb} MB", "peak RSS MB before",
+                elif case.startswith("huge"):
+                    label = f"{case} {args.huge_mb} MB"
+                    rows.append((label, "peak RSS MB before",
                                  round(o["before"]["peak_mb"]), round(n["before"]["peak_mb"])))
-                    rows.append((f"huge {args.huge_mb} MB", "peak RSS MB after",
+                    rows.append((label, "peak RSS MB after",
                                  round(o["settled"]["peak_mb"]), round(n["settled"]["peak_mb"])))
-                    rows.append((f"huge {args.huge_mb} MB", "server bytes sent (MB)",
-                                 round(o["server_bytes"] / 1e6, 1),
-                                 round(n["server_bytes"] / 1e6, 1)))
-                    rows.append((f"huge {args.huge_mb} MB", "fallback", o["fallbacks"],
-                                 n["fallbacks"]))
+                    rows.append((label, "server bytes sent (KB)",
+                                 round(o["server_bytes"] / 1e3, 1),
+                                 round(n["server_bytes"] / 1e3, 1)))
+                    rows.append((label, "fallback", o["fallbacks"], n["fallbacks"]))
+                elif case.startswith("call"):
+                    for mode in ("sync", "async"):
+                        rows.append((f"{case} {mode}", f"seconds to return (deadline "
+                                     f"{args.call_deadline:g} s)", round(o[mode]["seconds"], 2),
+                                     round(n[mode]["seconds"], 2)))
+                        rows.append((f"{case} {mode}", "error", o[mode]["error"],
+                                     n[mode]["error"]))
+                    for key in ("threads", "fds"):
+                        rows.append((case, f"{key} +{args.settle:g} s", o["settled"][key],
+                                     n["settled"][key]))
+                    rows.append((case, "dripping handlers ended (of 2)", o["handlers_ended"],
+                                 n["handlers_ended"]))
                 else:
                     rows.append(("6 × asyncio.run", "fallbacks", o["fallbacks"], n["fallbacks"]))
                     rows.append(("6 × asyncio.run", "requests", o["requests"], n["requests"]))

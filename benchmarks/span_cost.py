@@ -176,7 +176,7 @@ def main() -> int:
     sample = v.nodes[: args.sample]
     node_texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in sample]
     span_texts = [s.text for n in sample for s in node_spans(n)]
-    model.get_text_embedding_batch(node_texts[:4])  # warm-up (engine start, conversion cache)
+    model.get_text_embedding_batch(node_texts[:4])  # warm-up (engine start, graph v3 calibration)
     t0 = time.perf_counter()
     model.get_text_embedding_batch(node_texts)
     t_nodes = time.perf_counter() - t0

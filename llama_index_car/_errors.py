@@ -32,6 +32,13 @@ class IndexPersistError(CarError, OSError):
     """A persisted index directory is missing a file or holds a damaged one (named)."""
 
 
+class UntrustedFileError(CarError, OSError):
+    """A file of a cache (which, like ``~/.ssh``, is trusted only when it is the user's own) is
+    refused: a symlink, FIFO, device or directory, not owned by the user, writable by group or
+    others, or larger than its declared size. The message names the file; the cache then
+    recomputes what the file held."""
+
+
 class StoreError(CarError, ConnectionError):
     """A vector store could not be opened or reached (server down, wrong path, refused);
     the message names the store (never its password) and the client's cause."""
@@ -62,6 +69,12 @@ class QueryError(CarError, ValueError):
 
 class EvaluationDataError(CarError, ValueError):
     """An evaluation input (BEIR folder, TREC file, QA file) is missing or malformed."""
+
+
+class CacheWarning(UserWarning):
+    """A cache could not be used: a file of it was refused or damaged (what it held is computed
+    again), or it could not be written (this run's results stay in memory). The message names
+    the file and the cause; the job itself goes on."""
 
 
 class TokenizerMismatchWarning(UserWarning):

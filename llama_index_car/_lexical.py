@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
-from llama_index.core.vector_stores.types import FilterCondition, MetadataFilter, MetadataFilters
-from llama_index.core.vector_stores.utils import build_metadata_filter_fn
+from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
+from llama_index_car.retrievers._filters import matches
 
 __all__ = ["Lexical", "Tokens", "check_unique", "matches", "text_hash"]
 
@@ -51,26 +51,6 @@ def check_unique(nodes: Sequence[BaseNode], existing: Iterable[str] = ()) -> Non
         seen.add(n.node_id)
     if dup:
         raise ConfigurationError(f"duplicate node ids: {dup[:5]}; node ids must be unique")
-
-
-def matches(filters: MetadataFilters, metadata: dict[str, Any]) -> bool:
-    """Evaluate (possibly nested) ``MetadataFilters`` on one metadata dict."""
-    results: list[bool] = []
-    for f in filters.filters:
-        if isinstance(f, MetadataFilters):
-            results.append(matches(f, metadata))
-        else:
-            leaf = f if isinstance(f, MetadataFilter) else MetadataFilter(key=f.key, value=f.value)
-            fn = build_metadata_filter_fn(lambda _id: metadata, MetadataFilters(filters=[leaf]))
-            results.append(fn(""))
-    cond = filters.condition or FilterCondition.AND
-    if cond == FilterCondition.AND:
-        return all(results)
-    if cond == FilterCondition.OR:
-        return any(results)
-    if cond == FilterCondition.NOT:
-        return not any(results)
-    raise ConfigurationError(f"unsupported filter condition {cond!r}; use 'and', 'or' or 'not'")
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,7 +134,9 @@ class Lexical:
         ]
 
     def mask(self, filters: MetadataFilters | None) -> np.ndarray | None:
-        """Which nodes pass ``filters`` (``None``: no filter)."""
+        """Which nodes pass ``filters`` (``None``: no filter), by
+        :func:`llama_index_car.retrievers._filters.matches`: the one meaning of a filter on
+        every channel."""
         if filters is None or not filters.filters:
             return None
         return np.fromiter(

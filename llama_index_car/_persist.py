@@ -51,7 +51,7 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from llama_index_car._errors import CarError, IndexPersistError
+from llama_index_car._errors import CarError, IndexPersistError, UntrustedFileError
 
 __all__ = [
     "CURRENT_NAME",
@@ -63,6 +63,9 @@ __all__ = [
     "open_regular",
     "read_json",
     "read_manifest",
+    "read_npy",
+    "read_owned_file",
+    "write_cause",
     "write_error",
     "replace_dir",
     "write_json",
@@ -94,12 +97,14 @@ _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXE
 
 
 # ----------------------------------------------------------------------------- files
-def write_error(path: str | os.PathLike[str], exc: OSError) -> IndexPersistError:
-    """An :class:`IndexPersistError` naming ``path`` and the cause of a failed write.
+def write_cause(path: str | os.PathLike[str], exc: OSError) -> str:
+    """The cause of a failed write as a short phrase: ``"no space left on device"`` for a full
+    disk or quota, ``"read-only file system"``, ``"permission denied"``, else the system's
+    message. numpy's ``tofile`` reports a short write without an errno; it is recognised from
+    the free space left in ``path``'s folder.
 
-    A full disk says "no space left on device", a read-only mount "read-only file system";
-    the message also names the fix. numpy's ``tofile`` reports a short write without an
-    errno; it is recognised from the free space left.
+    >>> write_cause("/x", OSError(errno.ENOSPC, "No space left on device"))
+    'no space left on device'
     """
     code = exc.errno
     if code is None:
@@ -108,17 +113,24 @@ def write_error(path: str | os.PathLike[str], exc: OSError) -> IndexPersistError
             if st.f_bavail == 0 or st.f_favail == 0:
                 code = errno.ENOSPC
     if code in (errno.ENOSPC, errno.EDQUOT):
-        cause = "no space left on device"
-        fix = "free some space or write the index elsewhere"
-    elif code == errno.EROFS:
-        cause = "read-only file system"
-        fix = "write the index to a writable directory"
-    elif code in (errno.EACCES, errno.EPERM):
-        cause = "permission denied"
-        fix = "write the index to a directory you can write"
-    else:
-        cause = exc.strerror or str(exc)
-        fix = "check the directory and retry"
+        return "no space left on device"
+    if code == errno.EROFS:
+        return "read-only file system"
+    if code in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return exc.strerror or str(exc)
+
+
+def write_error(path: str | os.PathLike[str], exc: OSError) -> IndexPersistError:
+    """An :class:`IndexPersistError` naming ``path`` and the cause of a failed write
+    (:func:`write_cause`), with the fix: a full disk says "no space left on device", a
+    read-only mount "read-only file system"."""
+    cause = write_cause(path, exc)
+    fix = {
+        "no space left on device": "free some space or write the index elsewhere",
+        "read-only file system": "write the index to a writable directory",
+        "permission denied": "write the index to a directory you can write",
+    }.get(cause, "check the directory and retry")
     return IndexPersistError(f"cannot write {path}: {cause}; {fix}")
 
 
@@ -259,6 +271,61 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_owned_file(path: str | os.PathLike[str], max_bytes: int, *, size: int | None = None) -> bytes:
+    """The bytes of the cache file ``path``, trusted the way ssh trusts ``~/.ssh``.
+
+    Opened without following a symlink (``O_NOFOLLOW``) and without blocking (a FIFO cannot
+    hang the reader); then checked on the open descriptor (``fstat``), so what is read is what
+    was checked: a regular file, owned by the effective user, not writable by group or others,
+    of at most ``max_bytes`` (and of exactly ``size`` bytes when the caller knows the size it
+    recorded). Exactly that many bytes are read.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        UntrustedFileError: anything else, naming ``path`` and the reason.
+    """
+    flags = _OPEN_FLAGS | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        reason = "is a symbolic link" if exc.errno == errno.ELOOP else (
+            f"is unreadable ({exc.strerror or exc})"
+        )
+        raise UntrustedFileError(f"{path} {reason}") from exc
+    except ValueError as exc:  # a NUL byte in the name
+        raise UntrustedFileError(f"{path!r} is not a valid file name") from exc
+    with os.fdopen(fd, "rb", buffering=0) as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFileError(f"{path} is not a regular file (a FIFO, device or directory)")
+        euid = os.geteuid() if hasattr(os, "geteuid") else None
+        if euid is not None and st.st_uid != euid:
+            raise UntrustedFileError(f"{path} is owned by uid {st.st_uid}, not by you (uid {euid})")
+        if st.st_mode & 0o022:
+            raise UntrustedFileError(
+                f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+            )
+        want = st.st_size if size is None else size
+        if st.st_size > max_bytes or st.st_size != want:
+            raise UntrustedFileError(
+                f"{path} is {st.st_size} bytes, not the {want} recorded (at most {max_bytes})"
+            )
+        try:
+            chunks: list[bytes] = []
+            left = want + 1  # one byte more: a file that grew while read is refused
+            while left > 0 and (chunk := fh.read(min(left, _HASH_CHUNK))):
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError as exc:
+            raise UntrustedFileError(f"{path} is unreadable ({exc.strerror or exc})") from exc
+    data = b"".join(chunks)
+    if len(data) != want:
+        raise UntrustedFileError(f"{path} changed size while read ({len(data)} bytes, not {want})")
+    return data
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -581,3 +648,65 @@ def _read_current_lenient(root: Path) -> str | None:
     if current is None or not (root / current["generation"]).is_dir():
         return None
     return str(current["generation"])
+
+
+#: what numpy's ``.npy`` header parser raises on a damaged header (a dict cut in the middle
+#: fails to tokenize: ``tokenize.TokenError``)
+def _npy_errors() -> tuple[type[BaseException], ...]:
+    import tokenize
+
+    return (ValueError, SyntaxError, TypeError, OverflowError, MemoryError, RecursionError,
+            EOFError, UnicodeDecodeError, tokenize.TokenError)
+
+
+def read_npy(path: str | os.PathLike[str], *, dtype: Any, ndim: int) -> Any:
+    """The C-ordered ``ndim``-dimensional ``dtype`` array in the ``.npy`` file ``path`` of an
+    (untrusted) index folder: a regular file (:func:`open_regular`) whose header parses and
+    declares exactly the file's size before anything is allocated; no pickle. Any other
+    content is an :class:`IndexPersistError` naming the file.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
+    import numpy as np
+
+    fmt = np.lib.format
+    want = np.dtype(dtype)
+    with open_regular(path) as fh:
+        try:
+            version = fmt.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, found = fmt.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, fortran, found = fmt.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"unsupported .npy format version {version}")
+        except _npy_errors() as exc:
+            raise IndexPersistError(
+                f"{path} is not a readable .npy array (damaged header: {exc}); "
+                "rebuild the index"
+            ) from exc
+        except OSError as exc:
+            raise IndexPersistError(f"{path} is unreadable ({exc}); rebuild the index") from exc
+        if found != want or fortran or len(shape) != ndim:
+            raise IndexPersistError(
+                f"{path} holds a {found} array of shape {shape}, expected a {ndim}-D {want} "
+                "array; rebuild the index"
+            )
+        count = 1
+        for n in shape:
+            count *= int(n)
+        offset = fh.tell()
+        size = os.fstat(fh.fileno()).st_size
+        if offset + count * want.itemsize != size:
+            raise IndexPersistError(
+                f"{path}: its header declares {shape} ({offset + count * want.itemsize} bytes "
+                f"with the header), the file has {size} bytes; rebuild the index"
+            )
+        try:
+            arr = np.fromfile(fh, dtype=want, count=count)
+        except (OSError, ValueError) as exc:
+            raise IndexPersistError(f"{path} is unreadable ({exc}); rebuild the index") from exc
+    if arr.size != count:
+        raise IndexPersistError(f"{path} was truncated while read; rebuild the index")
+    return arr.reshape(shape)

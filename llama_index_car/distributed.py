@@ -40,7 +40,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -146,16 +146,17 @@ def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> d
     errors = read_errors()
     readers = file_extractor()
     parser = HWPXNodeParser(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
-    keys = ("file_index", "node_pos", "path", "error", "documents", "node", "text")
+    keys = ("file_index", "node_pos", "path", "error", "documents", "node", "text",
+            "text_digest")
     out: dict[str, list[Any]] = {k: [] for k in keys}
 
     def row(fi: int, pos: int, path: str, **kw: Any) -> None:
         values = {"file_index": fi, "node_pos": pos, "path": path, "error": "",
-                  "documents": 0, "node": "", "text": ""} | kw
+                  "documents": 0, "node": "", "text": "", "text_digest": ""} | kw
         for k in keys:
             out[k].append(values[k])
 
-    from llama_index_car.pipeline import key_documents
+    from llama_index_car.pipeline import key_documents, text_digest
 
     for fi, path, key, digest in zip(
         batch["file_index"], batch["path"], batch["key"], batch["digest"], strict=True
@@ -168,7 +169,8 @@ def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> d
             continue
         key_documents(docs, str(key), str(digest))  # the ids build_index gives
         nodes = parser.get_nodes_from_documents(docs)
-        row(fi, -1, path, documents=len(docs))
+        # the file's text digest: the driver indexes one file of each text (its twins not)
+        row(fi, -1, path, documents=len(docs), text_digest=text_digest(d.text for d in docs))
         for pos, node in enumerate(nodes):
             row(fi, pos, path, node=json.dumps(doc_to_json(node), ensure_ascii=False),
                 text=node.get_content(metadata_mode=MetadataMode.EMBED))
@@ -301,6 +303,8 @@ class RayIngestResult:
     failures: list[FileFailure]
     seconds: float = 0.0
     spans: SpanIndex | None = None
+    #: ``{key: text digest}`` of the files read; the twins of another are not in ``nodes``
+    digests: dict[str, str] = field(default_factory=dict)
 
 
 def _ray() -> Any:
@@ -407,6 +411,15 @@ def ingest_ray(
         if started:
             ray.shutdown()
     rows.sort(key=lambda r: (int(r["file_index"]), int(r["node_pos"])))
+    from llama_index_car.pipeline import twin_canon
+
+    key_of = {i: key for i, (_, key, _) in enumerate(keyed)}
+    digests = {key_of[int(r["file_index"])]: str(r["text_digest"]) for r in rows
+               if int(r["node_pos"]) < 0 and not r["error"] and r["text_digest"]}
+    canon = twin_canon(digests)  # as build_index: a file holding another's text is an alias
+    rows = [r for r in rows
+            if canon.get(key_of[int(r["file_index"])], key_of[int(r["file_index"])])
+            == key_of[int(r["file_index"])]]
 
     failures: list[FileFailure] = []
     nodes: list[BaseNode] = []
@@ -438,6 +451,7 @@ def ingest_ray(
         files=files, documents=documents, nodes=nodes, embeddings=embeddings, bm25=bm25,
         failures=failures, seconds=time.perf_counter() - start,
         spans=SpanIndex.from_span_vectors(nodes, span_vectors) if spans else None,
+        digests=digests,
     )
 
 
@@ -501,6 +515,7 @@ def build_index_ray(
         hashes={str(f): _sha256_file(Path(f)) for f in res.files},
         documents=res.documents, failures=res.failures, chunk_size=chunk_size,
         chunk_overlap=chunk_overlap, store=None, record=None, start=start,
+        digests=res.digests,
     )
 
 

@@ -150,18 +150,23 @@ class BuildSummary:
     updated: int | None = None
     removed: int = 0
     unchanged: int = 0
+    #: files holding the same document as an indexed one (kept as its aliases, not indexed)
+    duplicates: int = 0
 
     def line(self) -> str:
         """One-line human summary, e.g. ``10 files → 10 documents → 52 nodes (12 table) …``."""
+        twins = (f"; {self.duplicates} duplicate{'s' if self.duplicates != 1 else ''} of "
+                 "indexed files (kept as aliases)" if self.duplicates else "")
         if self.updated is not None:
             return (
                 f"update: {self.updated} changed or new, {self.removed} removed, "
                 f"{self.unchanged} unchanged → {self.documents} documents, {self.nodes} nodes; "
-                f"{len(self.failures)} failed; {self.persist_dir} in {self.seconds:.1f} s"
+                f"{len(self.failures)} failed{twins}; {self.persist_dir} in "
+                f"{self.seconds:.1f} s"
             )
         return (
             f"{self.files} files → {self.documents} documents → {self.nodes} nodes "
-            f"({self.table_nodes} table); {len(self.failures)} failed; "
+            f"({self.table_nodes} table); {len(self.failures)} failed{twins}; "
             f"persisted to {self.persist_dir} in {self.seconds:.1f} s"
         )
 
@@ -274,6 +279,72 @@ def doc_key(ref_doc_id: str | None) -> str:
     """The file key of a node's ``ref_doc_id`` (``key@digest[#sectionN]``)."""
     base = str(ref_doc_id or "").split("#section")[0]
     return base.rpartition("@")[0] or base
+
+
+#: when files hold the same document (:func:`text_digest`), the copy indexed is the first by
+#: this order of suffixes, then by key; the others are kept as its aliases. HWPX first: the
+#: format the others are converted to and from.
+TWIN_PREFERENCE: tuple[str, ...] = (".hwpx", ".hml", ".hwp")
+
+
+def text_digest(texts: Iterable[str]) -> str:
+    """What makes two files the same document: the sha256 of their texts, in order,
+    NFKC-normalised with every run of whitespace made one space; ``""`` for no text.
+
+    >>> text_digest(["배수 기준 "]) == text_digest([" 배수  기준"]) != text_digest(["배수기준"])
+    True
+    """
+    import hashlib
+    import unicodedata
+
+    joined = " ".join(" ".join(unicodedata.normalize("NFKC", t).split()) for t in texts)
+    return hashlib.sha256(joined.strip().encode("utf-8")).hexdigest() if joined.strip() else ""
+
+
+def twin_canon(digests: dict[str, str]) -> dict[str, str]:
+    """``{key: the key indexed for its text}`` for the files of ``digests`` (``{key: text
+    digest}``): each group of keys with one digest maps to its first by
+    (:data:`TWIN_PREFERENCE` rank of the suffix, key); a unique text maps to itself.
+
+    >>> twin_canon({"a.hwp": "d1", "a.hwpx": "d1", "b.hwp": "d2"})
+    {'a.hwp': 'a.hwpx', 'a.hwpx': 'a.hwpx', 'b.hwp': 'b.hwp'}
+    """
+    def rank(key: str) -> tuple[int, str]:
+        suffix = Path(key).suffix.lower()
+        order = TWIN_PREFERENCE.index(suffix) if suffix in TWIN_PREFERENCE else len(
+            TWIN_PREFERENCE)
+        return order, key
+
+    groups: dict[str, list[str]] = {}
+    for key, digest in digests.items():
+        groups.setdefault(digest, []).append(key)
+    first = {digest: min(members, key=rank) for digest, members in groups.items()}
+    return {key: first[digest] for key, digest in digests.items()}
+
+
+def _file_digests(documents: Sequence[Document], keys: dict[str, str]) -> dict[str, str]:
+    """``{key: text digest}`` of the files ``documents`` came from (by ``file_path``); files
+    without text are left out (nothing to be a twin of)."""
+    texts: dict[str, list[str]] = {}
+    for doc in documents:
+        key = keys.get(str(doc.metadata.get("file_path", "")))
+        if key is not None:
+            texts.setdefault(key, []).append(doc.text)
+    digests = {key: text_digest(t) for key, t in texts.items()}
+    return {key: d for key, d in digests.items() if d}
+
+
+def _indexed_only(
+    documents: Sequence[Document], keys: dict[str, str], canon: dict[str, str]
+) -> list[Document]:
+    """``documents`` without those of files that are another's twin (``canon``: key → key
+    indexed for its text)."""
+    out = []
+    for doc in documents:
+        key = keys.get(str(doc.metadata.get("file_path", "")))
+        if key is None or canon.get(key, key) == key:
+            out.append(doc)
+    return out
 
 
 def _progress(items: Sequence[Any], enabled: bool, desc: str) -> Iterable[Any]:
@@ -442,11 +513,16 @@ def store_uri_for(
 ) -> str:
     """The store URI to open for a folder's store ``record``: the one the user ``given``
     (argument, ``--store`` or ``$LLAMA_CAR_STORE``), checked against the record; else, for a
-    store inside the folder, ``folder/store``. The folder itself never names a host or a path.
+    store inside the folder, ``folder/store``, which must be a plain folder holding nothing but
+    folders and files (:func:`~llama_index_car.stores.check_confined`: no symlink, hard link
+    or device), and which is opened only if its client made it
+    (:func:`~llama_index_car.stores.check_local_store`). The folder itself never names a host
+    or a path.
 
     Raises:
-        ConfigurationError: no URI given for a store outside the folder, or the given one is
-            of another kind or another database than the recorded one.
+        ConfigurationError: no URI given for a store outside the folder, the given one is of
+            another kind or another database than the recorded one, or ``folder/store`` is
+            not a plain folder.
     """
     from llama_index_car.stores import store_fingerprint, store_kind
 
@@ -456,6 +532,9 @@ def store_uri_for(
         if given is not None and given != kind:
             raise ConfigurationError(f"--store {given!r} is not the {kind} store of {what}")
         if record.get("inside"):
+            from llama_index_car.stores import check_confined
+
+            check_confined(folder / STORE_DIR)  # a plain folder, not a symlink planted there
             return _local_store_uri(kind, folder)
         raise ConfigurationError(
             f"{what} keeps its vectors in a {kind} store outside the folder; pass its URI "
@@ -547,14 +626,15 @@ def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
     import numpy as np
 
     from llama_index_car import _persist
-    from llama_index_car.indices import _storage
+    from llama_index_car.indices import _layout as _storage
 
     root = _persist.live_dir(persist_dir)
     if not (root / _storage.VECTORS_NAME).is_file():
         return {}
-    ids = _persist.read_json(root / _storage.INDEX_NAME)["node_ids"]
-    matrix = np.load(root / _storage.VECTORS_NAME, allow_pickle=False)
-    if matrix.ndim != 2 or matrix.shape[0] != len(ids):
+    spec = _persist.read_json(root / _storage.INDEX_NAME)
+    ids = spec.get("node_ids") if isinstance(spec, dict) else None
+    matrix = _persist.read_npy(root / _storage.VECTORS_NAME, dtype=np.float32, ndim=2)
+    if not isinstance(ids, list) or matrix.shape[0] != len(ids):
         raise IndexPersistError(f"{root}: index.json and embeddings.npy disagree; rebuild")
     return {str(i): row.tolist() for i, row in zip(ids, matrix, strict=True)}
 
@@ -628,6 +708,8 @@ def build_index(
     hashes = {str(f): _sha256_file(f) for f in files}
     documents, failures = read_documents(files, show_progress=show_progress, on_error=on_error)
     _key_all(documents, keys, hashes)
+    digests = _file_digests(documents, keys)  # the same document twice is indexed once
+    documents = _indexed_only(documents, keys, twin_canon(digests))
     nodes = parse_nodes(
         documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap, show_progress=show_progress
     )
@@ -645,7 +727,7 @@ def build_index(
         spans=span_index,
         keys=keys, hashes=hashes, documents=len(documents), failures=failures,
         chunk_size=chunk_size, chunk_overlap=chunk_overlap, store=store_uri, record=record,
-        start=start,
+        start=start, digests=digests,
     )
 
 
@@ -681,12 +763,15 @@ def finish_build(
     store: str | None,
     record: dict[str, Any] | None,
     start: float,
+    digests: dict[str, str] | None = None,
 ) -> BuildSummary:
     """The tail shared by every builder (local, Ray): the vector index (local or the
     ``store`` URI, its manifest ``record``) over ``vectors``, then the folder's
     :class:`~llama_index_car.indices.CriterionAwareIndex` (BM25 from ``lexical``, a BM25-only
     index over the nodes; ``spans`` when given) as one crash-safe generation with ``car_index.json``.
-    ``keys``/``hashes``: ``{str(file): key / sha256}``."""
+    ``keys``/``hashes``: ``{str(file): key / sha256}``; ``digests``: ``{key: text digest}``
+    (:func:`text_digest`) of the files read, whose twins (:func:`twin_canon`) were not
+    indexed and are recorded as aliases."""
     from llama_index.core import StorageContext, VectorStoreIndex
 
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
@@ -706,7 +791,8 @@ def finish_build(
     failed = {keys.get(f.path, f.path) for f in failures}
     manifest = _folder_manifest(
         spec, chunk_size, chunk_overlap, record, list(keys.values()), documents, nodes,
-        failures, _sources({keys[f]: hashes[f] for f in keys}, nodes, failed=failed),
+        failures, _sources({keys[f]: hashes[f] for f in keys}, nodes, failed=failed,
+                           digests=digests or {}),
         spans=spans,
     )
     folder = CriterionAwareIndex.from_parts(
@@ -718,17 +804,30 @@ def finish_build(
 
 
 def _sources(
-    hashes: dict[str, str], nodes: Sequence[BaseNode], failed: set[str]
+    hashes: dict[str, str], nodes: Sequence[BaseNode], failed: set[str],
+    digests: dict[str, str] | None = None, canon: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """``{key: {"sha256", "node_ids", "failed"}}`` (``hashes``: ``{key: sha256}``): a file
-    that failed keeps its hash, so ``--update`` retries it only once its content changes."""
+    """``{key: {"sha256", "node_ids", "failed"[, "text"][, "alias_of"]}}`` (``hashes``:
+    ``{key: sha256}``): a file that failed keeps its hash, so ``--update`` retries it only
+    once its content changes; a file read has its text digest (``digests``), and one holding
+    the same document as another (``canon``, default :func:`twin_canon` of ``digests``) names
+    the indexed one as ``alias_of`` and has no nodes."""
+    digests = digests or {}
+    canon = twin_canon(digests) if canon is None else canon
     by_file: dict[str, list[str]] = {}
     for n in nodes:
         by_file.setdefault(doc_key(n.ref_doc_id), []).append(n.node_id)
-    return {
-        path: {"sha256": digest, "node_ids": by_file.get(path, []), "failed": path in failed}
-        for path, digest in hashes.items()
-    }
+    out: dict[str, dict[str, Any]] = {}
+    for path, digest in hashes.items():
+        entry: dict[str, Any] = {"sha256": digest, "node_ids": by_file.get(path, []),
+                                 "failed": path in failed}
+        if path in digests:
+            entry["text"] = digests[path]
+        if canon.get(path, path) != path:
+            entry["alias_of"] = canon[path]
+            entry["node_ids"] = []
+        out[path] = entry
+    return out
 
 
 def _folder_manifest(
@@ -759,10 +858,13 @@ def _summary(
     out: Path, manifest: dict[str, Any], failures: list[FileFailure], start: float,
     **extra: Any,
 ) -> BuildSummary:
+    duplicates = sum(1 for v in manifest["sources"].values()
+                     if isinstance(v, dict) and v.get("alias_of"))
     return BuildSummary(
         persist_dir=str(out), files=len(manifest["files"]), documents=manifest["documents"],
         nodes=manifest["nodes"], table_nodes=manifest["table_nodes"], failures=failures,
-        embed=manifest["embed"], seconds=time.perf_counter() - start, **extra,
+        embed=manifest["embed"], seconds=time.perf_counter() - start, duplicates=duplicates,
+        **extra,
     )
 
 
@@ -871,13 +973,30 @@ def update_index(
     local = index if index is not None else load_index(out, embed_model=embed_model, store=store)
     model: Any = local.embed_model
     _check_engine(model, recorded, root)
+    changed_keys = {keys[str(f)] for f in changed}
     documents, failures = read_documents(changed, show_progress=show_progress, on_error=on_error)
     _key_all(documents, keys, {str(f): hashes[keys[str(f)]] for f in changed})
+    # twins: which file of each text is indexed, over the whole folder (as a fresh build)
+    digests = {k: str(v["text"]) for k, v in sources.items()
+               if k in hashes and k not in changed_keys and v.get("text")}
+    digests |= _file_digests(documents, keys)
+    canon = twin_canon(digests)
+    promoted = [f for f in files if (k := keys[str(f)]) not in changed_keys
+                and canon.get(k) == k and sources[k].get("alias_of")]
+    demoted = {k for k, c in canon.items()
+               if c != k and k not in changed_keys and not sources[k].get("alias_of")}
+    if promoted:  # an alias whose indexed twin changed or vanished: indexed now
+        more, more_failures = read_documents(promoted, show_progress=show_progress,
+                                             on_error=on_error)
+        _key_all(more, keys, {str(f): hashes[keys[str(f)]] for f in promoted})
+        documents += more
+        failures += more_failures
     nodes = parse_nodes(
-        documents, chunk_size=int(manifest["chunk_size"]),
+        _indexed_only(documents, keys, canon), chunk_size=int(manifest["chunk_size"]),
         chunk_overlap=int(manifest["chunk_overlap"]), show_progress=show_progress,
     )
-    gone = {keys[str(f)] for f in changed} | set(vanished)
+    touched = changed_keys | {keys[str(f)] for f in promoted} | demoted
+    gone = touched | set(vanished)
     stale = {i for k in gone for i in sources.get(k, {}).get("node_ids", [])}
     live = {n.node_id for n in local.nodes}
     # ids are content-addressed: a live id is the same content, kept as it is
@@ -903,15 +1022,20 @@ def update_index(
                            defer_store_delete=record is not None)
     for k in gone:
         sources.pop(k, None)
-    changed_keys = {keys[str(f)] for f in changed}
-    sources.update(_sources({k: hashes[k] for k in changed_keys}, nodes,
-                            failed={keys.get(f.path, f.path) for f in failures}))
+    sources.update(_sources({k: hashes[k] for k in touched}, nodes,
+                            failed={keys.get(f.path, f.path) for f in failures},
+                            digests={k: d for k, d in digests.items() if k in touched},
+                            canon=canon))
+    for k, entry in sources.items():  # an unchanged alias follows its text's indexed file
+        if entry.get("alias_of") and canon.get(k, k) != k:
+            entry["alias_of"] = canon[k]
     old_failures = [FileFailure(**f) for f in manifest.get("failures", [])
                     if keys.get(str(f.get("path")), f.get("path")) in hashes
-                    and keys.get(str(f.get("path")), f.get("path")) not in changed_keys]
+                    and keys.get(str(f.get("path")), f.get("path")) not in touched]
     new_manifest = _folder_manifest(
         recorded, int(manifest["chunk_size"]), int(manifest["chunk_overlap"]),
-        record, sorted(hashes), sum(1 for v in sources.values() if not v.get("failed")),
+        record, sorted(hashes),
+        sum(1 for v in sources.values() if not v.get("failed") and not v.get("alias_of")),
         local.nodes, old_failures + failures, sources,
         store_garbage=garbage, spans=local.spans,
     )
@@ -973,7 +1097,7 @@ def read_manifest(persist_dir: str | Path) -> dict[str, Any]:
         IndexPersistError: missing, unreadable, damaged or of another ``format_version``.
     """
     from llama_index_car import _persist
-    from llama_index_car.indices import _storage
+    from llama_index_car.indices import _layout as _storage  # names only: no LlamaIndex
 
     def read(root: Path) -> dict[str, Any]:
         manifest = _folder_record(persist_dir, root)
@@ -1062,6 +1186,21 @@ def _check_manifest_types(manifest: dict[str, Any], path: Path) -> None:
             raise IndexPersistError(
                 f"{path}: field {key!r} is {type(manifest[key]).__name__}, expected {want}; "
                 "rebuild the index with llama-car index"
+            )
+    sources = manifest.get("sources", {})
+    for key, entry in sources.items():
+        ok = (
+            isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+            and isinstance(entry.get("node_ids", []), list)
+            and isinstance(entry.get("text", ""), str) and len(entry.get("text", "")) <= 64
+            and (entry.get("alias_of") is None or (
+                isinstance(entry["alias_of"], str) and entry["alias_of"] in sources
+                and entry["alias_of"] != key and not entry.get("node_ids")))
+        )
+        if not ok:
+            raise IndexPersistError(
+                f"{path}: sources[{str(key)[:80]!r}] is not a source record (sha256, node_ids, "
+                "text, alias_of of another source); rebuild the index with llama-car index"
             )
     embed = manifest.get("embed", {})
     for key in ("provider", "model_name", "class_name"):

@@ -1,8 +1,10 @@
 """The query guard: one check at the entry of every retriever of the package.
 
-``KiwiBM25Retriever``, ``WeightedRRFRetriever`` and ``CriterionAwareRetriever`` (with or
-without routing) decorate their ``_retrieve``/``_aretrieve`` with :func:`guarded_retrieve`,
-so every query goes through :func:`clean_query` before any tokenization or embedding:
+``KiwiBM25Retriever``, the dense view ``IndexDense``, ``WeightedRRFRetriever`` and
+``CriterionAwareRetriever`` (with or without routing) decorate their ``_retrieve``/
+``_aretrieve`` with :func:`guarded_retrieve`, so every query of every view goes through
+:func:`clean_query` (its text and any ``custom_embedding_strs``) before any tokenization or
+embedding:
 
 * a query longer than ``max_chars`` raises :class:`~llama_index_car._errors.QueryError`
   (checked first, before any other work: a 1 MB query used to cost 37–56 s);
@@ -117,18 +119,19 @@ def clean_query(query: Any, limits: QueryLimits | None = None) -> str:
 def guard_query_bundle(
     query_bundle: QueryBundle, limits: QueryLimits | None = None
 ) -> QueryBundle | None:
-    """``query_bundle`` with a cleaned ``query_str`` (the same object when nothing changed),
-    or ``None`` when there is nothing to search (empty text and no embedding)."""
+    """``query_bundle`` with a cleaned ``query_str`` and cleaned ``custom_embedding_strs``
+    (each checked as a query; empty ones dropped), the same object when nothing changed, or
+    ``None`` when there is nothing to search (no text left and no embedding)."""
     cleaned = clean_query(query_bundle.query_str, limits)
-    if not cleaned and query_bundle.embedding is None and not any(
-        s.strip() for s in (query_bundle.custom_embedding_strs or [])
-    ):
+    given = query_bundle.custom_embedding_strs
+    custom = None if given is None else [c for c in (clean_query(s, limits) for s in given) if c]
+    if not cleaned and query_bundle.embedding is None and not custom:
         return None
-    if cleaned == query_bundle.query_str:
+    if cleaned == query_bundle.query_str and custom == given:
         return query_bundle
     return QueryBundle(
         query_str=cleaned,
-        custom_embedding_strs=query_bundle.custom_embedding_strs,
+        custom_embedding_strs=custom or None,
         embedding=query_bundle.embedding,
     )
 

@@ -44,6 +44,8 @@ MAX_RECORDS_BYTES = 1 << 30
 #: only refuses absurd records; ``spans.json`` as a whole is bounded by MAX_RECORDS_BYTES
 MAX_SPAN_CHARS = 1 << 20
 MAX_DIM = 8_192
+#: largest offset or count a span record may hold (an int64, and far beyond any document)
+MAX_OFFSET = 1 << 53
 _KINDS = ("sentence", "row")
 _OPTIONAL = ("table_index", "row", "col", "row_span", "col_span")
 
@@ -347,7 +349,8 @@ class SpanIndex:
         )
         if not (
             isinstance(ids, list) and all(isinstance(d, str) for d in ids)
-            and isinstance(offsets, list) and all(type(o) is int for o in offsets)
+            and isinstance(offsets, list)
+            and all(type(o) is int and 0 <= o <= MAX_OFFSET for o in offsets)
             and isinstance(records, list) and type(dim) is int and 0 <= dim <= MAX_DIM
         ):
             raise IndexPersistError(f"{records_path}: malformed node ids, offsets, spans or dim")
@@ -369,12 +372,12 @@ def _record(r: Any, path: Path) -> Span:
     kind, text, start, end = r.get("kind"), r.get("text"), r.get("start"), r.get("end")
     if (
         kind not in _KINDS or not isinstance(text, str) or len(text) > MAX_SPAN_CHARS
-        or type(start) is not int or type(end) is not int or not 0 <= start <= end
+        or type(start) is not int or type(end) is not int or not 0 <= start <= end <= MAX_OFFSET
     ):
         raise IndexPersistError(f"{path}: a span record has a bad kind, text or offsets")
     for k in _OPTIONAL:
         v = r.get(k)
-        if v is not None and (type(v) is not int or v < 0):
+        if v is not None and (type(v) is not int or not 0 <= v <= MAX_OFFSET):
             raise IndexPersistError(f"{path}: span field {k}={v!r} is not a count")
     header = r.get("header")
     if header is not None and (not isinstance(header, str) or len(header) > MAX_SPAN_CHARS):
@@ -383,22 +386,13 @@ def _record(r: Any, path: Path) -> Span:
 
 
 def _load_vectors(path: Path, n: int, dim: int) -> np.ndarray:
-    from llama_index_car._persist import open_regular
+    from llama_index_car._persist import read_npy
 
-    expected = n * max(dim, 1) * 2
-    try:
-        with open_regular(path) as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size > expected + 4096:
-                raise IndexPersistError(
-                    f"{path} is {size:,} bytes, more than {n:,} spans × {dim} float16 need"
-                )
-            arr = np.load(fh, allow_pickle=False)
+    try:  # the header must declare the file's size: nothing is allocated before that check
+        arr = read_npy(path, dtype=np.float16, ndim=2)
     except FileNotFoundError as exc:
         raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
-    except (ValueError, EOFError) as exc:
-        raise IndexPersistError(f"{path} is damaged ({exc}); rebuild the index") from exc
-    if arr.dtype != np.float16 or arr.ndim != 2 or arr.shape[0] != n or (n and arr.shape[1] != dim):
+    if arr.shape[0] != n or (n and arr.shape[1] != dim):
         raise IndexPersistError(
             f"{path} holds {arr.dtype} {arr.shape}, expected float16 ({n}, {dim})"
         )

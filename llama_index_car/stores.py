@@ -39,9 +39,11 @@ llama_index_car._errors.ConfigurationError: unsupported store URI 'redis://x'; u
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -52,7 +54,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 __all__ = [
+    "STORE_FILES",
     "STORE_KINDS",
+    "check_confined",
+    "check_local_store",
     "client_errors",
     "close_vector_store",
     "fetch_embeddings",
@@ -148,9 +153,8 @@ def open_vector_store(
     if overwrite and not create:
         raise ConfigurationError("overwrite=True needs create=True")
     path = _path_of(uri) if kind in LOCAL_KINDS else ""
-    if path:
-        if not create:
-            _must_exist(uri, path, is_file=kind == "milvus")
+    if path and not create:
+        check_local_store(uri, collection)
     try:
         if kind == "milvus":
             return _milvus(path, dim, collection, overwrite, create)
@@ -191,16 +195,95 @@ def store_error(uri: str, exc: BaseException) -> StoreError:
     return StoreError(f"cannot use the store {_safe(uri)}: {text[:300]}")
 
 
-def _must_exist(uri: str, path: str, *, is_file: bool) -> None:
-    """``create=False``: the local store must already be there (as a file or a folder)."""
-    p = Path(path)
-    ok = p.is_file() if is_file else p.is_dir()
-    if not ok:
-        what = "file" if is_file else "folder"
-        raise ConfigurationError(
-            f"{uri}: no store {what} at {p}; give the path of the store this index was "
-            "built with (nothing is created when an index is opened)"
+#: what each local store's client has written once it holds ``collection`` (paths under the
+#: store's path; ``{c}`` is the collection): a store opened with ``create=False`` must hold it,
+#: else the client would create it. Milvus Lite 2.x kept one file, 3.x keeps a folder.
+STORE_FILES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "qdrant": (("meta.json", ".lock", "collection/{c}/storage.sqlite"),),
+    "chroma": (("chroma.sqlite3",),),
+    "milvus": (("",), ("collections/{c}/schema.json",)),
+    "pgserver": (("PG_VERSION", "postgresql.conf", "global/pg_control"),),
+}
+
+
+def check_local_store(uri: str, collection: str = DEFAULT_COLLECTION) -> None:
+    """Refuse to open the local store ``uri`` unless its client already made it: each file of
+    one of its :data:`STORE_FILES` layouts is there as a regular file (Milvus Lite 2.x: the
+    path itself). Opening it then creates nothing new (a Qdrant ``.lock``, a Chroma
+    ``chroma.sqlite3``, a pgserver ``initdb``): what ``create=False`` promises.
+
+    >>> check_local_store("qdrant:///nonexistent/q")
+    Traceback (most recent call last):
+    ...
+    llama_index_car._errors.ConfigurationError: qdrant:///nonexistent/q: no qdrant store at /nonexistent/q (meta.json, .lock, collection/llama_car/storage.sqlite missing); give the path of the store this index was built with (nothing is created when an index is opened)
+    """
+    import stat
+
+    kind = store_kind(uri)
+    if kind not in LOCAL_KINDS:
+        return
+    root = Path(_path_of(uri))
+    missing: list[str] = []
+    for layout in STORE_FILES[kind]:
+        names = [n.format(c=collection) for n in layout]
+        gone = []
+        for name in names:
+            try:
+                mode = (root / name if name else root).lstat().st_mode
+            except OSError:
+                mode = 0
+            if not stat.S_ISREG(mode):
+                gone.append(name or root.name)
+        if not gone:
+            return
+        missing = missing or gone
+    raise ConfigurationError(
+        f"{uri}: no {kind} store at {root} ({', '.join(missing)} missing); give the path of "
+        "the store this index was built with (nothing is created when an index is opened)"
+    )
+
+
+def check_confined(where: Path) -> None:
+    """Refuse a store folder ``where`` that its index did not create: it must be a real
+    folder (not a symlink) holding only folders, regular files with one link, and sockets —
+    no symlink, hard link, FIFO or device that would let a store client read or write
+    outside it. (An index folder is data: whoever wrote it may have planted any of those.)"""
+    import os
+    import stat
+
+    def refuse(path: Path, what: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"{path} is {what}; the store of an index folder is a plain folder it created "
+            "(rebuild the index, or pass the store's path with --store)"
         )
+
+    try:
+        top = os.lstat(where)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise refuse(where, f"unreadable ({exc.strerror})") from exc
+    if stat.S_ISLNK(top.st_mode):
+        raise refuse(where, "a symlink")
+    if not stat.S_ISDIR(top.st_mode):
+        raise refuse(where, "not a folder")
+    def unreadable(exc: OSError) -> None:
+        raise refuse(Path(str(exc.filename)), f"unreadable ({exc.strerror})")
+
+    for base, dirs, files in os.walk(where, onerror=unreadable):
+        for name in (*dirs, *files):
+            path = Path(base) / name
+            try:
+                mode = os.lstat(path)
+            except OSError as exc:
+                raise refuse(path, f"unreadable ({exc.strerror})") from exc
+            if stat.S_ISLNK(mode.st_mode):
+                raise refuse(path, "a symlink")
+            if stat.S_ISREG(mode.st_mode) and mode.st_nlink > 1:
+                raise refuse(path, "a hard link")
+            if not (stat.S_ISREG(mode.st_mode) or stat.S_ISDIR(mode.st_mode)
+                    or stat.S_ISSOCK(mode.st_mode)):
+                raise refuse(path, "not a regular file or folder")
 
 
 def close_vector_store(store: Any) -> None:
@@ -300,15 +383,67 @@ def _milvus(path: str, dim: int | None, collection: str, overwrite: bool, create
 
 
 def _pg_server(path: str) -> str:
+    """The URI of the pgserver PostgreSQL kept in ``path``, started (``initdb`` first for a new
+    folder) on first use.
+
+    Raises:
+        StoreError: ``initdb``, the server or ``CREATE EXTENSION vector`` failed: one line
+            naming the folder and the command's own error (e.g. ``initdb: error: directory
+            "…" exists but is not empty``); pgserver's multi-line log of it is not printed.
+    """
     require("pgserver", extra="stores", package="pgserver")
+    import subprocess
+
     import pgserver
 
     def start(p: str) -> Any:
-        server = pgserver.get_server(p, cleanup_mode="stop")
-        server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+        with _kept_log("pgserver") as log:
+            try:
+                server = pgserver.get_server(p, cleanup_mode="stop")
+                server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+            except subprocess.CalledProcessError as exc:
+                raise StoreError(
+                    f"pgserver://{p}: cannot initialise or start PostgreSQL in {p}: "
+                    f"{_command_error(log, exc)}"
+                ) from exc
         return server
 
     return str(_shared("pgserver", path, start).get_uri())
+
+
+@contextlib.contextmanager
+def _kept_log(name: str) -> Iterator[list[str]]:
+    """The messages the logger ``name`` emits at ERROR or above while active, kept in a list
+    instead of reaching Python's last-resort handler (which prints them on stderr)."""
+    import logging
+
+    messages: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger(name)
+    handler = _Keep(logging.ERROR)
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+
+
+def _command_error(log: list[str], exc: Any) -> str:
+    """The first ``error``/``FATAL`` line of the stderr pgserver logged for a failed command,
+    else the command's name and exit status."""
+    for message in log:
+        if "stderr:" not in message:
+            continue
+        for line in message.rsplit("stderr:", 1)[1].splitlines():
+            line = " ".join(line.split())
+            if "error:" in line.lower() or line.startswith("FATAL"):
+                return line[:300]
+    cmd = exc.cmd[0] if isinstance(exc.cmd, list | tuple) and exc.cmd else exc.cmd
+    return f"{Path(str(cmd)).name} exited with status {exc.returncode}"
 
 
 def _postgres(

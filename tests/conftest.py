@@ -1,11 +1,17 @@
-"""Shared fixtures: the ``../shared`` data (corpus, eval sets) when it exists, and ``fake``
-(the local fake of the provider HTTP APIs, ``tests/fakes/provider_server.py``)."""
+"""Shared fixtures: the ``../shared`` data (corpus, eval sets) when it exists, ``fake`` (the
+local fake of the provider HTTP APIs, ``tests/fakes/provider_server.py``), and the stopping of
+every PostgreSQL a test starts, however the session ends (``pg_data_dir``,
+``tests/pg_reaper.py``)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -79,3 +85,57 @@ def copy_mixed_formats(shared: Path, dest: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shared / "corpus" / rel, target)
     return dest
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM ends the session as ^C does (pytest then tears every fixture down and runs the
+    atexit handlers); by default it would kill the process on the spot."""
+    import threading
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(
+            signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, interrupt)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _postgres_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
+    """The folders under which this session's PostgreSQL data folders live (its temporary
+    tree and one ``car-pg-`` folder of its own), and the guarantee that every server there
+    is stopped when the session ends: by this fixture's teardown (a normal end, ^C, SIGTERM),
+    else by a watchdog process that waits for this process to end in any way (SIGKILL, a
+    killed xdist worker) — ``tests/pg_reaper.py``."""
+    from tests.pg_reaper import stop_postgres_under
+
+    roots = [tmp_path_factory.getbasetemp(), Path(tempfile.mkdtemp(prefix="car-pg-"))]
+    watchdog = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("pg_reaper.py")), *map(str, roots)],
+        stdin=subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        yield roots
+    finally:
+        stop_postgres_under(roots)
+        if watchdog.stdin is not None:
+            watchdog.stdin.close()
+        watchdog.wait(timeout=120)
+        import shutil
+
+        shutil.rmtree(roots[1], ignore_errors=True)
+
+
+@pytest.fixture
+def pg_data_dir(_postgres_roots: list[Path]) -> Iterator[Path]:
+    """A fresh folder for a PostgreSQL data folder (pgserver: ``pg_data_dir / "pg"``); the
+    servers started under it are stopped after the test. Outside pytest's private temporary
+    tree, which pgserver's own user (when run as root) cannot always enter."""
+    from tests.pg_reaper import stop_postgres_under
+
+    folder = Path(tempfile.mkdtemp(prefix="data-", dir=_postgres_roots[1]))
+    try:
+        yield folder
+    finally:
+        stop_postgres_under([folder])

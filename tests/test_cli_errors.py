@@ -209,3 +209,32 @@ def test_a_hostile_index_spec_is_a_typed_error(tmp_path: Path) -> None:
     _persist.write_manifest(gen, kind=bound["kind"], format_version=bound["format_version"])
     with pytest.raises(IndexPersistError, match="index.json: malformed"):
         CriterionAwareIndex.load(tmp_path / "bm25")
+
+
+def test_sigterm_ends_a_command_as_an_interrupt_and_runs_exit_handlers(tmp_path: Path) -> None:
+    """Issue 37, item 15: a command killed by SIGTERM (``timeout``, a CI runner) died without
+    its ``atexit`` handlers, so a pgserver it had started kept running. Once ``llama-car``
+    has run a command in a process, SIGTERM takes the ^C path (``KeyboardInterrupt``: exit
+    130 in the CLI, the handlers run). A child process runs a real command, then signals
+    itself."""
+    import os
+    import subprocess
+    import sys
+
+    child = (
+        "import atexit, os, signal, sys, threading\n"
+        "from llama_index_car.cli import main\n"
+        "assert main(['query', sys.argv[1], 'q']) == 2  # not an index folder\n"
+        "atexit.register(lambda: print('exit handlers ran', flush=True))\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    threading.Event().wait(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n"
+    )
+    (tmp_path / "idx").mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "idx")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 130, (done.returncode, done.stderr[-500:])
+    assert "exit handlers ran" in done.stdout

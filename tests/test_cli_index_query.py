@@ -525,19 +525,26 @@ def test_index_reads_hwp_hwpx_and_hml_in_one_folder(
     printed = capsys.readouterr()
     assert rc == 0, printed.err
     n = len(MIXED_FORMATS)
-    assert f"{n} files → {n} documents" in printed.out and "; 0 failed;" in printed.out
+    # kaist-055.hwp is the HWP 5 copy of kaist_double_major_form.hml: one document, indexed
+    # from the HWPML file (issue 37, item 11)
+    assert f"{n} files → {n - 1} documents" in printed.out and "; 0 failed;" in printed.out
+    assert "1 duplicate of indexed files" in printed.out
     # the HWP 5 bytes named .hwpx: read by content, one warning line naming the file
     warned = [line for line in printed.err.splitlines() if line.startswith("warning:")]
     assert len(warned) == 1 and "hwp5_named.hwpx" in warned[0] and "HWP 5" in warned[0]
     assert "skipped" not in printed.err
     manifest = json.loads((live_dir(out) / "car_index.json").read_text(encoding="utf-8"))
     assert sorted(manifest["sources"]) == sorted(MIXED_FORMATS)
+    twin = manifest["sources"].pop("kaist-055.hwp")
+    assert twin["alias_of"] == "sub/kaist_double_major_form.hml" and not twin["node_ids"]
     assert all(s["node_ids"] and not s["failed"] for s in manifest["sources"].values())
     nodes = load_index(out).nodes
     got: dict[str, list[str]] = {}
     for node in nodes:
         got.setdefault(doc_key(node.ref_doc_id), []).append(node.get_content())
-    assert {k: sorted(v) for k, v in got.items()} == _oracle_texts(src)
+    oracle = _oracle_texts(src)
+    assert oracle.pop("kaist-055.hwp") == oracle["sub/kaist_double_major_form.hml"]
+    assert {k: sorted(v) for k, v in got.items()} == oracle
     tables = {doc_key(n.ref_doc_id) for n in nodes if n.metadata.get("cells")}
     assert {"nodehwp-table-simple-1.hwp", "hwpxlib_table_small.hwpx",
             "sub/kaist_double_major_form.hml", "hwp5_named.hwpx"} <= tables

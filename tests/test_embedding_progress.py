@@ -176,3 +176,44 @@ def test_cli_demo_eval_probe_progress(
     argv = [command, *inputs[command](), "--cache-dir", str(tmp_path / "fresh-cache")]
     assert main(argv + ([flag] if flag else [])) == 0
     assert (bar in capsys.readouterr().err) is (flag is None)
+
+
+def test_cli_index_draws_bars_on_a_terminal_of_unknown_width(src: Path, tmp_path: Path) -> None:
+    """Issue 37, item 14: under ``script -qc`` (a pseudo-terminal of 0×0, as ``pty.openpty``
+    makes) ``llama-car index`` drew nothing: tqdm sized its bars to -1 columns. A real
+    command in a subprocess, its stderr on a fresh pty."""
+    import os
+    import pty
+    import select
+    import subprocess
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("TQDM_NCOLS", None)
+    env.pop("TQDM_NROWS", None)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "llama_index_car", "index", str(src), "--persist",
+         str(tmp_path / "o"), "--embed", "use", "--cache-dir", str(tmp_path / "c")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=env,
+    )
+    os.close(slave)
+    out = bytearray()
+    try:
+        while True:  # drain the terminal until the command closes it
+            ready, _, _ = select.select([master], [], [], 300)
+            if not ready:
+                break
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        child.wait(timeout=300)
+        os.close(master)
+    text = out.decode("utf-8", "replace")
+    assert child.returncode == 0, text[-2000:]
+    for bar in ("reading: 100%", "embedding ("):
+        assert bar in text, text[-2000:]

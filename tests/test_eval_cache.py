@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from llama_index_car._errors import IndexPersistError
+from llama_index_car._errors import CacheWarning
 from llama_index_car.evaluation.cache import EmbeddingCache
 
 
@@ -66,16 +66,24 @@ def test_model_spec_separates_folders(tmp_path: Path) -> None:
     a.embed(["x"])
     assert a.path != b.path and len(b) == 0
     index = json.loads((a.path / "index.json").read_text())
-    assert index["format_version"] == 1 and index["dim"] == 3
-    assert all(name.endswith(".npy") for name in index["shards"])
+    assert index["format_version"] == 2 and index["dim"] == 3
+    (shard,) = index["shards"]
+    assert shard["name"].endswith(".npy") and shard["rows"] == 1
+    assert shard["bytes"] == (a.path / shard["name"]).stat().st_size
 
 
-def test_damaged_index_raises_typed_error(tmp_path: Path) -> None:
+def test_damaged_index_is_one_warning_and_the_texts_are_embedded_again(tmp_path: Path) -> None:
+    """Before: a damaged index.json stopped the job (IndexPersistError); a cache that cannot be
+    used never breaks the main job: it is reported, recomputed and rewritten."""
     cache = EmbeddingCache(tmp_path, CountingEmbedding())
     cache.embed(["x"])
     (cache.path / "index.json").write_text("{broken")
-    with pytest.raises(IndexPersistError, match="delete the folder"):
-        EmbeddingCache(tmp_path, CountingEmbedding())
+    m = CountingEmbedding()
+    with pytest.warns(CacheWarning, match=r"index\.json is not usable"):
+        again = EmbeddingCache(tmp_path, m)
+    np.testing.assert_array_equal(again.embed(["x"]), cache.embed(["x"]))
+    assert m.text_calls == 1
+    assert len(EmbeddingCache(tmp_path, CountingEmbedding())) == 1  # rewritten
 
 
 def test_empty_input(tmp_path: Path) -> None:

@@ -70,3 +70,30 @@ def test_bundled_demo_corpus_and_questions(tmp_path: Path) -> None:
         MockEmbedding(embed_dim=8), cache_dir=tmp_path / "cache",
     )
     assert out.results["systems"]["bm25"]["all"]["mrr"] > 0.5
+
+
+def test_a_bm25_only_evaluation_embeds_nothing(tmp_path: Path) -> None:
+    """Issue 37, item 14: ``llama-car eval --systems bm25`` embedded every text (404 s with
+    e5 on autorag_ko, cold). Only systems with a dense channel need vectors; the positive
+    control (``bm25,dense``) embeds the corpus and the queries."""
+    from tests.fakes.embeddings import VecEmbedding
+
+    class Counting(VecEmbedding):
+        model_name: str = "counting-4"
+        texts: list[str] = []
+
+        def _vec(self, text: str) -> list[float]:
+            self.texts.append(text)
+            return [1.0, float(len(text)), float(text.count(" ")), 1.0]
+
+    root = Path(__file__).resolve().parents[1] / "llama_index_car" / "data"
+    data = load_hwpx_eval(root / "demo_corpus", root / "demo_questions.jsonl")
+    emb = Counting()
+    bm25 = run_evaluation(data, EvalConfig(systems=("bm25",), show_progress=False), emb,
+                          cache_dir=tmp_path / "cache")
+    assert emb.texts == []
+    assert bm25.results["systems"]["bm25"]["all"]["mrr"] > 0.5
+    both = run_evaluation(data, EvalConfig(systems=("bm25", "dense"), show_progress=False),
+                          emb, cache_dir=tmp_path / "cache")
+    assert len(emb.texts) >= len(data.nodes) + len(data.queries)
+    assert both.results["systems"]["bm25"] == bm25.results["systems"]["bm25"]

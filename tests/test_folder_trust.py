@@ -198,3 +198,50 @@ def test_a_user_given_store_must_be_the_recorded_one(tmp_path: Path) -> None:
     assert store_uri_for(inside, tmp_path, None) == f"qdrant://{tmp_path / 'store'}"
     with pytest.raises(CarError):
         store_record("redis")
+
+
+def _planted(store: Path, outside: Path, how: str) -> None:
+    """``DIR/store`` as whoever wrote the folder may have left it."""
+    if how == "empty":
+        store.mkdir()
+    elif how == "symlink":
+        store.symlink_to(outside, target_is_directory=True)
+    else:  # a folder whose files a store client would open, one of them a symlink
+        store.mkdir()
+        for name in ("meta.json", ".lock", "chroma.sqlite3", "PG_VERSION", "postgresql.conf"):
+            (store / name).symlink_to(outside / name)
+
+
+@pytest.mark.parametrize("how", ["empty", "symlink", "symlinked-files"])
+@pytest.mark.parametrize("kind", ["qdrant", "chroma", "milvus", "pgserver"])
+def test_an_inside_store_the_index_did_not_create_is_refused(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, how: str
+) -> None:
+    """Issue 37, item 1: a record of an inside store whose ``DIR/store`` is an empty folder or
+    a symlink made a query create Qdrant's ``.lock``/``meta.json``, Chroma's
+    ``chroma.sqlite3`` or a 38 MB pgserver ``initdb`` there. Now: one line, exit 2, and no
+    file created anywhere (the symlink's target included)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    hostile = _hostile(folder, tmp_path,
+                       {"kind": kind, "collection": "llama_car", "inside": True, "fingerprint": ""})
+    _planted(hostile / "store", outside, how)
+    before = _tree(tmp_path)
+    rc, err = _query(capsys, hostile, "--retriever", "dense")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert ("symlink" in err) if how != "empty" else ("no " + kind + " store" in err), err
+    assert _tree(tmp_path) == before  # nothing created, here or through the symlink
+
+
+def test_a_store_path_the_user_gives_must_hold_a_store_already(tmp_path: Path) -> None:
+    """``create=False`` (loading, updating) opens only a store its client made: an empty
+    folder is refused before the client can create its files in it."""
+    from llama_index_car.stores import open_vector_store
+
+    for uri in (f"qdrant://{tmp_path}/q", f"chroma://{tmp_path}/c", f"milvus://{tmp_path}/m.db",
+                f"pgserver://{tmp_path}/pg"):
+        path = Path(uri.split("://", 1)[1])
+        path.mkdir()
+        with pytest.raises(ConfigurationError, match="nothing is created"):
+            open_vector_store(uri, create=False)
+        assert list(path.iterdir()) == [], uri

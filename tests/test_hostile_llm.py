@@ -268,14 +268,29 @@ def test_slow_drip_attempts_end_with_the_car_deadline(
     assert threads <= baseline[0] and fds <= baseline[1], (baseline, (threads, fds))
 
 
-def test_slow_drip_standalone_hypothesizer_frees_its_socket(fake: FakeProviderServer) -> None:
+def call(hyp: LLMCriterionHypothesizer, query: str, mode: str) -> Any:
+    """``hyp.hypothesize(query)``, or ``ahypothesize`` in a fresh event loop (``mode="async"``;
+    the loop's main task copies this context, so an enclosing :func:`llm_deadline` applies)."""
+    if mode == "async":
+        return asyncio.run(hyp.ahypothesize(query))
+    return hyp.hypothesize(query)
+
+
+@pytest.mark.parametrize("phase", ["body", "headers"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_slow_drip_standalone_hypothesizer_frees_its_socket(
+    fake: FakeProviderServer, mode: str, phase: str
+) -> None:
+    """The call itself ends at its deadline (the async client cancels the attempt, the sync
+    one bounds every socket read by the time left): the dripping handler ends, which it does
+    only when the client closes the socket, and threads and fds return to the baseline."""
     hyp = hypothesizer(timeout=60.0)
-    hyp.hypothesize(QUERY)
+    call(hyp, QUERY, mode)
     baseline = back_to(resources(), bound=5.0)
-    fake.set_default(MESSAGES, Reply.slow_drip(0.05))
+    fake.set_default(MESSAGES, Reply.slow_drip(0.05, headers=phase == "headers"))
     for i in range(4):
         with llm_deadline(0.4), pytest.raises(HypothesisError) as info:
-            hyp.hypothesize(f"{QUERY} {i}")
+            finishes(lambda i=i: call(hyp, f"{QUERY} {i}", mode))
         assert isinstance(info.value.__cause__, AnthropicDeadlineError)
     threads, fds = back_to(baseline, until=lambda: len(fake.body_bytes_sent) == 4)
     assert len(fake.body_bytes_sent) == 4
@@ -283,8 +298,9 @@ def test_slow_drip_standalone_hypothesizer_frees_its_socket(fake: FakeProviderSe
 
 
 @pytest.mark.parametrize("declare_length", [True, False], ids=["content-length", "chunked"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_huge_body_is_refused_not_buffered(
-    fake: FakeProviderServer, declare_length: bool
+    fake: FakeProviderServer, declare_length: bool, mode: str
 ) -> None:
     """Issue 20.8. Before: a 400 MB body was read whole, then cut to 20,000 characters
     (peak RSS 128 → 1,329 MB). Now reading stops at 1 MiB (a declared Content-Length above it
@@ -293,7 +309,7 @@ def test_huge_body_is_refused_not_buffered(
     size = 64 << 20
     fake.set_default(MESSAGES, Reply.huge(size, declare_length=declare_length))
     with pytest.raises(HypothesisError, match="max_response_bytes") as info:
-        hypothesizer(max_retries=2).hypothesize(QUERY)
+        call(hypothesizer(max_retries=2), QUERY, mode)
     assert isinstance(info.value.__cause__, AnthropicResponseTooLargeError)
     assert len(fake.requests_to(MESSAGES)) == 1  # refused, not retried
     give_up = time.monotonic() + 30
@@ -303,7 +319,8 @@ def test_huge_body_is_refused_not_buffered(
     assert sent < size // 4, f"the server wrote {sent:,} of {size:,} bytes"
 
 
-def test_compressed_body_is_refused(fake: FakeProviderServer) -> None:
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_compressed_body_is_refused(fake: FakeProviderServer, mode: str) -> None:
     """The cap counts bytes on the wire; a gzip body would inflate past it above the
     transport, so the request asks for identity and a compressed reply is refused."""
     import gzip
@@ -311,7 +328,7 @@ def test_compressed_body_is_refused(fake: FakeProviderServer) -> None:
     body = gzip.compress(json.dumps(anthropic_message("가설: 배수시설")).encode())
     fake.set_default(MESSAGES, Reply(raw=body, headers={"Content-Encoding": "gzip"}))
     with pytest.raises(HypothesisError, match="compressed"):
-        hypothesizer(max_retries=0).hypothesize(QUERY)
+        call(hypothesizer(max_retries=0), QUERY, mode)
     assert fake.requests_to(MESSAGES)[0].header("accept-encoding") == "identity"
 
 

@@ -188,6 +188,54 @@ def test_the_limit_is_configurable(
         car.retrieve(long_query)
 
 
+class Utf8Embedding(CharEmbedding):
+    """:class:`CharEmbedding` that encodes its text as UTF-8 first, as a real model's
+    tokenizer does (a lone surrogate fails there), and counts the texts it embeds."""
+
+    calls: int = 0
+
+    def _vec(self, text: str) -> list[float]:
+        text.encode("utf-8")
+        self.calls += 1
+        return super()._vec(text)
+
+
+@pytest.fixture(scope="module")
+def index_views(nodes: list[TextNode]) -> tuple[Utf8Embedding, dict[str, BaseRetriever]]:
+    from llama_index_car.indices import CriterionAwareIndex
+    from llama_index_car.indices.criterion_aware import RETRIEVER_KINDS
+
+    emb = Utf8Embedding()
+    index = CriterionAwareIndex.from_defaults(nodes, embed_model=emb)
+    return emb, {k: index.as_retriever(k, similarity_top_k=5) for k in RETRIEVER_KINDS}
+
+
+@pytest.mark.parametrize("kind", ["dense", "bm25", "hybrid", "car"])
+def test_every_view_of_an_index_goes_through_the_guard(
+    index_views: tuple[Utf8Embedding, dict[str, BaseRetriever]], kind: str
+) -> None:
+    """Issue 37, item 6: the ``dense`` view had no guard — a 1 MB query was embedded (18.8 s
+    with e5) and answered, a lone surrogate was an untyped error inside the model, and a
+    query of control characters returned hits. Oracle: the cleaned query's hits."""
+    emb, views = index_views
+    view = views[kind]
+    expected = ids(view.retrieve(QUERY))
+    assert expected
+    before = emb.calls
+    with pytest.raises(QueryError, match="the limit is"):
+        view.retrieve("배수시설 설치기준 " * 100_000)
+    with pytest.raises(QueryError, match="the limit is"):
+        asyncio.run(view.aretrieve("배수시설 설치기준 " * 100_000))
+    assert emb.calls == before  # refused before anything was embedded
+    for dirty in ("배수시설\udcff 설치기준", "\x1b[31m배수시설\x1b[0m 설치\u202e기준"):
+        assert ids(view.retrieve(dirty)) == expected
+        assert ids(asyncio.run(view.aretrieve(dirty))) == expected
+    for empty in ("\x1b[0m\x07", "\u202e\u200b", "\udcff", " \t"):
+        assert view.retrieve(empty) == []
+    bundle = QueryBundle(query_str=QUERY, custom_embedding_strs=["\udcff" + QUERY])
+    assert ids(view.retrieve(bundle)) == expected
+
+
 def test_car_expansion_of_a_query_at_the_limit_is_not_refused(
     retrievers: dict[str, BaseRetriever],
 ) -> None:

@@ -49,6 +49,39 @@ def test_anthropic_request_and_parsing(fake: FakeProviderServer) -> None:
     assert QUERY in prompt and "기준어" in prompt
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_bounded_anthropic_sends_what_its_parent_sends(
+    fake: FakeProviderServer, mode: str
+) -> None:
+    """``BoundedAnthropic`` changes the transport only: its requests carry the headers
+    LlamaIndex's own ``Anthropic`` sends with the same arguments (the oracle), its
+    ``User-Agent`` included (before: the subclass rebuilt the SDK clients and sent the SDK's)."""
+    from llama_index.core.llms import ChatMessage
+    from llama_index.llms.anthropic import Anthropic
+
+    from llama_index_car.llms import BoundedAnthropic
+
+    kw: dict[str, Any] = {"model": "claude-sonnet-4-6", "api_key": "sk-ant-fake", "max_retries": 0,
+                          "base_url": fake.url, "timeout": 10.0,
+                          "default_headers": {"x-team": "car"}}
+    messages = [ChatMessage(role="user", content=QUERY)]
+    for llm in (Anthropic(**kw), BoundedAnthropic(**kw)):
+        if mode == "async":
+            await llm.achat(messages)
+        else:
+            llm.chat(messages)
+    parent, bounded = fake.requests_to("/v1/messages")
+    varying = {"accept-encoding", "idempotency-key", "x-stainless-async", "content-length"}
+
+    def sent(request: Any) -> dict[str, str]:
+        return {k.lower(): v for k, v in request.headers.items() if k.lower() not in varying}
+
+    assert sent(bounded) == sent(parent)
+    assert sent(bounded)["x-team"] == "car" and "llama-index" in sent(bounded)["user-agent"]
+    assert bounded.header("accept-encoding") == "identity"
+    assert bounded.body == parent.body
+
+
 async def test_anthropic_async_path(fake: FakeProviderServer) -> None:
     fake.anthropic_text = lambda req: (
         '```json\n{"가설": "방호울타리 설치기준", "기준어": ["방호울타리", "설치기준"]}\n```'

@@ -28,13 +28,17 @@ from llama_index.readers.hwpx import node_cells
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.demo import demo_corpus_dir
+from llama_index_car.hypothesizers.base import sanitize_text
 from llama_index_car.indices import CriterionAwareIndex as LocalIndex
 from llama_index_car.llms import BoundedAnthropic
 from llama_index_car.pipeline import build_index, load_index
 from llama_index_car.query_engines import Citation, SpanCitationQueryEngine
 from llama_index_car.query_engines.span_citation import (
+    DEFAULT_MAX_ANSWER_CHARS,
+    MAX_INVALID_CITATIONS,
     NO_SOURCE_ANSWER,
     cited_numbers,
+    clean_answer,
     retrieval_only_answer,
     sources_from_hits,
 )
@@ -100,10 +104,27 @@ def _check_cell(citation: Citation, hit: Any, span: dict[str, Any]) -> None:
 def test_cited_numbers_reads_lists_and_ranges_and_ignores_the_rest() -> None:
     assert cited_numbers("a [2] b [1, 3] c [2-4] d [3]", 4) == ([2, 1, 3, 4], [])
     assert cited_numbers("[0] [5] [1] [99999]", 4) == ([1], [0, 5, 99999])
-    # digits past 6 are not a number; a range past 50 is its two ends; words are no citation
-    assert cited_numbers("[12345678901234567890] [1-999999] [a] [출처 1] []", 3) == (
-        [1], [999999])
+    # every number is kept as given, negative and long ones too; a range past 50 is its two
+    # ends; words are no citation
+    assert cited_numbers("[12345678901234567890] [1-999999] [a] [출처 1] [] [-1] [1234567]",
+                         3) == ([1], [12345678901234567890, 999999, -1, 1234567])
     assert cited_numbers("no citation at all", 3) == ([], [])
+    # the invalid list is bounded: the first MAX_INVALID_CITATIONS distinct numbers
+    many = " ".join(f"[{n}]" for n in range(100, 100 + 3 * MAX_INVALID_CITATIONS))
+    assert cited_numbers(many + " [2]", 3) == (
+        [2], list(range(100, 100 + MAX_INVALID_CITATIONS)))
+
+
+def test_clean_answer_sanitises_and_bounds() -> None:
+    """The answer gets exactly what ``llama-car query`` prints (sanitize_text, newlines
+    kept), cut after max_chars characters with the cut marked."""
+    raw = "기준은\x1b[31m 3.5m\x1b[0m [1]\u202e\u2066입니다\x07\n\x1b]0;title\x07다음 줄\ud800"
+    assert clean_answer(raw) == sanitize_text(raw, keep_newlines=True) == (
+        "기준은 3.5m [1]입니다\n다음 줄")
+    assert clean_answer("가" * 50, 10) == "가" * 10 + "…"
+    # a huge answer is read only up to its bound, however much of it is escape sequences
+    huge = "\x1b[0m" * 2_000_000 + "끝"
+    assert clean_answer(huge, 100) == "…"
 
 
 def test_retrieval_only_answer_cites_each_source() -> None:
@@ -155,6 +176,66 @@ def test_out_of_range_citations_are_ignored(local: LocalIndex, fake: FakeProvide
     assert response.metadata["invalid_citations"] == [0, 16, 999999, 40]
     assert response.metadata["fallback"] is False
     assert str(response) == fake.anthropic_text
+
+
+_HOSTILE = "기준은 \x1b[2J\x1b]8;;http://x\x07여기\x1b]8;;\x07 \u202e[1]\u2066 입니다\x9b31m."
+
+
+def test_the_answer_is_sanitised_and_bounded(local: LocalIndex, fake: FakeProviderServer) -> None:
+    """Escape sequences, bidi controls and C1 controls in the LLM's answer are removed (the
+    oracle: sanitize_text, as ``llama-car query`` prints); a 10 MB answer comes back cut after
+    DEFAULT_MAX_ANSWER_CHARS characters, and what it cites is read from what is kept."""
+    fake.anthropic_text = _HOSTILE
+    response = local.as_citation_engine(_llm(fake)).query(Q_REST)
+    assert str(response) == sanitize_text(_HOSTILE, keep_newlines=True) == "기준은 여기 [1] 입니다."
+    assert [c.number for c in response.metadata["citations"]] == [1]
+    fake.anthropic_text = "기준 [2]. " + "가" * 3_500_000 + " [3]"  # 10.5 MB of UTF-8
+    # an LLM that takes a 10 MB body (BoundedAnthropic's own cap is 1 MiB by default)
+    big = local.as_citation_engine(_llm(fake, max_response_bytes=64 << 20)).query(Q_REST)
+    assert len(big.response) == DEFAULT_MAX_ANSWER_CHARS + 1 and big.response.endswith("…")
+    assert [c.number for c in big.metadata["citations"]] == [2]  # [3] was cut off
+    fake.anthropic_text = "기준 [2]. " + "가" * 100
+    small = local.as_citation_engine(_llm(fake), max_answer_chars=10).query(Q_REST)
+    assert small.response == "기준 [2]. 가가…"
+    with pytest.raises(ConfigurationError, match="max_answer_chars"):
+        local.as_citation_engine(_llm(fake), max_answer_chars=0)
+
+
+def test_a_streamed_answer_is_sanitised_token_by_token_and_bounded(
+    local: LocalIndex, fake: FakeProviderServer
+) -> None:
+    """The fake server streams 4 characters a delta, so every escape sequence of the answer
+    is split across tokens: none reaches the user, not even its tail (``[2J``)."""
+    fake.anthropic_text = _HOSTILE
+    response = local.as_citation_engine(_llm(fake), streaming=True).query(Q_REST)
+    tokens = list(response.response_gen)
+    assert "".join(tokens) == "기준은 여기 [1] 입니다."
+    assert [c.number for c in response.metadata["citations"]] == [1]
+    fake.anthropic_text = "기준 [2]. " + "가" * 20_000
+    cut = local.as_citation_engine(_llm(fake), streaming=True, max_answer_chars=100).query(Q_REST)
+    text = "".join(cut.response_gen)
+    assert text == ("기준 [2]. " + "가" * 20_000)[:100] + "…"
+    assert [c.number for c in cut.metadata["citations"]] == [2]
+
+    async def run() -> str:
+        engine = local.as_citation_engine(_llm(fake), streaming=True, max_answer_chars=100)
+        streamed = await engine.aquery(Q_REST)
+        return "".join([t async for t in streamed.async_response_gen()])
+
+    assert asyncio.run(run()) == text
+
+
+def test_a_replaced_answer_keeps_its_invalid_citations(
+    local: LocalIndex, fake: FakeProviderServer
+) -> None:
+    fake.anthropic_text = "근거는 [99]와 [-1], [1234567]입니다."
+    for streaming in (False, True):
+        response = local.as_citation_engine(_llm(fake), streaming=streaming).query(Q_REST)
+        if streaming:
+            response = response.get_response()
+        assert response.metadata["fallback"] is True
+        assert response.metadata["invalid_citations"] == [99, -1, 1234567]
+        assert [c.number for c in response.metadata["citations"]] == [1, 2, 3]
 
 
 @pytest.mark.parametrize("text", ["[0] [99] 만 인용합니다.", "", "죄송하지만 답할 수 없습니다."])

@@ -12,18 +12,28 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
+from llama_index.readers.hwpx.writer import HWPXBuilder
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car.demo import demo_corpus_dir
 from llama_index_car.fusion import span_fusion, span_zscore_fusion
 from llama_index_car.postprocessors import SpanReranker
+from llama_index_car.postprocessors.criterion_spans import span_candidates
 from llama_index_car.span_index import SpanIndex
-from llama_index_car.spans import MAX_CHARS, MIN_CHARS, node_spans, text_spans
+from llama_index_car.spans import (
+    MAX_CHARS,
+    MIN_CHARS,
+    TableHeader,
+    node_spans,
+    table_header,
+    text_spans,
+)
 from tests.fakes.embeddings import HashedBigramEmbedding
 
 
@@ -95,7 +105,169 @@ def test_rows_read_as_header_value_pairs(demo_nodes: list) -> None:
     node = next(n for n in demo_nodes if "750m" in n.get_content())
     row = next(s for s in node_spans(node) if s.kind == "row" and "750m" in s.text)
     assert row.text == "항목: 설치 간격 · 기준: 750m 이내"  # a colspan cell is read once
-    assert row.header == "항목 | 기준 | 기준"
+    assert row.header == "항목 | 기준"  # each label once
+
+
+def _table_nodes(rows: list[list[str]], spans: dict | None = None) -> list:
+    """The nodes of a one-table HWPX document built in code (read by the reader)."""
+    builder = HWPXBuilder()
+    builder.add_section().heading("기준", 1).paragraph("아래 표에 따른다.").table(rows, spans)
+    docs = HWPXReader().load_bytes(builder.to_bytes(), "t.hwpx")
+    return HWPXNodeParser().get_nodes_from_documents(docs)
+
+
+JOYSTICK = [
+    ["[ 표 6. 조이스틱 운전장치 ]", "", ""],
+    ["구 분", "운전장치", "비고"],
+    ["작동력", "2.5 N ∼ 5.0 N", "-"],
+    ["행정 & 복귀", "10 ㎜ 이하", "<손잡이>"],
+]
+
+
+def test_a_caption_row_over_the_table_is_not_its_header() -> None:
+    """Row 0 merged over the whole table is a caption: the header is row 1 (the first row
+    with several distinct cells), as the table reads; the caption row is a span of its own
+    without a header, the header row none."""
+    (node,) = _table_nodes(JOYSTICK, {(0, 0): (1, 3)})
+    rows = {s.row: s for s in node_spans(node) if s.kind == "row"}
+    assert sorted(rows) == [0, 2, 3]
+    assert rows[2].text == "구 분: 작동력 · 운전장치: 2.5 N ∼ 5.0 N · 비고: -"
+    assert rows[2].header == rows[3].header == "구 분 | 운전장치 | 비고"
+    assert rows[0].text == "[ 표 6. 조이스틱 운전장치 ]" and rows[0].header is None
+    cells = {c.text: c for c in span_candidates(node) if c.kind == "cell"}
+    assert cells["2.5 N ∼ 5.0 N"].table["header"] == "운전장치"  # type: ignore[index]
+    assert cells["<손잡이>"].table["header"] == "비고"  # type: ignore[index]
+
+
+def test_row_and_cell_spans_point_at_their_own_rendering() -> None:
+    """A row span's offsets are its own ``<tr>…</tr>`` (merged table, HTML) or ``| … |`` line
+    (markdown), a cell's its own rendered text (escaped as rendered), never the table."""
+    for rows, spans, form in ((JOYSTICK, {(0, 0): (1, 3)}, "<tr>"), (JOYSTICK[1:], None, "|")):
+        (node,) = _table_nodes(rows, spans)
+        text = node.get_content()
+        for s in node_spans(node):
+            if s.kind != "row":
+                continue
+            seg = text[s.start : s.end]
+            assert seg.startswith(form) and seg.count(form[:3]) <= (1 if form == "<tr>" else 99)
+            assert "\n" not in seg and (seg.endswith("</tr>") or seg.endswith("|"))
+            # the segment holds exactly this row's own cells, in order (the oracle: the rows
+            # the test wrote)
+            own = [v for v in rows[s.row] if v]
+            if form == "<tr>":
+                found = re.findall(r"<td[^>]*>(.*?)</td>", seg)
+            else:
+                found = re.split(r"(?<!\\)\|", seg)[1:-1]
+            assert [_unrendered(x) for x in found if x.strip()] == own, seg
+        for c in span_candidates(node):
+            if c.kind == "cell":
+                assert _unrendered(text[c.start : c.end]) == c.text, (c, text[c.start : c.end])
+
+
+def _unrendered(segment: str) -> str:
+    """A rendered cell back to its text (HTML unescaped, ``<br>`` and markdown ``\\|``)."""
+    import html
+
+    return " ".join(html.unescape(segment.replace("<br>", "\n")).replace("\\|", "|").split())
+
+
+def test_a_multi_row_header_labels_each_column_with_both_rows() -> None:
+    """``구분`` over two rows beside ``비용`` / ``편익`` each over ``직접 | 간접``: the header is
+    both rows; a row label spanning down beside a header is not a second header row."""
+    rows = [
+        ["구분", "비용", "", "편익", ""],
+        ["", "직접", "간접", "직접", "간접"],
+        ["A안", "1억", "2억", "3억", "4억"],
+    ]
+    (node,) = _table_nodes(rows, {(0, 0): (2, 1), (0, 1): (1, 2), (0, 3): (1, 2)})
+    (row,) = [s for s in node_spans(node) if s.kind == "row"]
+    assert row.row == 2
+    assert row.text == "구분: A안 · 비용 직접: 1억 · 비용 간접: 2억 · 편익 직접: 3억 · 편익 간접: 4억"
+    form = [  # a form: 기본 정보 labels rows 0-2 down the left; row 1 is data, not header
+        ["기본 정보", "규제사무명", "사업시행자의 결정", ""],
+        ["", "규제조문", "제5조", "제6조"],
+        ["", "유형", "신설", "신설"],
+    ]
+    (node,) = _table_nodes(form, {(0, 0): (3, 1), (0, 2): (1, 2)})
+    assert {s.row for s in node_spans(node) if s.kind == "row"} == {1, 2}
+
+
+def test_table_header_rules() -> None:
+    from collections import namedtuple
+
+    cell = namedtuple("cell", "row col row_span col_span text")
+    one_col = [cell(0, 0, 1, 1, "목록"), cell(1, 0, 1, 1, "가"), cell(2, 0, 1, 1, "나")]
+    assert table_header(one_col) == TableHeader((0,), ("목록",))
+    no_header = [cell(r, 0, 1, 2, f"문단 {r}") for r in range(6)]
+    assert table_header(no_header) == TableHeader((), ("", ""))
+    # a caption and a subtitle merged over the table, then the header at row 2
+    titled = [cell(0, 0, 1, 2, "표 1"), cell(1, 0, 1, 2, "1. 제조업자"), cell(2, 0, 1, 1, "구분"),
+              cell(2, 1, 1, 1, "금액"), cell(3, 0, 1, 1, "1"), cell(3, 1, 1, 1, "5만원")]
+    header = table_header(titled)
+    assert header.rows == (2,) and header.over(0, 2) == "구분 | 금액"
+    assert not header.labels(2) and header.labels(3) and not header.labels(0)
+    # past MAX_HEADER_SKIP rows of captions: no header
+    deep = [cell(r, 0, 1, 2, f"제목 {r}") for r in range(4)] + titled[2:]
+    assert table_header([c._replace(row=c.row + 2) if c.row >= 2 else c for c in deep]).rows == ()
+
+
+@pytest.mark.corpus
+def test_caption_row_headers_agree_with_the_hwpx_xml() -> None:
+    """Every table of ../shared/corpus HWPX files whose first ``hp:tr`` is one cell merged
+    over the table: the row spans' header is the texts of the table's second ``hp:tr`` in the
+    section XML (read here with lxml, not the reader), when that row has two distinct texts."""
+    import zipfile
+
+    from lxml import etree
+
+    corpus = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
+    files = sorted(p for p in corpus.rglob("*.hwpx") if "bad" not in p.parts) if \
+        corpus.is_dir() else []
+    if not files:
+        pytest.skip("../shared/corpus is not present")
+    checked = 0
+    for path in files:
+        expected: list[str] = []
+        with zipfile.ZipFile(path) as z:
+            for name in sorted(n for n in z.namelist() if re.match(r"Contents/section\d+\.xml", n)):
+                root = etree.fromstring(z.read(name))
+                for tbl in root.iter("{*}tbl"):
+                    trs = tbl.findall("{*}tr")
+                    if len(trs) < 3:
+                        continue
+                    first = trs[0].findall("{*}tc")
+                    span = first[0].find("{*}cellSpan") if len(first) == 1 else None
+                    if span is None or span.get("colSpan") != tbl.get("colCnt") or not _xml_text(
+                            first[0]):
+                        continue  # not a caption row merged over the table
+                    second = trs[1].findall("{*}tc")
+                    if any(tc.find("{*}cellSpan") is not None
+                           and tc.find("{*}cellSpan").get("rowSpan", "1") != "1" for tc in second):
+                        continue  # a multi-row header: labels joined from two rows
+                    distinct = [t for t in dict.fromkeys(_xml_text(tc) for tc in second) if t]
+                    data = any(_xml_text(tc) for tr in trs[2:] for tc in tr.findall("{*}tc"))
+                    if len(distinct) >= 2 and data:  # a template's empty rows are no spans
+                        expected.append(" | ".join(distinct))
+        if not expected:
+            continue
+        nodes = HWPXNodeParser().get_nodes_from_documents(HWPXReader().load_data(path))
+        headers = {s.header for n in nodes for s in node_spans(n) if s.kind == "row"}
+        for want in expected:
+            assert want in headers, (path.name, want)
+            checked += 1
+    assert checked >= 20
+
+
+def _xml_text(tc: Any) -> str:
+    """A cell's text from its XML: its paragraphs' ``hp:t`` texts, paragraphs and line breaks
+    as spaces, whitespace collapsed."""
+    words: list[str] = []
+    for p in tc.iter("{*}p"):
+        for t in p.iter("{*}t"):
+            words.append(t.text or "")
+            words.extend(" " + (child.tail or "") for child in t)
+        words.append(" ")
+    return " ".join("".join(words).split())
 
 
 def test_every_node_with_text_has_a_span() -> None:

@@ -366,3 +366,59 @@ def test_cli_alpha_with_a_single_channel_retriever_is_refused(
     capsys.readouterr()
     assert main(["query", str(out), "기준", "--retriever", "bm25", "--alpha", "0.3"]) == 2
     assert "--alpha weights the fused retrievers, not bm25" in capsys.readouterr().err
+
+
+def test_queries_during_updates_of_an_in_memory_index_raise_nothing() -> None:
+    """Issue 37, item 5: with the default in-memory ``SimpleVectorStore``, four query threads
+    during ``insert_nodes``/``delete_nodes`` raised ``KeyError`` inside LlamaIndex's
+    ``VectorIndexRetriever`` (an id the store had just returned was gone from the index's
+    dict) in 25 of 876 queries. Each update cycle here waits until every reader has finished
+    a query that started after the cycle began (no sleeping, no timing): the readers query
+    throughout the updates, and none may fail or see an id outside its snapshot."""
+    from llama_index_car.indices import CriterionAwareIndex
+
+    topics = ["배수시설", "방호울타리", "터널 조명", "교량 점검", "포장 두께", "환기설비"]
+    nodes = [TextNode(id_=f"base-{i}", text=f"{topics[i % 6]} 설치기준 {i}번 항목은 {i % 17}m 이상",
+                      metadata={"file_name": f"{i % 5}.hwpx"}) for i in range(150)]
+    index = CriterionAwareIndex.from_defaults(nodes, embed_model=HashedBigramEmbedding())
+    views = [index.as_retriever(kind, similarity_top_k=10)
+             for kind in ("dense", "dense", "hybrid", "car")]
+    errors: list[str] = []
+    done = threading.Event()
+    start = threading.Barrier(5)
+    progress = threading.Condition()
+    counts = [0, 0, 0, 0]
+
+    def query(i: int) -> None:
+        start.wait()
+        while not done.is_set():
+            try:
+                views[i].retrieve(f"{topics[i]} 설치기준")
+            except Exception as exc:  # what the test counts
+                errors.append(f"{type(exc).__name__}: {exc}")
+            with progress:
+                counts[i] += 1
+                progress.notify_all()
+
+    threads = [threading.Thread(target=query, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    start.wait()
+    try:
+        for cycle in range(30):
+            with progress:
+                seen = list(counts)
+            batch = [TextNode(id_=f"new-{cycle}-{k}", text=f"{topics[k % 6]} 기준 신규 {cycle}")
+                     for k in range(4)]
+            index.insert_nodes(batch)
+            index.delete_nodes([n.node_id for n in batch])
+            with progress:  # every reader finished a query begun during this cycle
+                progress.wait_for(lambda s=seen: all(c >= v + 1 for c, v in zip(counts, s,
+                                                                                 strict=True)))
+    finally:
+        done.set()
+        for t in threads:
+            t.join(timeout=120)
+    assert errors == [], (len(errors), sum(counts), errors[:3])
+    assert all(c >= 30 for c in counts), counts
+    assert len(index) == 150 and {n.node_id for n in index.nodes} == {n.node_id for n in nodes}

@@ -81,15 +81,11 @@ def shared_parts(corpus_nodes: list[Any]) -> dict[str, Any]:
 @pytest.fixture(params=list(STORES))
 def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The store's URI in a fresh folder; for pgserver, a PostgreSQL server started here
-    (in a ``mkdtemp`` folder: run as root, pgserver hands the data folder to its own user,
-    which cannot enter pytest's private temporary tree), stopped afterwards."""
+    (in ``pg_data_dir``: the conftest stops it however the session ends)."""
     _skip_unless_installed(request.param)
     if request.param != "pgserver":
         yield _uri(request.param, tmp_path)
         return
-    import shutil
-    import tempfile
-
     import pgserver
 
     # pg_ctl once died of SIGABRT before writing its log (fresh machine, 2 loaded cores,
@@ -97,12 +93,12 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     # re-run; one more start in a new folder keeps that infrastructure flake out of a
     # test about our plumbing (a second failure still fails the test).
     for attempt in (1, 2):
-        root = Path(tempfile.mkdtemp(prefix="car-pg-"))
+        root = request.getfixturevalue("pg_data_dir") / str(attempt)
+        root.mkdir()
         try:
             server = pgserver.get_server(root / "pg", cleanup_mode="stop")
             break
         except subprocess.CalledProcessError:
-            shutil.rmtree(root, ignore_errors=True)
             if attempt == 2:
                 raise
             warnings.warn("pgserver failed to start once; retrying in a new folder",
@@ -111,7 +107,6 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield _uri("pgserver", root)
     finally:
         server.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _top(retriever: Any, k: int = 10) -> dict[str, list[str]]:

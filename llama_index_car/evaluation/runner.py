@@ -463,9 +463,12 @@ def run_evaluation(
     cached = CachedEmbedding(cache)
     from llama_index.core.schema import MetadataMode
 
-    texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in data.nodes]
-    cache.embed(texts, "text", show_progress=show, desc="embed corpus")
-    cache.embed(list(data.queries.values()), "query", show_progress=show, desc="embed queries")
+    vectors = any(s.needs_vectors for s in specs)  # bm25 alone embeds nothing
+    if vectors:
+        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in data.nodes]
+        cache.embed(texts, "text", show_progress=show, desc="embed corpus")
+        cache.embed(list(data.queries.values()), "query", show_progress=show,
+                    desc="embed queries")
 
     overlaps = compute_overlaps(
         data.queries, data.passages, data.qrels, show_progress=show
@@ -478,7 +481,7 @@ def run_evaluation(
     factory = SystemFactory(
         data.nodes, cached, depth=config.depth, alpha=config.alpha, rrf_k=config.rrf_k,
         hypothesizer=kind, llm=llm, reranker=reranker, rerank_pool=config.rerank_pool,
-        show_progress=show, hypothesis_cache_dir=str(hyp_cache),
+        show_progress=show, hypothesis_cache_dir=str(hyp_cache), vectors=vectors,
     )
 
     runs: dict[str, Run] = {}
@@ -513,7 +516,7 @@ def run_evaluation(
     pairs: dict[str, tuple[Run, Run]] = {}
     plain = factory.variant(None)
     need_channels = any(s.base in ("hybrid", "car", "car-auto") for s in specs)
-    if need_channels:
+    if need_channels and plain.dense is not None:
         dense_run = runs.get("dense") or _retrieve_all(plain.dense, data.queries, False, "")[0]
         bm25_run = runs.get("bm25") or _retrieve_all(plain.bm25, data.queries, False, "")[0]
         pairs["hybrid"] = (dense_run, bm25_run)

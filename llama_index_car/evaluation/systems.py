@@ -91,6 +91,12 @@ class SystemSpec:
         return self.base in ("dense+hyp", "bm25+exp", "car", "car-hyde", "car-auto")
 
     @property
+    def needs_vectors(self) -> bool:
+        """True for systems with a dense channel (all but ``bm25`` and ``bm25+exp``): only
+        they need the corpus embedded."""
+        return self.base not in ("bm25", "bm25+exp")
+
+    @property
     def is_car(self) -> bool:
         """True for the CAR family (``car``, ``car-hyde``, ``car-auto`` and their variants)."""
         return self.base.startswith("car")
@@ -250,7 +256,7 @@ class RerankRetriever(BaseRetriever):
 class _IndexVariant:
     nodes: list[BaseNode]
     index: Any  # the CriterionAwareIndex every system of the variant is a view of
-    dense: BaseRetriever
+    dense: BaseRetriever | None  # None: a BM25-only index (no system needs vectors)
     bm25: BaseRetriever
     spans: Any = None  # the SpanIndex, built on first use by the offline car
 
@@ -271,6 +277,8 @@ class SystemFactory:
         show_progress: progress bars while indexing.
         reranker_factory: called once to create ``reranker`` lazily for ``+rerank`` systems.
         hypothesis_cache_dir: on-disk cache folder of the LLM hypothesizers.
+        vectors: ``False`` builds BM25-only indexes (nothing is embedded) for an evaluation
+            whose systems have no dense channel (:attr:`SystemSpec.needs_vectors`).
     """
 
     def __init__(
@@ -288,6 +296,7 @@ class SystemFactory:
         show_progress: bool = False,
         reranker_factory: Callable[[], Any] | None = None,
         hypothesis_cache_dir: str | None = None,
+        vectors: bool = True,
     ) -> None:
         if hypothesizer not in ("offline", "llm"):
             raise ConfigurationError(f"hypothesizer={hypothesizer!r}; use 'offline' or 'llm'")
@@ -305,6 +314,7 @@ class SystemFactory:
         self.rerank_pool = rerank_pool
         self.show_progress = show_progress
         self.hypothesis_cache_dir = hypothesis_cache_dir
+        self.vectors = vectors
         self._variants: dict[str | None, _IndexVariant] = {}
         self._hypothesizers: dict[tuple[str | None, str], MemoHypothesizer] = {}
 
@@ -322,12 +332,16 @@ class SystemFactory:
                 from llama_index_car.transformers.reframing import CriterialReframer
 
                 nodes = list(CriterialReframer(mode=reframe)(self.nodes))  # type: ignore[arg-type]
-            index = CriterionAwareIndex.from_defaults(
-                nodes=nodes, embed_model=self.embed_model, show_progress=self.show_progress
-            )
+            if self.vectors:
+                index = CriterionAwareIndex.from_defaults(
+                    nodes=nodes, embed_model=self.embed_model, show_progress=self.show_progress
+                )
+            else:  # BM25 only: nothing embedded
+                index = CriterionAwareIndex(nodes, show_progress=self.show_progress)
             self._variants[reframe] = _IndexVariant(
                 index.nodes, index,
-                index.as_retriever("dense", similarity_top_k=self.depth),
+                index.as_retriever("dense", similarity_top_k=self.depth) if self.vectors
+                else None,
                 # depth (100) above a small corpus's size is the evaluation's normal case
                 KiwiBM25Retriever(index=index, similarity_top_k=self.depth, warn_small=False),
             )
@@ -372,13 +386,19 @@ class SystemFactory:
         if isinstance(spec, str):
             spec = parse_system(spec)
         v = self.variant(spec.reframe)
+        if spec.needs_vectors and v.dense is None:
+            raise ConfigurationError(
+                f"system {spec.name!r} has a dense channel; this factory was made without "
+                "vectors (vectors=False)"
+            )
+        dense: Any = v.dense
         alpha = self.alpha if spec.alpha is None else spec.alpha
         base = spec.base
         retriever: BaseRetriever
         if base == "bm25":
             retriever = v.bm25
         elif base == "dense":
-            retriever = v.dense
+            retriever = dense
         elif base == "hybrid":
             retriever = v.index.as_retriever(
                 "hybrid", alpha=alpha, rrf_k=self.rrf_k, pool_top_k=self.depth,
@@ -386,7 +406,7 @@ class SystemFactory:
             )
         elif base in ("dense+hyp", "bm25+exp"):
             h = self.hypothesizer(spec.reframe, self.hypothesizer_kind)
-            inner = v.dense if base == "dense+hyp" else v.bm25
+            inner = dense if base == "dense+hyp" else v.bm25
             retriever = HypothesisChannelRetriever(
                 inner, h, "dense" if base == "dense+hyp" else "lexical"
             )

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_HYPOTHESIS_TEXT_CHARS",
     "sanitize_text",
     "submit_daemon",
+    "trailing_escape_start",
 ]
 
 T = TypeVar("T")
@@ -98,6 +99,29 @@ def sanitize_text(text: str, max_chars: int | None = None, *, keep_newlines: boo
             out.append(ch)
     clean = "".join(out)
     return clean if max_chars is None else clean[:max_chars]
+
+
+_ESCAPE_START = re.compile("[\x1b\x90\x98\x9b\x9d\x9e\x9f]")
+
+
+def trailing_escape_start(text: str, window: int = 256) -> int:
+    """Where a terminal escape sequence that more text could still extend starts at the end
+    of ``text`` (else ``len(text)``): the last escape start (ESC or an 8-bit C1 introducer)
+    among the final ``window`` characters, when its sequence runs to the end of ``text``
+    (complete or not: holding a complete one back costs nothing). A stream sanitised piece
+    by piece holds ``text[i:]`` back until the next piece, so :func:`sanitize_text` removes
+    the sequence whole.
+
+    >>> trailing_escape_start("기준\x1b[3"), trailing_escape_start("기준\x1b[3m 다")
+    (2, 8)
+    """
+    last = -1
+    for m in _ESCAPE_START.finditer(text, max(len(text) - window, 0)):
+        last = m.start()
+    if last < 0:
+        return len(text)
+    whole = _ESCAPE_SEQUENCES.match(text, last)
+    return last if whole is None or whole.end() == len(text) else len(text)
 
 
 def _one_line(text: str, max_chars: int) -> str:

@@ -21,6 +21,8 @@ Reading checks the manifest once: every file is hashed except the BM25 arrays, w
 
 from __future__ import annotations
 
+import math
+import re
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -33,36 +35,31 @@ from llama_index_car import _persist
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
 from llama_index_car._lexical import Lexical, Tokens
 from llama_index_car.bm25 import BM25Okapi, Verify
+from llama_index_car.indices._layout import (
+    BM25_PREFIX,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    KIND,
+    NODES_NAME,
+    SPAN_NAMES,
+    VECTORS_NAME,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
-__all__ = ["FORMAT_VERSION", "KIND", "read", "read_generation", "write"]
+__all__ = [
+    "BM25_PREFIX", "FORMAT_VERSION", "INDEX_NAME", "KIND", "NODES_NAME", "SPAN_NAMES",
+    "TOKENIZER_FIELDS", "VECTORS_NAME", "read", "read_generation", "tokenizer_from_spec",
+    "write",
+]
 
-#: 4: one generation of flat files bound by one manifest (BM25 arrays included)
-FORMAT_VERSION = 4
-KIND = "CriterionAwareIndex"
-INDEX_NAME = "index.json"
-NODES_NAME = "nodes.json"
-BM25_PREFIX = "bm25."
-VECTORS_NAME = "embeddings.npy"
-SPAN_NAMES = ("spans.json", "span_vectors.npy")
 MAX_NODES_BYTES = 16 << 30
 _VECTOR_KINDS = ("none", "local", "store")
 
 #: ``bind(root, documents, embed_model, vector_index) -> (embed_model, vector_index)``: a
 #: caller's hook run once the manifest and the extra documents are read and checked
 Bind = Callable[[Path, dict[str, Any], Any, Any], tuple[Any, Any]]
-
-
-def local_vectors(vector_index: Any) -> dict[str, list[float]] | None:
-    """``{node_id: vector}`` of an in-memory ``SimpleVectorStore`` (None for other stores)."""
-    from llama_index.core.vector_stores.simple import SimpleVectorStore
-
-    store = getattr(vector_index, "vector_store", None)
-    if not isinstance(store, SimpleVectorStore):
-        return None
-    return dict(store.data.embedding_dict)
 
 
 def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]) -> None:
@@ -72,22 +69,19 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
     snap = index.snapshot
     lex = snap.lexical
     ids = [n.node_id for n in lex.nodes]
-    vectors = None if index.vector_index is None else local_vectors(index.vector_index)
-    kind = "none" if index.vector_index is None else ("store" if vectors is None else "local")
-    if vectors is not None:
-        missing = [i for i in ids if i not in vectors]
-        if missing:
-            raise IndexPersistError(f"the vector index lacks vectors for {missing[:3]}")
+    dense = snap.dense  # an in-memory index's vectors, of the snapshot written
+    kind = "none" if index.vector_index is None else ("store" if dense is None else "local")
+    if dense is not None and not dense.present.all():
+        missing = [i for i, p in zip(dense.ids, dense.present, strict=True) if not p]
+        raise IndexPersistError(f"the vector index lacks vectors for {missing[:3]}")
     bad = [n for n in documents if n in (INDEX_NAME, NODES_NAME, _persist.MANIFEST_NAME)]
     if bad:
         raise ConfigurationError(f"documents may not be named {bad}")
     with _persist.replace_dir(target) as gen:
         meta = lex.bm25.write_to(gen, prefix=BM25_PREFIX, manifest=False)
         _persist.write_json(gen / NODES_NAME, [doc_to_json(n) for n in lex.nodes])
-        if vectors is not None:
-            matrix = np.asarray([vectors[i] for i in ids], dtype=np.float32)
-            if not ids:
-                matrix = matrix.reshape(0, 0)
+        if dense is not None:
+            matrix = dense.matrix if ids else np.zeros((0, 0), dtype=np.float32)
             with open(gen / VECTORS_NAME, "wb") as fh:
                 np.save(fh, matrix, allow_pickle=False)
         if snap.spans is not None:
@@ -157,10 +151,9 @@ def read_generation(
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise IndexPersistError(f"{root / NODES_NAME} is damaged ({exc}); rebuild") from exc
     saved = spec["tokenizer"]
+    persisted = tokenizer_from_spec(saved, root / INDEX_NAME)  # checked even when one is given
     if tokenizer is None:
-        from llama_index_car.tokenizers.kiwi import KiwiTokenizer
-
-        tokenizer = KiwiTokenizer.from_dict(saved)
+        tokenizer = persisted
     same_analysis = _check_spec(saved, tokenizer, root)
     try:
         bm25 = BM25Okapi.load(root, verify=verify, prefix=BM25_PREFIX,
@@ -183,16 +176,101 @@ def read_generation(
             f"{root} keeps its vectors in a {spec['vector_store']}: pass vector_index= (a "
             "VectorStoreIndex over that store)"
         )
+    dense = None
     if vector_index is None and spec["vectors"] == "local":
         if embed_model is None:
             from llama_index_car.providers import resolve_embed_model
 
             embed_model = resolve_embed_model()
-        vector_index = _index_from_vectors(root / VECTORS_NAME, nodes, embed_model)
+        vector_index, matrix = _index_from_vectors(root / VECTORS_NAME, nodes, embed_model)
+        from llama_index_car.indices._dense import DenseVectors
+
+        dense = DenseVectors.from_matrix(spec["node_ids"], matrix)
     index = cls.from_parts(lexical, tokens, vector_index=vector_index, embed_model=embed_model,
-                           spans=spans)
+                           spans=spans, dense=dense)
     index.metadata = documents
     return index
+
+
+_TAG = re.compile(r"^[A-Z][A-Z_-]{0,15}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: Kiwi model types a persisted spec may name (kiwipiepy 0.24)
+KIWI_MODEL_TYPES = ("none", "knlm", "sbg", "cong", "cong-global", "largest")
+MAX_WORDS = 100_000
+MAX_WORD_CHARS = 100
+
+
+def _words(value: Any, limit: int = MAX_WORDS) -> bool:
+    return isinstance(value, list) and len(value) <= limit and all(
+        isinstance(w, str) and 0 < len(w) <= MAX_WORD_CHARS for w in value)
+
+
+def _user_word(entry: Any) -> bool:
+    return (
+        isinstance(entry, list) and len(entry) == 3 and _words(entry[:1])
+        and isinstance(entry[1], str) and bool(_TAG.match(entry[1]))
+        and type(entry[2]) in (int, float) and math.isfinite(entry[2])
+    )
+
+
+#: the fields of a persisted ``KiwiTokenizer`` config and their checks: what changes tokens.
+#: Resource fields (``num_workers``, ``processes``, ``min_texts_per_process``) are not among
+#: them: threads and processes are the caller's to choose, never a folder's.
+TOKENIZER_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "keep_tags": lambda v: isinstance(v, list) and 0 < len(v) <= 64 and all(
+        isinstance(t, str) and _TAG.match(t) for t in v),
+    "stopwords": _words,
+    "compounds": lambda v: v in ("none", "criterion", "all"),
+    "compound_heads": lambda v: _words(v, 1000),
+    "normalize_domain": lambda v: isinstance(v, bool),
+    "lowercase": lambda v: isinstance(v, bool),
+    "user_words": lambda v: isinstance(v, list) and len(v) <= MAX_WORDS and all(
+        _user_word(w) for w in v),
+    "model_type": lambda v: v is None or v in KIWI_MODEL_TYPES,
+    "max_chars_per_call": lambda v: type(v) is int and 1_000 <= v <= 100_000,
+}
+_SPEC_STRINGS = ("kiwipiepy_version", "model_version", "model_path_name", "model_type",
+                 "user_dict_sha256", "spec_hash")
+
+
+def tokenizer_from_spec(saved: Any, path: Path) -> Any:
+    """The :class:`~llama_index_car.tokenizers.kiwi.KiwiTokenizer` of a persisted spec
+    (``index.json`` ``tokenizer``), every config field checked against
+    :data:`TOKENIZER_FIELDS`; a field outside it (a thread or process count included) or a
+    value out of its range is an :class:`IndexPersistError` naming it. Resource settings take
+    the tokenizer's defaults."""
+    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+    def bad(what: str) -> IndexPersistError:
+        return IndexPersistError(f"{path}: tokenizer {what}; rebuild the index")
+
+    if not isinstance(saved, dict) or saved.get("type") != "KiwiTokenizer" or not isinstance(
+            saved.get("config"), dict):
+        raise bad("spec is not a KiwiTokenizer spec (type, config)")
+    for key in _SPEC_STRINGS:
+        if key in saved and not (isinstance(saved[key], str) and len(saved[key]) <= 256):
+            raise bad(f"field {key!r} is not a short string")
+    if "patterns" in saved and not (isinstance(saved["patterns"], list)
+                                    and len(saved["patterns"]) <= 64):
+        raise bad("field 'patterns' is not a list of patterns")
+    config = saved["config"]
+    for key, value in config.items():
+        check = TOKENIZER_FIELDS.get(key)
+        if check is None:
+            raise bad(f"config field {key!r} is not allowed (allowed: "
+                      f"{', '.join(TOKENIZER_FIELDS)}; threads and processes are the caller's)")
+        if not check(value):
+            raise bad(f"config field {key!r} has an invalid value ({str(value)[:60]!r})")
+    kwargs = dict(config)
+    if "user_words" in kwargs:
+        kwargs["user_words"] = tuple(tuple(w) for w in kwargs["user_words"])
+    for key in ("keep_tags", "stopwords", "compound_heads"):
+        if key in kwargs:
+            kwargs[key] = tuple(kwargs[key])
+    try:
+        return KiwiTokenizer(**kwargs)
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+        raise bad(f"config is invalid ({' '.join(str(exc).split())[:200]})") from exc
 
 
 def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -209,6 +287,11 @@ def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
                  for d in spec["documents"]):
         raise IndexPersistError(f"{path}: malformed fields {wrong or ['vectors/spans/documents']}"
                                 "; rebuild the index")
+    ids, hashes = spec["node_ids"], spec["text_hashes"]
+    if not all(isinstance(i, str) and 0 < len(i) <= 512 for i in ids) or not all(
+            isinstance(h, str) and _SHA256.match(h) for h in hashes):
+        raise IndexPersistError(f"{path}: node_ids or text_hashes hold something else than "
+                                "node ids and sha256 digests; rebuild the index")
     if spec["vectors"] == "local" and VECTORS_NAME not in manifest["files"]:
         raise IndexPersistError(f"{root / VECTORS_NAME} is not listed; rebuild the index")
     return spec
@@ -272,8 +355,11 @@ def _check_spec(saved: dict[str, Any], tokenizer: Any, root: Path) -> bool:
     return not problems
 
 
-def _index_from_vectors(path: Path, nodes: list[BaseNode], embed_model: Any) -> Any:
-    """An in-memory ``VectorStoreIndex`` over ``nodes`` with the stored vectors (no embedding)."""
+def _index_from_vectors(
+    path: Path, nodes: list[BaseNode], embed_model: Any
+) -> tuple[Any, Any]:
+    """An in-memory ``VectorStoreIndex`` over ``nodes`` with the stored vectors (no
+    embedding), and the vectors' matrix (one float32 row per node)."""
     import numpy as np
     from llama_index.core import StorageContext, VectorStoreIndex
     from llama_index.core.data_structs.data_structs import IndexDict
@@ -281,17 +367,16 @@ def _index_from_vectors(path: Path, nodes: list[BaseNode], embed_model: Any) -> 
     from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
 
     try:
-        with _persist.open_regular(path) as fh:
-            matrix = np.load(fh, allow_pickle=False)
+        matrix = _persist.read_npy(path, dtype=np.float32, ndim=2)
     except FileNotFoundError as exc:
         raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
-    except (OSError, ValueError, EOFError) as exc:
-        raise IndexPersistError(f"{path} is damaged ({exc}); rebuild the index") from exc
-    if matrix.ndim != 2 or matrix.shape[0] != len(nodes) or matrix.dtype != np.float32:
+    if matrix.shape[0] != len(nodes):
         raise IndexPersistError(
-            f"{path} holds {matrix.dtype} {matrix.shape}, not one float32 row per node "
-            f"({len(nodes)}); rebuild the index"
+            f"{path} holds {matrix.shape[0]} rows, not one per node ({len(nodes)}); "
+            "rebuild the index"
         )
+    if not np.isfinite(matrix).all():
+        raise IndexPersistError(f"{path} holds non-finite values; rebuild the index")
     vectors = {n.node_id: row.tolist() for n, row in zip(nodes, matrix, strict=True)}
     # filled directly: VectorStoreIndex(nodes) re-serialises every node and its document's
     # node list once per node (~1 s for 752 nodes); the stores hold the same entries
@@ -315,5 +400,6 @@ def _index_from_vectors(path: Path, nodes: list[BaseNode], embed_model: Any) -> 
     storage = StorageContext.from_defaults(
         docstore=docstore, vector_store=SimpleVectorStore(data=data)
     )
-    return VectorStoreIndex(index_struct=struct, storage_context=storage,
-                            embed_model=embed_model)
+    index = VectorStoreIndex(index_struct=struct, storage_context=storage,
+                             embed_model=embed_model)
+    return index, matrix

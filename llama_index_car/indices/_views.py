@@ -19,6 +19,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_car._errors import ConfigurationError
+from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.retrievers._filters import check_filters
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,21 +33,29 @@ __all__ = [
 ]
 
 
-def check_view_filters(filters: Any) -> MetadataFilters | None:
-    """``filters`` if ``None`` or valid ``MetadataFilters``, else :class:`ConfigurationError`."""
+def check_view_filters(filters: Any, store: Any = None) -> MetadataFilters | None:
+    """``filters`` if ``None`` or valid ``MetadataFilters`` (for ``store`` too: a vector
+    store that would read them with another meaning is refused, see
+    :func:`~llama_index_car.retrievers._filters.check_filters`), else
+    :class:`ConfigurationError`."""
     if filters is not None and not isinstance(filters, MetadataFilters):
         raise ConfigurationError(
             f"filters must be llama_index MetadataFilters, got {type(filters).__name__}"
         )
-    check_filters(filters)
+    check_filters(filters, store=store)
     return filters
 
 
 class IndexDense(VectorIndexRetriever):
     """The dense channel: a ``VectorIndexRetriever`` over the index's vector store with
     ``filters`` applied by the store, its hits restricted to the ids of the snapshot it reads
-    (the one it is bound to, else the one pinned at query start).
+    (the one it is bound to, else the one pinned at query start). An index whose vectors are
+    in memory (``SimpleVectorStore``) is searched in that snapshot's own vectors
+    (:mod:`~llama_index_car.indices._dense`, the store's cosine; filters evaluated as the BM25
+    channel does), since the store's dicts change under a query while the index is updated.
 
+    Every query goes through the package's query guard
+    (:func:`~llama_index_car.query_guard.guarded_retrieve`) before anything is embedded.
     Async queries run the synchronous store call in a worker thread (store async clients
     differ in what they support).
     """
@@ -62,8 +71,11 @@ class IndexDense(VectorIndexRetriever):
                 "this CriterionAwareIndex has no vector index (BM25 only): build it with "
                 "CriterionAwareIndex.from_defaults(nodes=..., embed_model=...) for dense views"
             )
+        # a store-kept index: the store applies the filters, with the meaning they have on
+        # the other channels or not at all
+        store = index.vector_index.vector_store if index.snapshot.dense is None else None
         super().__init__(index.vector_index, similarity_top_k=similarity_top_k,
-                         filters=check_view_filters(filters),
+                         filters=check_view_filters(filters, store),
                          embed_model=index.embed_model)
         self.index = index
         self.snapshot: IndexSnapshot | None = None
@@ -79,6 +91,7 @@ class IndexDense(VectorIndexRetriever):
         clone.snapshot = snapshot
         return clone
 
+    @guarded_retrieve
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         if self.snapshot is not None:
             return self._search(query_bundle, self.snapshot)
@@ -86,8 +99,27 @@ class IndexDense(VectorIndexRetriever):
             return self._search(query_bundle, snap)
 
     def _search(self, query_bundle: QueryBundle, snap: IndexSnapshot) -> list[NodeWithScore]:
+        if snap.dense is not None:
+            return self._search_memory(query_bundle, snap)
         return [h for h in super()._retrieve(query_bundle) if h.node.node_id in snap.ids]
 
+    def _search_memory(
+        self, query_bundle: QueryBundle, snap: IndexSnapshot
+    ) -> list[NodeWithScore]:
+        """Cosine top-k over the snapshot's vectors (what ``SimpleVectorStore`` computes)."""
+        dense = snap.dense
+        if dense is None:  # pragma: no cover - _search checked it
+            return []
+        embedding = query_bundle.embedding
+        if embedding is None:
+            embedding = self._embed_model.get_agg_embedding_from_queries(
+                query_bundle.embedding_strs)
+        lexical = snap.lexical
+        hits = dense.search(embedding, self._similarity_top_k, lexical.mask(self._filters))
+        return [NodeWithScore(node=lexical.nodes[lexical.positions[i]], score=score)
+                for i, score in hits]
+
+    @guarded_retrieve
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return await asyncio.to_thread(self._retrieve, query_bundle)
 

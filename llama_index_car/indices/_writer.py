@@ -20,6 +20,7 @@ from llama_index_car._errors import ConfigurationError
 from llama_index_car._lexical import Lexical, check_unique
 
 if TYPE_CHECKING:  # pragma: no cover
+    from llama_index_car.indices._dense import DenseVectors
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex, IndexSnapshot
     from llama_index_car.span_index import SpanIndex
 
@@ -86,13 +87,21 @@ def plan_update(
         part = added.without([d for d in added.node_ids if d not in ids]) if added else None
         return SpanIndex.concat([base_spans, *([part] if part is not None else [])])
 
+    base_dense = old.dense.without(removed) if old.dense is not None else None
+
+    def with_dense(dense: DenseVectors | None, chosen: Sequence[BaseNode]) -> DenseVectors | None:
+        return None if dense is None else dense.plus(vectors, [n.node_id for n in chosen])
+
     if not store or not removed or not again:
-        final = IndexSnapshot.of(plus(base, nodes), with_spans(nodes))
+        final = IndexSnapshot.of(plus(base, nodes), with_spans(nodes),
+                                 with_dense(base_dense, nodes))
         mid = final
     else:
         mid_lex = plus(base, fresh)
-        mid = IndexSnapshot.of(mid_lex, with_spans(fresh))
-        final = IndexSnapshot.of(plus(mid_lex, again), with_spans(fresh + again))
+        mid_dense = with_dense(base_dense, fresh)
+        mid = IndexSnapshot.of(mid_lex, with_spans(fresh), mid_dense)
+        final = IndexSnapshot.of(plus(mid_lex, again), with_spans(fresh + again),
+                                 with_dense(mid_dense, again))
     return UpdatePlan(fresh, again, removed, vectors, mid, final)
 
 

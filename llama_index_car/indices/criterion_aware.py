@@ -54,6 +54,7 @@ from llama_index_car.bm25 import BM25Okapi
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.base_retriever import BaseRetriever
 
+    from llama_index_car.indices._dense import DenseVectors
     from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
     from llama_index_car.span_index import SpanIndex
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
@@ -74,11 +75,15 @@ class IndexSnapshot:
     lexical: Lexical
     spans: SpanIndex | None
     ids: frozenset[str]
+    #: the vectors of an in-memory index, aligned with ``lexical.nodes`` (None: a store's)
+    dense: DenseVectors | None = None
     readers: list[int] = field(default_factory=lambda: [0], repr=False)
 
     @classmethod
-    def of(cls, lexical: Lexical, spans: SpanIndex | None) -> IndexSnapshot:
-        return cls(lexical, spans, frozenset(lexical.positions))
+    def of(
+        cls, lexical: Lexical, spans: SpanIndex | None, dense: DenseVectors | None = None
+    ) -> IndexSnapshot:
+        return cls(lexical, spans, frozenset(lexical.positions), dense)
 
     @property
     def nodes(self) -> list[BaseNode]:
@@ -130,17 +135,25 @@ class CriterionAwareIndex:
 
     def _setup(
         self, lexical: Lexical, tokens: Tokens, vector_index: Any, embed_model: Any,
-        spans: SpanIndex | None,
+        spans: SpanIndex | None, dense: DenseVectors | None = None,
     ) -> None:
         if spans is not None and set(spans.node_ids) != set(lexical.positions):
             raise ConfigurationError("spans must cover exactly the index's nodes")
+        from llama_index_car.indices._dense import DenseVectors, local_vectors
+
+        ids = [n.node_id for n in lexical.nodes]
+        if dense is None and vector_index is not None:
+            held = local_vectors(vector_index)  # an in-memory store: its vectors, copied once
+            dense = None if held is None else DenseVectors.of(held, ids)
+        if dense is not None and list(dense.ids) != ids:
+            raise ConfigurationError("the vectors must be aligned with the index's nodes")
         self._tokens = tokens
         self._vector_index = vector_index
         self._embed_model = embed_model if embed_model is not None else getattr(
             vector_index, "_embed_model", None)
         self._cond = threading.Condition()
         self._writer = threading.Lock()
-        self._snap = IndexSnapshot.of(lexical, spans)
+        self._snap = IndexSnapshot.of(lexical, spans, dense)
         self._older: list[IndexSnapshot] = []
         #: the folder this index was loaded from, and its ``car_index.json`` (pipeline folders)
         self.persist_dir: Path | None = None
@@ -150,10 +163,13 @@ class CriterionAwareIndex:
     def from_parts(
         cls, lexical: Lexical, tokens: Tokens, *, vector_index: Any | None = None,
         embed_model: Any | None = None, spans: SpanIndex | None = None,
+        dense: DenseVectors | None = None,
     ) -> CriterionAwareIndex:
-        """An index over a built BM25 state (a load, merged Ray shards): nothing tokenized."""
+        """An index over a built BM25 state (a load, merged Ray shards): nothing tokenized.
+        ``dense``: the in-memory vectors aligned with its nodes (default: read from an
+        in-memory ``vector_index``)."""
         self = cls.__new__(cls)
-        self._setup(lexical, tokens, vector_index, embed_model, spans)
+        self._setup(lexical, tokens, vector_index, embed_model, spans, dense)
         return self
 
     @classmethod

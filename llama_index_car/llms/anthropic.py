@@ -20,9 +20,11 @@ the HTTP transport the SDK is given through its public ``http_client=`` argument
 Both errors mix in ``anthropic.AnthropicError``, which the SDK raises as they are (no retry),
 and :class:`~llama_index_car._errors.CarError`.
 
-``llama_index.llms.anthropic.Anthropic`` takes no ``http_client``: this subclass builds the two
-SDK clients its parent builds (``_client``/``_aclient``) again in its own constructor, with the
-same public arguments plus ``http_client=``. Vertex and Bedrock are not covered (use
+``llama_index.llms.anthropic.Anthropic`` (0.12.3, the newest) takes no ``http_client``: this
+subclass swaps the two SDK clients its parent built (``_client``/``_aclient``, the one place
+this package touches a private attribute of a third-party object) for copies made with the
+SDK's public ``with_options(http_client=...)``, so every option the parent gave them (API key,
+base URL, headers, timeout, retries) is kept. Vertex and Bedrock are not covered (use
 ``Anthropic``).
 
 >>> llm = BoundedAnthropic(api_key="sk-ant-doc", timeout=20.0)
@@ -32,7 +34,6 @@ same public arguments plus ``http_client=``. Vertex and Bedrock are not covered 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from llama_index_car._errors import (
@@ -53,6 +54,7 @@ from llama_index_car.llms.transport import (  # noqa: E402
     DEFAULT_MAX_RESPONSE_BYTES,
     AsyncBoundedTransport,
     BoundedTransport,
+    Bounds,
 )
 
 __all__ = [
@@ -118,52 +120,23 @@ class BoundedAnthropic(Anthropic):
                 f"BoundedAnthropic talks to the Anthropic API only; {', '.join(given)} "
                 "select Vertex/Bedrock: use llama_index.llms.anthropic.Anthropic for those"
             )
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-            or not (math.isfinite(timeout) and timeout > 0)
-        ):
-            raise ConfigurationError(f"timeout={timeout!r} must be a finite number > 0 or None")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigurationError(f"max_retries={max_retries!r} must be an integer >= 0")
-        if (
-            isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int)
-            or max_response_bytes < 1
-        ):
-            raise ConfigurationError(
-                f"max_response_bytes={max_response_bytes!r} must be an integer >= 1"
-            )
+        bounds = Bounds(timeout, max_response_bytes, AnthropicResponseTooLargeError,
+                        AnthropicDeadlineError)  # validates timeout and max_response_bytes
         timeout = None if timeout is None else float(timeout)
         super().__init__(
             model=model, api_key=api_key, base_url=base_url, timeout=timeout,
             max_retries=max_retries, default_headers=default_headers, **kwargs,
         )
         self.max_response_bytes = max_response_bytes
-        bounds: dict[str, Any] = {
-            "attempt_timeout": timeout,
-            "max_response_bytes": max_response_bytes,
-            "too_large_error": AnthropicResponseTooLargeError,
-            "deadline_error": AnthropicDeadlineError,
-        }
-        sdk: dict[str, Any] = {
-            "api_key": api_key,
-            "base_url": base_url,
-            "timeout": timeout,
-            "max_retries": max_retries,
-            "default_headers": default_headers,
-        }
-        self._client = anthropic.Anthropic(
-            **sdk,
-            http_client=httpx.Client(
-                transport=BoundedTransport(**bounds), follow_redirects=False, trust_env=False
-            ),
-        )
-        self._aclient = anthropic.AsyncAnthropic(
-            **sdk,
-            http_client=httpx.AsyncClient(
-                transport=AsyncBoundedTransport(**bounds), follow_redirects=False,
-                trust_env=False,
-            ),
-        )
+        # no redirects (the API key stays with its host), no proxy from the environment
+        self._client = self._client.with_options(http_client=httpx.Client(
+            transport=BoundedTransport(bounds), follow_redirects=False, trust_env=False
+        ))
+        self._aclient = self._aclient.with_options(http_client=httpx.AsyncClient(
+            transport=AsyncBoundedTransport(bounds), follow_redirects=False, trust_env=False
+        ))
 
     @classmethod
     def class_name(cls) -> str:

@@ -29,7 +29,7 @@ from contextvars import ContextVar
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = ["DEFAULT_LLM_DEADLINE", "current_deadline", "llm_deadline", "time_left"]
+__all__ = ["DEFAULT_LLM_DEADLINE", "current_deadline", "llm_deadline"]
 
 #: default seconds for the LLM hypothesis of one query
 #: (``HypothesisCriterionRetriever.hypothesis_timeout``,
@@ -42,14 +42,6 @@ _DEADLINE: ContextVar[float | None] = ContextVar("llama_index_car_llm_deadline",
 def current_deadline() -> float | None:
     """The ``time.monotonic()`` value by which LLM calls started here must end (``None``: none)."""
     return _DEADLINE.get()
-
-
-def time_left(now: float | None = None) -> float | None:
-    """Seconds until :func:`current_deadline` (``<= 0`` once passed; ``None`` without one)."""
-    end = _DEADLINE.get()
-    if end is None:
-        return None
-    return end - (time.monotonic() if now is None else now)
 
 
 @contextmanager

@@ -1,30 +1,30 @@
 """httpx transports that end every LLM HTTP attempt on time and cap what they read.
 
-:class:`BoundedTransport` (sync) and :class:`AsyncBoundedTransport` are ``httpx`` transports over
-an ``httpcore`` connection pool whose network backend bounds each socket operation:
+One attempt (:class:`_Attempt`) holds the bounds and does the work; the sync and async
+transports are thin hooks around it:
 
-* **time** — an attempt must end by ``min(start + attempt_timeout, deadline)``, where the
-  deadline is :func:`~llama_index_car.llms.deadline.current_deadline`. Connect, TLS, every write
-  and every read get at most the time left (``httpx`` timeouts bound each read, so a server
-  dripping one byte a second never trips them), so a call abandoned at its deadline really ends
-  there: its socket is closed and its thread returns. Past the attempt's own timeout the
-  transport raises ``httpx.ReadTimeout`` (and friends), which the SDK may retry; past the
-  deadline it raises :class:`~llama_index_car._errors.LLMDeadlineError` (the SDK passes its own
-  error types through unretried when the class mixes one in, see ``BoundedAnthropic``).
-* **size** — the body is read chunk by chunk; a declared ``Content-Length`` above
-  ``max_response_bytes`` is refused before any byte is read, a body growing past it is cut at
-  the first chunk that crosses it, with :class:`~llama_index_car._errors.ResponseTooLargeError`.
-  Requests ask for ``Accept-Encoding: identity`` and a compressed reply is refused (a gzip bomb
-  would otherwise inflate past the cap above the transport).
+* **time** — an attempt ends by ``min(start + attempt_timeout, deadline)``, the deadline being
+  :func:`~llama_index_car.llms.deadline.current_deadline`. httpx timeouts bound each socket read,
+  so a server dripping a byte a second never trips them; here the sync transport gives every
+  connect, write and read of its ``httpcore`` pool at most the time left (a network backend
+  wrapper), and the async one cancels the attempt when the time is up (``asyncio.wait_for``
+  around the headers and each body chunk). Either way the socket is closed and the caller
+  returns at the end. Past the attempt's own timeout the error is an ``httpx`` timeout, which
+  the SDK may retry; past the deadline it is
+  :class:`~llama_index_car._errors.LLMDeadlineError` (the SDK raises its own error types as
+  they are, see ``BoundedAnthropic``), as is a network error whose retry would pass it.
+* **size** — a declared ``Content-Length`` above ``max_response_bytes`` is refused before any
+  body byte is read; a body growing past it is cut at the first chunk that crosses it, with
+  :class:`~llama_index_car._errors.ResponseTooLargeError`. A compressed reply is refused (the
+  clients ask for ``Accept-Encoding: identity``; a gzip bomb would inflate past the cap above
+  the transport).
 * **retry waits** — under a deadline, an error response whose retry would not fit in the time
-  left (:func:`retry_fits`: the server's ``Retry-After`` or the SDK's backoff reaching past it)
-  gets ``x-should-retry: false``, the Stainless SDKs' own switch, so the SDK gives up at once
-  instead of sleeping past the deadline or retrying before the server allows.
+  left (:func:`retry_fits`) gets ``x-should-retry: false``, the Stainless SDKs' own switch, so
+  the SDK gives up at once instead of sleeping past the deadline or retrying before the
+  server's ``Retry-After``.
 
-Async connections are never kept alive (each request's socket lives and dies on its own event
-loop), and each event loop gets its own pool, so one client works under repeated
-``asyncio.run``. Redirects are not followed by the clients built on these transports; proxies
-from the environment are not used.
+The async transport keeps no connection alive (a socket belongs to the event loop that opened
+it), so one client works under repeated ``asyncio.run``.
 """
 
 from __future__ import annotations
@@ -32,23 +32,22 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import math
-import ssl
 import time
-import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpcore
 import httpx
 
-from llama_index_car._errors import LLMDeadlineError, ResponseTooLargeError
+from llama_index_car._errors import ConfigurationError, LLMDeadlineError, ResponseTooLargeError
 from llama_index_car.llms.deadline import current_deadline
 
 __all__ = [
     "AsyncBoundedTransport",
+    "Bounds",
     "BoundedTransport",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "retry_fits",
@@ -60,45 +59,9 @@ DEFAULT_MAX_RESPONSE_BYTES = 1 << 20
 _SDK_MAX_HINT = 60.0  # Stainless SDKs obey a server's retry hint only in (0, 60] seconds
 _SDK_BACKOFF = (0.5, 8.0)  # else min(0.5 * 2**retries_taken, 8.0), jitter only shortens it
 _LATE = 0.05  # a timeout this close to the deadline is the deadline's
-
-
-ErrorFactory = Callable[[str], Exception]
-
-
-@dataclass(frozen=True)
-class _Attempt:
-    """The time bounds of one HTTP attempt (``time.monotonic()`` values)."""
-
-    end: float | None  # min(start + attempt_timeout, deadline)
-    deadline: float | None  # the caller's llm_deadline end
-
-    @classmethod
-    def start(cls, attempt_timeout: float | None) -> _Attempt:
-        deadline = current_deadline()
-        end = None if attempt_timeout is None else time.monotonic() + attempt_timeout
-        if deadline is not None:
-            end = deadline if end is None else min(end, deadline)
-        return cls(end=end, deadline=deadline)
-
-    def bound(self, timeout: float | None, kind: type[httpcore.TimeoutException]) -> float | None:
-        """``timeout`` cut to the time left; ``kind`` raised when none is left."""
-        if self.end is None:
-            return timeout
-        left = self.end - time.monotonic()
-        if left <= 0:
-            raise kind("no time left for this LLM request")
-        return left if timeout is None else min(timeout, left)
-
-    def deadline_passed(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline - _LATE
-
-
-_ATTEMPT: ContextVar[_Attempt | None] = ContextVar("llama_index_car_http_attempt", default=None)
-
-
-def _bound(timeout: float | None, kind: type[httpcore.TimeoutException]) -> float | None:
-    attempt = _ATTEMPT.get()
-    return timeout if attempt is None else attempt.bound(timeout, kind)
+_TIMEOUTS = (httpcore.TimeoutException, httpx.TimeoutException, TimeoutError, asyncio.TimeoutError)
+_FAILURES = (*_TIMEOUTS, httpcore.NetworkError, httpcore.ProtocolError, httpx.TransportError)
+_T = TypeVar("_T")
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -158,440 +121,285 @@ def retry_fits(
     return sdk_retry_wait(headers, retries_taken, now) < time_left
 
 
-def _retries_taken(request: httpx.Request) -> int:
-    try:
-        return max(0, int(request.headers.get("x-stainless-retry-count", "0")))
-    except ValueError:
-        return 0
-
-
-def _request_headers(request: httpx.Request) -> list[tuple[bytes, bytes]]:
-    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"accept-encoding"]
-    headers.append((b"Accept-Encoding", b"identity"))
-    return headers
-
-
-def _extensions(request: httpx.Request, attempt: _Attempt) -> dict[str, Any]:
-    extensions = dict(request.extensions)
-    timeouts = dict(extensions.get("timeout") or {})
-    if attempt.end is not None:  # waiting for a pooled connection is bounded too
-        left = max(attempt.end - time.monotonic(), 0.001)
-        pool = timeouts.get("pool")
-        timeouts["pool"] = left if pool is None else min(pool, left)
-    extensions["timeout"] = timeouts
-    return extensions
-
-
-def _core_request(request: httpx.Request, attempt: _Attempt, content: Any) -> httpcore.Request:
-    return httpcore.Request(
-        method=request.method,
-        url=httpcore.URL(
-            scheme=request.url.raw_scheme,
-            host=request.url.raw_host,
-            port=request.url.port,
-            target=request.url.raw_path,
-        ),
-        headers=_request_headers(request),
-        content=content,
-        extensions=_extensions(request, attempt),
-    )
-
-
-_HTTPCORE_TO_HTTPX: dict[type[Exception], type[httpx.HTTPError]] = {
-    getattr(httpcore, name): getattr(httpx, name)
-    for name in (
-        "TimeoutException", "ConnectTimeout", "ReadTimeout", "WriteTimeout", "PoolTimeout",
-        "NetworkError", "ConnectError", "ReadError", "WriteError", "ProxyError",
-        "UnsupportedProtocol", "ProtocolError", "LocalProtocolError", "RemoteProtocolError",
-    )
-}
-
-
+# --------------------------------------------------------------------------- one attempt
 @dataclass(frozen=True)
-class _Limits:
-    """What a transport enforces, and the error types it raises."""
-
-    attempt_timeout: float | None
-    max_response_bytes: int
-    too_large: ErrorFactory
-    deadline: ErrorFactory
-
-    @contextmanager
-    def mapped(self, attempt: _Attempt, request: httpx.Request) -> Iterator[None]:
-        """httpcore errors as httpx errors; a timeout at the deadline, or a network error
-        whose retry backoff would pass it, as ``deadline`` (which the SDK does not retry)."""
-        try:
-            yield
-        except Exception as exc:
-            target = next(
-                (_HTTPCORE_TO_HTTPX[c] for c in type(exc).__mro__ if c in _HTTPCORE_TO_HTTPX),
-                None,
-            )
-            if target is None:
-                raise
-            if isinstance(exc, httpcore.TimeoutException) and attempt.deadline_passed():
-                raise self.deadline(
-                    f"LLM request to {request.url} passed its deadline; connection closed"
-                ) from exc
-            if attempt.deadline is not None and not retry_fits(
-                {}, _retries_taken(request), time.time(), attempt.deadline - time.monotonic()
-            ):
-                raise self.deadline(
-                    f"LLM request to {request.url} failed ({type(exc).__name__}: {exc}) with "
-                    "no time left for a retry before its deadline"
-                ) from exc
-            raise target(str(exc)) from exc
-
-    def check_headers(
-        self, request: httpx.Request, status: int, headers: list[tuple[bytes, bytes]],
-        attempt: _Attempt,
-    ) -> list[tuple[bytes, bytes]] | str:
-        """The response headers to hand on, or why the response is refused."""
-        view = httpx.Headers(headers)
-        encoding = view.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            return f"compressed body ({encoding!r}) although identity was asked"
-        length = view.get("content-length")
-        if length is not None and length.strip().isdigit():
-            if int(length) > self.max_response_bytes:
-                return f"Content-Length {int(length):,} bytes > max_response_bytes"
-        if status >= 400 and attempt.deadline is not None:
-            left = attempt.deadline - time.monotonic()
-            if not retry_fits(view, _retries_taken(request), time.time(), left):
-                headers = [(k, v) for k, v in headers if k.lower() != b"x-should-retry"]
-                headers.append((b"x-should-retry", b"false"))
-        return headers
-
-    def refuse(self, url: httpx.URL, why: str) -> Exception:
-        return self.too_large(
-            f"LLM response from {url} refused: {why} ({self.max_response_bytes:,})"
-        )
-
-    def count(self, url: httpx.URL, seen: int) -> None:
-        if seen > self.max_response_bytes:
-            raise self.refuse(url, f"body passed {seen:,} bytes > max_response_bytes")
-
-
-def _check_positive(name: str, value: float | None) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name}={value!r} must be a finite number of seconds > 0 or None")
-
-
-def _limits(
-    attempt_timeout: float | None, max_response_bytes: int,
-    too_large_error: ErrorFactory | None, deadline_error: ErrorFactory | None,
-) -> _Limits:
-    _check_positive("attempt_timeout", attempt_timeout)
-    if isinstance(max_response_bytes, bool) or not isinstance(max_response_bytes, int) or (
-        max_response_bytes < 1
-    ):
-        raise ValueError(f"max_response_bytes={max_response_bytes!r} must be an integer >= 1")
-    return _Limits(
-        attempt_timeout, max_response_bytes,
-        too_large_error or ResponseTooLargeError, deadline_error or LLMDeadlineError,
-    )
-
-
-# --------------------------------------------------------------------------- sync
-class _Stream(httpcore.NetworkStream):
-    """A socket stream whose every operation ends by the current attempt's end."""
-
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
-        self._inner = inner
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, _bound(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, _bound(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        return _Stream(
-            self._inner.start_tls(
-                ssl_context, server_hostname, _bound(timeout, httpcore.ConnectTimeout)
-            )
-        )
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class _Backend(httpcore.NetworkBackend):
-    def __init__(self) -> None:
-        self._inner = httpcore.SyncBackend()
-
-    def connect_tcp(
-        self, host: str, port: int, timeout: float | None = None,
-        local_address: str | None = None, socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        return _Stream(
-            self._inner.connect_tcp(
-                host, port, _bound(timeout, httpcore.ConnectTimeout), local_address,
-                socket_options,
-            )
-        )
-
-    def connect_unix_socket(
-        self, path: str, timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        return _Stream(
-            self._inner.connect_unix_socket(
-                path, _bound(timeout, httpcore.ConnectTimeout), socket_options
-            )
-        )
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
-
-
-class _Body(httpx.SyncByteStream):
-    def __init__(
-        self, core: Iterable[bytes], attempt: _Attempt, limits: _Limits, request: httpx.Request
-    ) -> None:
-        self._core, self._attempt, self._limits = core, attempt, limits
-        self._request, self._url = request, request.url
-
-    def __iter__(self) -> Iterator[bytes]:
-        chunks, seen = iter(self._core), 0
-        while True:
-            token = _ATTEMPT.set(self._attempt)  # set and reset within one resumption
-            try:
-                with self._limits.mapped(self._attempt, self._request):
-                    chunk = next(chunks, None)
-            finally:
-                _ATTEMPT.reset(token)
-            if chunk is None:
-                return
-            seen += len(chunk)
-            self._limits.count(self._url, seen)
-            yield chunk
-
-    def close(self) -> None:
-        close = getattr(self._core, "close", None)
-        if close is not None:
-            close()
-
-
-class BoundedTransport(httpx.BaseTransport):
-    """A sync ``httpx`` transport bounding each attempt's time and response size.
+class Bounds:
+    """What the transports enforce, and the exception factories they raise.
 
     Args:
         attempt_timeout: seconds one HTTP attempt may take in all (connect to last body
             byte); ``None``: only the deadline bounds it.
         max_response_bytes: cap on a response body (default :data:`DEFAULT_MAX_RESPONSE_BYTES`).
-        too_large_error / deadline_error: exception factories (default
-            :class:`~llama_index_car._errors.ResponseTooLargeError` /
-            :class:`~llama_index_car._errors.LLMDeadlineError`).
-        max_connections / max_keepalive_connections: pool limits (defaults 20 / 5).
-        ssl_context: defaults to ``httpx.create_ssl_context()`` (system trust store).
+        too_large_error / deadline_error: exception factories (an SDK passes its own error
+            types through unretried, so ``BoundedAnthropic`` gives ones mixing them in).
+
+    Raises:
+        ConfigurationError: a bound is not a finite positive number.
     """
 
-    def __init__(
-        self,
-        *,
-        attempt_timeout: float | None = 60.0,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        too_large_error: ErrorFactory | None = None,
-        deadline_error: ErrorFactory | None = None,
-        max_connections: int = 20,
-        max_keepalive_connections: int = 5,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self._limits = _limits(attempt_timeout, max_response_bytes, too_large_error,
-                               deadline_error)
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context or httpx.create_ssl_context(),
-            max_connections=max_connections,
-            max_keepalive_connections=max_keepalive_connections,
-            keepalive_expiry=5.0,
-            network_backend=_Backend(),
-        )
+    attempt_timeout: float | None = 60.0
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    too_large_error: Callable[[str], Exception] = ResponseTooLargeError
+    deadline_error: Callable[[str], Exception] = LLMDeadlineError
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        limits = self._limits
-        attempt = _Attempt.start(limits.attempt_timeout)
-        if not isinstance(request.stream, Iterable):
-            raise TypeError("BoundedTransport needs a sync request body")
-        token = _ATTEMPT.set(attempt)
+    def __post_init__(self) -> None:
+        t = self.attempt_timeout
+        if t is not None and (
+            isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t > 0)
+        ):
+            raise ConfigurationError(f"timeout={t!r} must be a finite number > 0 or None")
+        n = self.max_response_bytes
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigurationError(f"max_response_bytes={n!r} must be an integer >= 1")
+
+
+@dataclass
+class _Attempt:
+    """One HTTP attempt: its end (``time.monotonic()``), the caller's deadline, bytes read."""
+
+    bounds: Bounds
+    request: httpx.Request
+    end: float | None
+    deadline: float | None
+    seen: int = 0
+
+    @classmethod
+    def start(cls, bounds: Bounds, request: httpx.Request) -> _Attempt:
+        """The attempt starting now; ``request`` asks for an uncompressed body."""
+        request.headers["Accept-Encoding"] = "identity"
+        deadline = current_deadline()
+        end = None if bounds.attempt_timeout is None else time.monotonic() + bounds.attempt_timeout
+        if deadline is not None:
+            end = deadline if end is None else min(end, deadline)
+        return cls(bounds, request, end, deadline)
+
+    def cut(self, timeout: float | None, kind: type[Exception]) -> float | None:
+        """``timeout`` cut to the time left; ``kind`` raised when none is left."""
+        if self.end is None:
+            return timeout
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise kind("no time left for this LLM request")
+        return left if timeout is None else min(timeout, left)
+
+    async def within(self, awaitable: Awaitable[_T]) -> _T:
+        """``awaitable``, cancelled (``TimeoutError``) when the attempt's time is up."""
+        if self.end is None:
+            return await awaitable
+        return await asyncio.wait_for(awaitable, max(self.end - time.monotonic(), 0.0))
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """Transport failures as the SDK should see them: ``httpx`` errors (retried), or the
+        deadline error (not retried) for a timeout at the deadline or a failure whose retry
+        backoff would pass it."""
         try:
-            with limits.mapped(attempt, request):
-                response = self._pool.handle_request(
-                    _core_request(request, attempt, request.stream)
+            yield
+        except _FAILURES as exc:
+            mapped = self._mapped(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def _mapped(self, exc: Exception) -> Exception:
+        url, name = self.request.url, type(exc).__name__
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if isinstance(exc, _TIMEOUTS) and left <= _LATE:
+                return self.bounds.deadline_error(
+                    f"LLM request to {url} passed its deadline; connection closed"
                 )
-        finally:
-            _ATTEMPT.reset(token)
-        headers = limits.check_headers(request, response.status, response.headers, attempt)
-        if isinstance(headers, str):
-            response.close()
-            raise limits.refuse(request.url, headers)
-        stream = response.stream
-        if not isinstance(stream, Iterable):  # pragma: no cover - httpcore's sync pool
-            raise TypeError("httpcore returned an async body to a sync transport")
-        return httpx.Response(
-            status_code=response.status,
-            headers=headers,
-            stream=_Body(stream, attempt, limits, request),
-            extensions=response.extensions,
+            if not retry_fits({}, self._retries_taken(), time.time(), left):
+                return self.bounds.deadline_error(
+                    f"LLM request to {url} failed ({name}: {exc}) with no time left for a "
+                    "retry before its deadline"
+                )
+        if isinstance(exc, httpx.TransportError):
+            return exc
+        if isinstance(exc, _TIMEOUTS) and not isinstance(exc, httpcore.TimeoutException):
+            return httpx.ReadTimeout(f"LLM request to {url} passed its attempt timeout")
+        return getattr(httpx, name, httpx.TransportError)(str(exc))  # httpcore → httpx
+
+    def _retries_taken(self) -> int:
+        count = self.request.headers.get("x-stainless-retry-count", "0")
+        return int(count) if count.isdigit() else 0
+
+    def refusal(self, response: httpx.Response) -> Exception | None:
+        """Why ``response`` is refused before its body is read (``None``: admitted). An error
+        response whose retry would not fit before the deadline gets ``x-should-retry: false``."""
+        headers = response.headers
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            return self._too_large(f"compressed body ({encoding!r}) although identity was asked")
+        length = headers.get("content-length", "").strip()
+        if length.isdigit() and int(length) > self.bounds.max_response_bytes:
+            return self._too_large(f"Content-Length {int(length):,} bytes > max_response_bytes")
+        if response.status_code >= 400 and self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if not retry_fits(headers, self._retries_taken(), time.time(), left):
+                headers["x-should-retry"] = "false"
+        return None
+
+    def counted(self, chunk: bytes) -> bytes:
+        """``chunk``, once the body read so far is within the cap."""
+        self.seen += len(chunk)
+        if self.seen > self.bounds.max_response_bytes:
+            raise self._too_large(f"body passed {self.seen:,} bytes > max_response_bytes")
+        return chunk
+
+    def _too_large(self, why: str) -> Exception:
+        return self.bounds.too_large_error(
+            f"LLM response from {self.request.url} refused: {why} "
+            f"({self.bounds.max_response_bytes:,})"
         )
 
-    def close(self) -> None:
-        self._pool.close()
+
+# --------------------------------------------------------------------------- sync hook
+_ACTIVE: ContextVar[_Attempt | None] = ContextVar("llama_index_car_llm_attempt", default=None)
 
 
-# --------------------------------------------------------------------------- async
-class _AsyncStream(httpcore.AsyncNetworkStream):
-    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+@contextmanager
+def _active(attempt: _Attempt) -> Iterator[None]:
+    """Make ``attempt`` the one whose end bounds this thread's socket operations."""
+    token = _ACTIVE.set(attempt)
+    try:
+        with attempt.errors():
+            yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def _cut(timeout: float | None, kind: type[Exception]) -> float | None:
+    attempt = _ACTIVE.get()
+    return timeout if attempt is None else attempt.cut(timeout, kind)
+
+
+class _Stream(httpcore.NetworkStream):
+    """A socket stream whose every operation ends by the active attempt's end."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, _bound(timeout, httpcore.ReadTimeout))
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _cut(timeout, httpcore.ReadTimeout))
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._inner.write(buffer, _bound(timeout, httpcore.WriteTimeout))
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _cut(timeout, httpcore.WriteTimeout))
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+    def close(self) -> None:
+        self._inner.close()
 
-    async def start_tls(
-        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        return _AsyncStream(
-            await self._inner.start_tls(
-                ssl_context, server_hostname, _bound(timeout, httpcore.ConnectTimeout)
-            )
-        )
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        timeout = _cut(timeout, httpcore.ConnectTimeout)
+        return _Stream(self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
 
 
-class _AsyncBackend(httpcore.AsyncNetworkBackend):
-    def __init__(self) -> None:
-        self._inner = httpcore.AnyIOBackend()
+class _Backend(httpcore.SyncBackend):
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                    local_address: str | None = None,
+                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        timeout = _cut(timeout, httpcore.ConnectTimeout)
+        return _Stream(super().connect_tcp(host, port, timeout, local_address, socket_options))
 
-    async def connect_tcp(
-        self, host: str, port: int, timeout: float | None = None,
-        local_address: str | None = None, socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        return _AsyncStream(
-            await self._inner.connect_tcp(
-                host, port, _bound(timeout, httpcore.ConnectTimeout), local_address,
-                socket_options,
-            )
+
+class _SyncBody(httpx.SyncByteStream):
+    def __init__(self, core: httpcore.Response, attempt: _Attempt) -> None:
+        self._core, self._attempt = core, attempt
+
+    def __iter__(self) -> Iterator[bytes]:
+        chunks = iter(self._core.stream)  # type: ignore[arg-type]  # sync pool: sync body
+        while True:
+            with _active(self._attempt):
+                chunk = next(chunks, None)
+            if chunk is None:
+                return
+            yield self._attempt.counted(chunk)
+
+    def close(self) -> None:
+        self._core.close()
+
+
+class BoundedTransport(httpx.BaseTransport):
+    """A sync ``httpx`` transport bounding each attempt's time and response size
+    (a connection pool of 20, 5 kept alive for 5 s)."""
+
+    def __init__(self, bounds: Bounds | None = None) -> None:
+        self._bounds = bounds or Bounds()
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(), max_connections=20,
+            max_keepalive_connections=5, keepalive_expiry=5.0, network_backend=_Backend(),
         )
 
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        return _AsyncStream(
-            await self._inner.connect_unix_socket(
-                path, _bound(timeout, httpcore.ConnectTimeout), socket_options
-            )
-        )
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        attempt = _Attempt.start(self._bounds, request)
+        url = request.url
+        with _active(attempt):
+            timeouts = {k: attempt.cut(v, httpcore.PoolTimeout)
+                        for k, v in request.extensions.get("timeout", {}).items()}
+            core = self._pool.handle_request(httpcore.Request(
+                request.method,
+                httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port,
+                             target=url.raw_path),
+                headers=request.headers.raw, content=request.stream,
+                extensions={**request.extensions, "timeout": timeouts},
+            ))
+        response = httpx.Response(core.status, headers=core.headers,
+                                  stream=_SyncBody(core, attempt), extensions=core.extensions)
+        refusal = attempt.refusal(response)
+        if refusal is not None:
+            response.close()
+            raise refusal
+        return response
 
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
+    def close(self) -> None:
+        self._pool.close()
 
 
+# --------------------------------------------------------------------------- async hook
 class _AsyncBody(httpx.AsyncByteStream):
-    def __init__(
-        self, core: Any, attempt: _Attempt, limits: _Limits, request: httpx.Request
-    ) -> None:
-        self._core, self._attempt, self._limits = core, attempt, limits
-        self._request, self._url = request, request.url
+    def __init__(self, inner: httpx.AsyncByteStream, attempt: _Attempt) -> None:
+        self._inner, self._attempt = inner, attempt
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        chunks, seen = self._core.__aiter__(), 0
+        chunks = self._inner.__aiter__()
         while True:
-            token = _ATTEMPT.set(self._attempt)
-            try:
-                with self._limits.mapped(self._attempt, self._request):
-                    try:
-                        chunk = await chunks.__anext__()
-                    except StopAsyncIteration:
-                        return
-            finally:
-                _ATTEMPT.reset(token)
-            seen += len(chunk)
-            self._limits.count(self._url, seen)
-            yield chunk
+            with self._attempt.errors():
+                chunk = await self._attempt.within(anext(chunks, None))
+            if chunk is None:
+                return
+            yield self._attempt.counted(chunk)
 
     async def aclose(self) -> None:
-        aclose = getattr(self._core, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await self._inner.aclose()
 
 
 class AsyncBoundedTransport(httpx.AsyncBaseTransport):
-    """The async twin of :class:`BoundedTransport` (same arguments): one connection pool per
-    event loop, no keep-alive, so a client shared across ``asyncio.run`` calls never hands a
-    socket of a closed loop to a new one."""
+    """The async hook over ``httpx.AsyncHTTPTransport`` (20 connections, none kept alive,
+    no proxy from the environment)."""
 
-    def __init__(
-        self,
-        *,
-        attempt_timeout: float | None = 60.0,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        too_large_error: ErrorFactory | None = None,
-        deadline_error: ErrorFactory | None = None,
-        max_connections: int = 20,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self._limits = _limits(attempt_timeout, max_response_bytes, too_large_error,
-                               deadline_error)
-        self._max_connections = max_connections
-        self._ssl_context = ssl_context
-        self._pools: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, httpcore.AsyncConnectionPool
-        ] = weakref.WeakKeyDictionary()
-
-    def _pool(self) -> httpcore.AsyncConnectionPool:
-        loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is None:
-            if self._ssl_context is None:
-                self._ssl_context = httpx.create_ssl_context()
-            pool = httpcore.AsyncConnectionPool(
-                ssl_context=self._ssl_context,
-                max_connections=self._max_connections,
-                max_keepalive_connections=0,
-                network_backend=_AsyncBackend(),
-            )
-            self._pools[loop] = pool
-        return pool
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        limits = self._limits
-        attempt = _Attempt.start(limits.attempt_timeout)
-        token = _ATTEMPT.set(attempt)
-        try:
-            with limits.mapped(attempt, request):
-                response = await self._pool().handle_async_request(
-                    _core_request(request, attempt, request.stream)
-                )
-        finally:
-            _ATTEMPT.reset(token)
-        headers = limits.check_headers(request, response.status, response.headers, attempt)
-        if isinstance(headers, str):
-            await response.aclose()
-            raise limits.refuse(request.url, headers)
-        return httpx.Response(
-            status_code=response.status,
-            headers=headers,
-            stream=_AsyncBody(response.stream, attempt, limits, request),
-            extensions=response.extensions,
+    def __init__(self, bounds: Bounds | None = None) -> None:
+        self._bounds = bounds or Bounds()
+        self._inner = httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=20, max_keepalive_connections=0),
+            trust_env=False,
         )
 
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        attempt = _Attempt.start(self._bounds, request)
+        with attempt.errors():
+            inner = await attempt.within(self._inner.handle_async_request(request))
+        response = httpx.Response(inner.status_code, headers=inner.headers,
+                                  stream=_AsyncBody(inner.stream, attempt),  # type: ignore[arg-type]
+                                  extensions=inner.extensions)
+        refusal = attempt.refusal(response)
+        if refusal is not None:
+            await response.aclose()
+            raise refusal
+        return response
+
     async def aclose(self) -> None:
-        pool = self._pools.pop(asyncio.get_running_loop(), None)
-        if pool is not None:
-            await pool.aclose()
+        await self._inner.aclose()

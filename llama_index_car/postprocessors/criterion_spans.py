@@ -13,10 +13,12 @@ first::
      "table_index", "row", "col", "row_span", "col_span", "header"}
 
 ``start``/``end`` are offsets into ``node.get_content()``: the sentence, the row's ``<tr>`` /
-``| … |`` line, or the cell inside it when its text can be found there (else its row). A cell's
-``header`` is its column header (row 0 of its table), so it reads ``header: text``; a cell
-past the first column also has ``row_header`` (its row's cells in the first two columns, left
-of it: ``규격 · 길이``).
+``| … |`` line, or the cell's rendered text inside it (:func:`~llama_index_car.spans.
+cell_offsets`; its row when not found there). A cell's ``header`` is its column's label in
+its table's header (:func:`~llama_index_car.spans.table_header`: the first row with two
+distinct texts, a caption row merged over the table skipped), so it reads ``header: text``;
+a cell past the first column also has ``row_header`` (its row's cells in the first two
+columns, left of it: ``규격 · 길이``).
 
 Score of a span ``s`` for a query ``q`` (:func:`combine`)::
 
@@ -65,7 +67,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.postprocessors.span_rerank import check_span_inputs, query_vector
 from llama_index_car.span_index import SpanIndex
-from llama_index_car.spans import Span, node_spans
+from llama_index_car.spans import Span, cell_offsets, node_spans, table_header
 from llama_index_car.tokenizers.kiwi import DOMAIN_PATTERNS, KiwiTokenizer
 
 __all__ = [
@@ -101,7 +103,6 @@ _CUE_RE = re.compile(
     "|".join(f"(?:{rx})" for name, rx, _ in DOMAIN_PATTERNS if name in ("number_unit", "ratio"))
     + "|" + "|".join(_CUE_WORDS)
 )
-_TD = re.compile(r"(<t[dh]\b[^>]*>)(.*?)</t[dh]>", re.S | re.I)
 #: Korean question form, from the grammar (not tuned on evaluation data): a question mark, an
 #: interrogative word (누구/누가 무엇/뭐 무슨 언제 어디 어느 어떤/어떻-/어때 얼마 몇, 왜 as a
 #: word of its own) anywhere, or an interrogative ending (-나요 -까요 -가요 -니까 -는지요) at
@@ -241,41 +242,14 @@ def _norm(value: str) -> str:
     return " ".join(str(value).split())
 
 
-def _cell_offsets(text: str, a: int, b: int, value: str) -> tuple[int, int]:
-    """Offsets of the first cell whose rendered text is ``value`` inside the row
-    ``text[a:b]`` (an HTML ``<td>`` or a markdown ``| … |`` segment); ``(a, b)`` when not
-    found exactly or when ``text[a:b]`` is not one rendered row (a table block).
-
-    >>> row = "<tr><td>설치 간격</td><td colspan='2'>750m 이내</td></tr>"
-    >>> a, b = _cell_offsets(row, 0, len(row), "750m 이내"); row[a:b]
-    '750m 이내'
-    """
-    row = text[a:b]
-    regions: list[tuple[int, int]] = []
-    if not row.lower().startswith(("<tr", "|")):  # the row is a whole table block: no search
-        return a, b
-    if row.startswith("|"):
-        bars = [i for i, ch in enumerate(row) if ch == "|"]
-        regions = [(s + 1, e) for s, e in zip(bars, bars[1:], strict=False)]
-    else:
-        regions = [(m.start(2), m.end(2)) for m in _TD.finditer(row)]
-    for s, e in regions:
-        while s < e and row[s].isspace():
-            s += 1
-        while e > s and row[e - 1].isspace():
-            e -= 1
-        if " ".join(row[s:e].split()) == value:
-            return a + s, a + e
-    return a, b
-
-
 class _Grid:
-    """One table's cells indexed once: row 0, the cells covering each row, the cells
-    starting in each row (each by column)."""
+    """One table's cells indexed once: its header (:func:`~llama_index_car.spans.
+    table_header`), the cells covering each row, the cells starting in each row (each by
+    column)."""
 
     def __init__(self, cells: Sequence[Any]) -> None:
         by_col = sorted(cells, key=lambda c: (c.col, c.row))
-        self.head = [c for c in by_col if c.row == 0]
+        self.table_header = table_header(cells)
         self.covering: dict[int, list[Any]] = {}
         self.starting: dict[int, list[Any]] = {}
         height = max((c.row + c.row_span for c in cells), default=0)
@@ -285,12 +259,11 @@ class _Grid:
                 self.covering.setdefault(r, []).append(c)
 
     def header(self, row: int, col: int, col_span: int) -> str | None:
-        """Distinct non-empty texts of row 0 over columns ``[col, col + col_span)``."""
-        if row == 0:
+        """The header labels over columns ``[col, col + col_span)`` for a cell of ``row``
+        (None in and above the header rows)."""
+        if not self.table_header.labels(row):
             return None
-        names = [_norm(c.text) for c in self.head
-                 if c.col < col + col_span and col < c.col + c.col_span]
-        return " | ".join(n for n in dict.fromkeys(names) if n) or None
+        return self.table_header.over(col, col_span)
 
     def row_header(self, row: int, col: int) -> str | None:
         """Distinct non-empty texts of the row's cells in the first :data:`ROW_HEADER_COLS`
@@ -319,7 +292,7 @@ def span_candidates(node: Any, spans: Sequence[Span] | None = None) -> list[Span
     after each table row known by its cells (``cells`` metadata), the row's own cells (those
     starting in it, non-empty, by column), each with its place.
     A cell's text is the reader's cell text (whitespace collapsed), its offsets those of its
-    ``<td>`` / ``| … |`` segment when that renders the text exactly, else its row's.
+    rendering in its row (the row's cells found in column order), else its row's.
 
     >>> from llama_index.core.schema import TextNode
     >>> [(c.kind, c.text) for c in span_candidates(TextNode(text="폭은 1.5m 이상으로 하고 높이는 2.0m 이상으로 한다."))]
@@ -349,11 +322,13 @@ def span_candidates(node: Any, spans: Sequence[Span] | None = None) -> list[Span
         out.append(SpanCandidate("row", s.text, s.start, s.end, place, table,
                                  " ".join(values) if values else None,
                                  tuple(parts) if parts else None))
-        for c in grid.starting.get(row, []) if grid else []:
+        own = grid.starting.get(row, []) if grid else []
+        found = cell_offsets(text, s.start, s.end, [str(c.text) for c in own])
+        for c, where in zip(own, found, strict=True):
             value = _norm(c.text)
             if not value:
                 continue
-            a, b = _cell_offsets(text, s.start, s.end, value)
+            a, b = where if where is not None else (s.start, s.end)
             info: dict[str, Any] = {
                 "table_index": c.table, "row": c.row, "col": c.col,
                 "row_span": c.row_span, "col_span": c.col_span,

@@ -23,9 +23,10 @@ header: value``). The response carries
   (``None`` where not applicable), all excluded from embed and LLM metadata (the location is in
   the text already); a ``PARENT`` relationship names the hit's node;
 * ``metadata["citations"]``: the :class:`Citation` of each source the answer cites, in order of
-  first citation. ``[n]`` outside ``1..len(sources)`` is ignored (listed in
-  ``metadata["invalid_citations"]``): LLM output is untrusted. ``[1, 3]`` and ``[2-4]`` are
-  read as lists and ranges;
+  first citation. ``[n]`` outside ``1..len(sources)`` (``[0]``, ``[-1]``, ``[1234567]``) is
+  ignored and listed in ``metadata["invalid_citations"]`` as the integer given (the first
+  :data:`MAX_INVALID_CITATIONS`, also when the answer is replaced): LLM output is untrusted.
+  ``[1, 3]`` and ``[2-4]`` are read as lists and ranges;
 * ``metadata["fallback"]``/``["error"]``/``["error_message"]``: when the LLM call fails (any
   ``Exception``: HTTP errors, timeouts, deadlines, unparseable replies) the answer is the
   **retrieval-only answer** — the top ``fallback_sources`` sources, each cited ``[n]`` — with
@@ -33,6 +34,14 @@ header: value``). The response carries
   ``require_citation`` (default) an answer citing no valid source is replaced the same way
   (``error="UncitedAnswerError"``). A stream that breaks off (or ends uncited) gets the
   retrieval-only answer appended. No hits: :data:`NO_SOURCE_ANSWER`, without an LLM call.
+
+The answer is LLM output, so untrusted: it is returned sanitised as ``llama-car query`` prints
+(:func:`~llama_index_car.hypothesizers.base.sanitize_text`: terminal escape sequences,
+control, bidi and other format characters and lone surrogates removed, newlines and tabs
+kept) and cut after ``max_answer_chars`` characters (default
+:data:`DEFAULT_MAX_ANSWER_CHARS`, the cut marked ``…``); citations are read from that text. A stream is sanitised token by token (an
+escape sequence split across tokens is held back until it is whole) and stops reading the LLM
+at the cut.
 
 The LLM is called once per query through LlamaIndex's interface (``predict``/``stream`` and
 their async twins, as the response synthesizers do); ``llm_timeout`` opens an
@@ -42,8 +51,8 @@ their async twins, as the response synthesizers do); ``llm_timeout`` opens an
 ``AsyncStreamingResponse``) whose ``source_nodes`` are set at once and whose citations are set
 once the stream is consumed.
 
->>> cited_numbers("폭은 3.5m [2], 속도는 [1, 9] 및 [2-3]", n_sources=3)
-([2, 1, 3], [9])
+>>> cited_numbers("폭은 3.5m [2], 속도는 [1, 9] 및 [2-3], [-1]", n_sources=3)
+([2, 1, 3], [9, -1])
 >>> c = Citation(number=1, kind="cell", text="750m 이내", node_id="n1", file="t.hwpx",
 ...              section_title="비상주차대", table_index=0, row=1, col=1, header="기준",
 ...              row_header="설치 간격")
@@ -84,18 +93,22 @@ from llama_index.core.schema import (
 )
 
 from llama_index_car._errors import ConfigurationError, LLMResponseError
+from llama_index_car.hypothesizers.base import sanitize_text, trailing_escape_start
 from llama_index_car.llms.deadline import llm_deadline
 
 __all__ = [
     "CITATIONS_KEY",
     "Citation",
     "DEFAULT_FALLBACK_SOURCES",
+    "DEFAULT_MAX_ANSWER_CHARS",
     "DEFAULT_MAX_SOURCES",
+    "MAX_INVALID_CITATIONS",
     "NO_SOURCE_ANSWER",
     "SPAN_CITATION_QA_TEMPLATE",
     "SpanCitationQueryEngine",
     "UncitedAnswerError",
     "cited_numbers",
+    "clean_answer",
     "render_source",
     "retrieval_only_answer",
     "sources_from_hits",
@@ -108,12 +121,21 @@ DEFAULT_MAX_SOURCES = 15
 DEFAULT_FALLBACK_SOURCES = 3
 #: characters of a hit without spans shown as its one ``section`` source
 SECTION_SOURCE_CHARS = 800
+#: characters of the LLM's answer kept by default (the rest is cut, the cut marked ``…``)
+DEFAULT_MAX_ANSWER_CHARS = 20_000
+#: invalid citation numbers kept in ``metadata["invalid_citations"]`` (the first ones)
+MAX_INVALID_CITATIONS = 100
 #: longest list or range read inside one ``[...]`` (untrusted LLM output)
 _MAX_RANGE = 50
 _SPANS_KEY = "criterion_spans"  # CriterionSpanPostprocessor's key
+# a bracket of at most 64 digits, commas, blanks and dashes; its parts are numbers (a minus
+# sign allowed) and ranges, each number at most 64 digits, so int() stays cheap
 _BRACKET = re.compile(r"\[([0-9,\s\-–]{1,64})\]")
-_NUMBER = re.compile(r"\d{1,6}")
-_RANGE = re.compile(r"(\d{1,6})\s*[-–]\s*(\d{1,6})")
+_NUMBER = re.compile(r"[-–]?\d+")
+_RANGE = re.compile(r"(\d+)\s*[-–]\s*(\d+)")
+#: a stream's held-back escape sequence is let go (sanitised as it is) past this length
+_MAX_PENDING = 256
+_CUT = "…"
 
 NO_SOURCE_ANSWER = "검색된 기준 조항이 없습니다 (no source was retrieved for this query)."
 _FALLBACK_HEAD = "LLM 답변을 만들지 못해 검색된 기준 조항을 그대로 보입니다 ({error}):"
@@ -272,14 +294,19 @@ def render_source(citation: Citation) -> str:
 
 def cited_numbers(text: str, n_sources: int) -> tuple[list[int], list[int]]:
     """The source numbers ``text`` cites, distinct, in order of first citation, and the
-    numbers outside ``1..n_sources`` it also cites (ignored). ``[n]``, ``[n, m]`` and
-    ``[n-m]`` (a range of at most 50) are read; anything else in brackets is not a
-    citation."""
+    numbers outside ``1..n_sources`` it also cites (ignored; the first
+    :data:`MAX_INVALID_CITATIONS`, as given: ``[-1]`` is -1, ``[1234567]`` 1234567).
+    ``[n]``, ``[n, m]`` and ``[n-m]`` (a range of at most 50; a longer one counts as its two
+    ends) are read inside brackets of at most 64 characters; anything else in brackets is
+    not a citation."""
     valid: dict[int, None] = {}
     invalid: dict[int, None] = {}
 
     def add(n: int) -> None:
-        (valid if 1 <= n <= n_sources else invalid)[n] = None
+        if 1 <= n <= n_sources:
+            valid[n] = None
+        elif len(invalid) < MAX_INVALID_CITATIONS:
+            invalid[n] = None
 
     for match in _BRACKET.finditer(text):
         for part in match.group(1).split(","):
@@ -287,7 +314,7 @@ def cited_numbers(text: str, n_sources: int) -> tuple[list[int], list[int]]:
             if not part:
                 continue
             if _NUMBER.fullmatch(part):
-                add(int(part))
+                add(int(part.replace("–", "-")))
             elif (r := _RANGE.fullmatch(part)) is not None:
                 a, b = int(r.group(1)), int(r.group(2))
                 if a <= b and b - a < _MAX_RANGE:
@@ -297,6 +324,23 @@ def cited_numbers(text: str, n_sources: int) -> tuple[list[int], list[int]]:
                     add(a)
                     add(b)
     return list(valid), list(invalid)
+
+
+def clean_answer(text: str, max_chars: int = DEFAULT_MAX_ANSWER_CHARS) -> str:
+    """``text`` (LLM output) sanitised (:func:`sanitize_text`, newlines kept) and cut after
+    ``max_chars`` characters, the cut marked ``…``. At most ``4 * max_chars + 256``
+    characters of ``text`` are read.
+
+    >>> clean_answer("\x1b[31m기준\x1b[0m [1]\u202e")
+    '기준 [1]'
+    >>> clean_answer("가나다라마", 3)
+    '가나다…'
+    """
+    head = text[: 4 * max_chars + _MAX_PENDING]
+    clean = sanitize_text(head, keep_newlines=True)
+    if len(clean) > max_chars or len(head) < len(text):
+        return clean[:max_chars] + _CUT
+    return clean
 
 
 def retrieval_only_answer(sources: Sequence[Citation], k: int, error: str) -> str:
@@ -334,30 +378,59 @@ def _source_node(c: Citation) -> NodeWithScore:
 
 class _Answer:
     """One answer being finished: the sources, the response metadata it fills in, and the
-    text so far (streams feed it token by token)."""
+    text so far (streams feed it token by token), sanitised and bounded as it comes."""
 
-    def __init__(self, sources: list[Citation], fallback_sources: int, require: bool) -> None:
+    def __init__(
+        self, sources: list[Citation], fallback_sources: int, require: bool, max_chars: int
+    ) -> None:
         self.sources = sources
         self.k = fallback_sources
         self.require = require
+        self.max_chars = max_chars
         self.parts: list[str] = []
+        self.length = 0  # characters of the LLM's text kept so far
+        self.cut = False  # the LLM's text reached max_chars
+        self.pending = ""  # a stream's trailing escape sequence, held back
         self.metadata: dict[str, Any] = {
             CITATIONS_KEY: [], "fallback": False, "error": None, "error_message": None,
             "invalid_citations": [],
         }
 
+    def feed(self, token: Any) -> str:
+        """A stream's next token, sanitised, up to the cut (then "" and ``cut`` is set)."""
+        if self.cut:
+            return ""
+        room = self.max_chars - self.length
+        text = self.pending + str(token)[: 4 * room + _MAX_PENDING]
+        keep = trailing_escape_start(text, _MAX_PENDING)
+        self.pending = text[keep:]
+        clean = sanitize_text(text[:keep], keep_newlines=True)
+        if len(clean) > room:
+            clean = clean[:room] + _CUT
+            self.cut = True
+            self.pending = ""
+        self.length += len(clean) - self.cut
+        return clean
+
+    def flush(self) -> str:
+        """What a stream held back at its end, sanitised (an unfinished escape sequence
+        goes)."""
+        rest, self.pending = self.pending, ""
+        return self.feed(rest) if rest else ""
+
     def fail(self, exc: BaseException) -> str:
         """Record ``exc`` and return the retrieval-only text to add to the answer."""
-        self.metadata.update(
-            fallback=True, error=type(exc).__name__, error_message=str(exc)[:500] or None
-        )
+        message = sanitize_text(str(exc)[:500]).strip()
+        self.metadata.update(fallback=True, error=type(exc).__name__, error_message=message or None)
         text = retrieval_only_answer(self.sources, self.k, type(exc).__name__)
+        text = sanitize_text(text, keep_newlines=True)  # sources are index text
         return f"\n\n{text}" if "".join(self.parts).strip() else text
 
     def finish(self, replace: bool = False) -> str:
         """Resolve the citations of the text so far; return text still to add ("" or the
         retrieval-only answer when nothing valid was cited and a citation is required; with
-        ``replace`` it replaces the text instead of following it)."""
+        ``replace`` it replaces the text instead of following it). Invalid numbers the LLM's
+        text cited stay listed when it is replaced."""
         tail = ""
         cited, invalid = cited_numbers("".join(self.parts), len(self.sources))
         if not cited and self.require and not self.metadata["fallback"]:
@@ -365,7 +438,8 @@ class _Answer:
                 self.parts = []
             tail = self.fail(UncitedAnswerError("the LLM answer cites no source"))
             self.parts.append(tail)
-            cited, invalid = cited_numbers("".join(self.parts), len(self.sources))
+            cited, more = cited_numbers("".join(self.parts), len(self.sources))
+            invalid += [n for n in more if n not in invalid][: MAX_INVALID_CITATIONS - len(invalid)]
         self.metadata[CITATIONS_KEY] = [self.sources[n - 1] for n in cited]
         self.metadata["invalid_citations"] = invalid
         return tail
@@ -375,19 +449,32 @@ class _Answer:
         if exc is not None:
             self.parts = [self.fail(exc)]
         else:
-            self.parts = [text or ""]
+            self.parts = [clean_answer(str(text or ""), self.max_chars)]
         self.finish(replace=True)
         return "".join(self.parts)
+
+    def _take(self, token: Any) -> str:
+        piece = self.feed(token)
+        if piece:
+            self.parts.append(piece)
+        return piece
 
     def tokens(self, gen: Iterator[str]) -> Generator[str, None, None]:
         try:
             for token in gen:
-                self.parts.append(token)
-                yield token
+                if piece := self._take(token):
+                    yield piece
+                if self.cut:
+                    break
+            if piece := self._take_rest():
+                yield piece
         except Exception as exc:  # noqa: BLE001 - a broken stream gets the fallback
             tail = self.fail(exc)
             self.parts.append(tail)
             yield tail
+        finally:
+            if self.cut:
+                _close(gen)
         tail = self.finish()
         if tail:
             yield tail
@@ -395,15 +482,47 @@ class _Answer:
     async def atokens(self, gen: AsyncIterator[str]) -> AsyncGenerator[str, None]:
         try:
             async for token in gen:
-                self.parts.append(token)
-                yield token
+                if piece := self._take(token):
+                    yield piece
+                if self.cut:
+                    break
+            if piece := self._take_rest():
+                yield piece
         except Exception as exc:  # noqa: BLE001 - a broken stream gets the fallback
             tail = self.fail(exc)
             self.parts.append(tail)
             yield tail
+        finally:
+            if self.cut:
+                await _aclose(gen)
         tail = self.finish()
         if tail:
             yield tail
+
+    def _take_rest(self) -> str:
+        piece = self.flush()
+        if piece:
+            self.parts.append(piece)
+        return piece
+
+
+def _close(gen: Any) -> None:
+    """Stop reading a stream cut at ``max_answer_chars`` (its connection is released)."""
+    close = getattr(gen, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:  # noqa: BLE001, S110 - the answer is complete; nothing to report
+            pass
+
+
+async def _aclose(gen: Any) -> None:
+    aclose = getattr(gen, "aclose", None)
+    if callable(aclose):
+        try:
+            await aclose()
+        except Exception:  # noqa: BLE001, S110 - the answer is complete; nothing to report
+            pass
 
 
 def _one(text: str) -> Generator[str, None, None]:
@@ -441,6 +560,8 @@ class SpanCitationQueryEngine(BaseQueryEngine):
             answer (default ``True``).
         llm_timeout: seconds for the LLM call, as an :func:`llm_deadline` (default ``None``:
             the LLM's own timeouts).
+        max_answer_chars: characters of the LLM's answer kept, sanitised (default 20,000;
+            the cut is marked ``…``, and a stream stops being read there).
         callback_manager: LlamaIndex callbacks (default: a new, empty manager).
 
     Raises:
@@ -459,6 +580,7 @@ class SpanCitationQueryEngine(BaseQueryEngine):
         fallback_sources: int = DEFAULT_FALLBACK_SOURCES,
         require_citation: bool = True,
         llm_timeout: float | None = None,
+        max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
         callback_manager: CallbackManager | None = None,
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
@@ -479,6 +601,7 @@ class SpanCitationQueryEngine(BaseQueryEngine):
         self.max_sources = _positive_int("max_sources", max_sources)
         self.fallback_sources = _positive_int("fallback_sources", fallback_sources)
         self.require_citation = bool(require_citation)
+        self.max_answer_chars = _positive_int("max_answer_chars", max_answer_chars)
         self.llm_timeout = llm_timeout
         super().__init__(callback_manager=callback_manager)
         for post in self._node_postprocessors:
@@ -520,7 +643,9 @@ class SpanCitationQueryEngine(BaseQueryEngine):
         self, nodes: Sequence[NodeWithScore]
     ) -> tuple[_Answer, list[NodeWithScore], dict[str, str]]:
         sources = sources_from_hits(nodes, self.max_sources)
-        answer = _Answer(sources, self.fallback_sources, self.require_citation)
+        answer = _Answer(
+            sources, self.fallback_sources, self.require_citation, self.max_answer_chars
+        )
         context = "\n\n".join(render_source(c) for c in sources)
         return answer, [_source_node(c) for c in sources], {"context_str": context}
 

@@ -11,9 +11,10 @@ Behaviour:
 * documents scoring exactly 0 (no query token, or only tokens with idf 0) are not returned;
   ranking is score descending, then earlier-indexed node first;
 * ``similarity_top_k`` above the number of nodes is clamped, with a ``UserWarning``;
-* ``filters`` (LlamaIndex ``MetadataFilters``; EQ, IN and the other operators of
-  ``build_metadata_filter_fn``, AND/OR/NOT, nested groups) restrict the returned nodes; the
-  BM25 statistics stay those of the whole corpus (as LlamaIndex's ``BM25Retriever`` does);
+* ``filters`` (LlamaIndex ``MetadataFilters``; every operator, AND/OR/NOT, nested groups,
+  with the one meaning of :func:`llama_index_car.retrievers._filters.matches` that every
+  channel shares) restrict the returned nodes; the BM25 statistics stay those of the whole
+  corpus (as LlamaIndex's ``BM25Retriever`` does);
 * a view: the nodes, arrays and tokenizer belong to a
   :class:`~llama_index_car.indices.CriterionAwareIndex` (``from_defaults(nodes=...)`` builds a
   private, BM25-only one); every query reads the snapshot current at its start. Update and

@@ -273,6 +273,47 @@ def table_paragraph(
     return out
 
 
+def _ext(code: int, ctrl_id: bytes) -> bytes:
+    """An extended control character: 8 WCHARs, the code, the ctrl id, the code again."""
+    return struct.pack("<8H", code, *struct.unpack("<2H", ctrl_id), 0, 0, 0, 0, code)
+
+
+def field_paragraph(text: str, guide: str, modified: bool = False, level: int = 0) -> bytes:
+    """A paragraph holding one click-here field (누름틀) whose text is ``text``: a field start
+    (extended control 3, CTRL_HEADER ``%clk``: UINT32 ctrl id, UINT32 properties (bit 15:
+    modified), BYTE, WORD command length, WCHAR command ``Clickhere:set:..:Direction:
+    wstring:<n>:<guide> ...``, UINT32 field id), the text, a field end (inline control 4)."""
+    units = (
+        _ext(3, b"klc%") + text.encode("utf-16-le")
+        + struct.pack("<8H", 4, 0, 0, 0, 0, 0, 0, 4) + b"\r\x00"
+    )
+    body = f"Direction:wstring:{len(guide)}:{guide} HelpState:wstring:0: "
+    command = f"Clickhere:set:{len(body)}:{body}".encode("utf-16-le")
+    ctrl = (
+        b"klc%" + struct.pack("<IBH", 0x8001 if modified else 0x1, 9, len(command) // 2)
+        + command + struct.pack("<I", 12345)
+    )
+    return (
+        record(TAG_PARA_HEADER, level, _para_header(len(units) // 2))
+        + record(TAG_PARA_TEXT, level + 1, units)
+        + record(TAG_CTRL_HEADER, level + 1, ctrl)
+    )
+
+
+def header_paragraph(texts: Sequence[str], kind: bytes = b"daeh", level: int = 0) -> bytes:
+    """A paragraph holding a page header (``kind`` b"daeh", the ctrl id ``head`` stored
+    reversed) or footer (b"toof"): extended control 16, its CTRL_HEADER, then one
+    LIST_HEADER under the control and the header's paragraphs after it at the same level."""
+    units = _ext(16, kind) + b"\r\x00"
+    out = record(TAG_PARA_HEADER, level, _para_header(len(units) // 2))
+    out += record(TAG_PARA_TEXT, level + 1, units)
+    out += record(TAG_CTRL_HEADER, level + 1, kind + b"\x00" * 8)
+    out += record(TAG_LIST_HEADER, level + 2, struct.pack("<hIH", len(texts), 0, 0))
+    for t in texts:
+        out += paragraph(t, level + 2)
+    return out
+
+
 def nested_tables(depth: int, text: str = "속") -> bytes:
     """``depth`` tables each inside the single cell of the one before (depth 1: one table)."""
     def at(level: int, remaining: int) -> bytes:

@@ -5,9 +5,11 @@ batch keeps the good documents."""
 from __future__ import annotations
 
 import io
+import random
 import struct
 import tracemalloc
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import olefile
@@ -24,7 +26,8 @@ from llama_index.readers.hwpx import (
     HWPXReader,
     HWPXReadWarning,
 )
-from llama_index.readers.hwpx._hwp5 import read_records
+from llama_index.readers.hwpx._hwp5 import Records, SectionBuilder, iter_records, read_records
+from llama_index.readers.hwpx._parse import FileState, SectionWalker
 
 from .hwp5_fakes import (
     FLAG_COMPRESSED,
@@ -34,7 +37,9 @@ from .hwp5_fakes import (
     build_cfb,
     deflate,
     docinfo,
+    field_paragraph,
     file_header,
+    header_paragraph,
     hwp5,
     lpwstr,
     nested_tables,
@@ -283,6 +288,106 @@ def test_rendered_text_limit() -> None:
     data = hwp5([paragraph("가" * 2000) for _ in range(10)])
     assert len(HWPReader().load_bytes(data, "t.hwp")[0].text) >= 20_000
     _limit(data, "t.hwp", "max_text_chars", max_text_chars=10_000)
+
+
+def _one_char_paragraphs(n: int) -> bytes:
+    """The attack of issue 37: a valid section of ``n`` one-character paragraphs (random
+    syllables, so that it compresses no better than text: 2.4 M of them are a 4.9 MB file)."""
+    rng = random.Random(0)
+    return b"".join(paragraph(chr(0xAC00 + rng.randrange(11172))) for _ in range(n))
+
+
+def test_text_limit_is_charged_while_the_records_are_read() -> None:
+    """The builder charges each paragraph as it builds it (1 character + the walker's 8) and
+    stops at the paragraph that crosses ``max_text_chars``: the records read by then (a
+    counter over the batches handed out) are those of limit/9 paragraphs, plus the one batch
+    in hand, not the stream's 2 x 60,000."""
+    stream = _one_char_paragraphs(60_000)
+    limits = HWPReader(max_text_chars=9_000).limits()
+    read = 0
+
+    def batches() -> Iterator[Records]:
+        nonlocal read
+        for rec in iter_records(stream, "a.hwp", "BodyText/Section0", 5_000_000, True, 512):
+            read += len(rec.tags)
+            yield rec
+
+    builder = SectionBuilder(batches(), "a.hwp", "BodyText/Section0", limits, lambda _: None)
+    with pytest.raises(HWPLimitError, match="max_text_chars=9000") as exc:
+        builder.build()
+    assert exc.value.value == 9_009  # 1001 paragraphs x 9
+    assert read <= 2 * 1001 + 512 + 2
+
+
+def test_a_text_limit_refusal_costs_little_memory() -> None:
+    """The whole reader on a 200,000-paragraph file with max_text_chars=90,000: the refusal
+    holds the inflated stream and a batch of records (traced peak under 2.5x the stream);
+    building the section first took ~10x."""
+    section = _one_char_paragraphs(200_000)
+    data = hwp5([section])
+    tracemalloc.start()
+    try:
+        with pytest.raises(HWPLimitError, match="max_text_chars"):
+            HWPReader(max_text_chars=90_000).load_bytes(data, "a.hwp")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2.5 * len(section)
+
+
+def test_the_builders_text_charge_is_a_lower_bound_of_the_walkers() -> None:
+    """The builder never refuses what the walker accepts: per section, what it charged is at
+    most what the walker charges, on paragraphs, white space, cells of many lines, notes
+    and headers in cells, captions and fields (the corpus check is in test_hwp_twins)."""
+    cell_lines = b"".join(paragraph(t, 2) for t in ("가", " ", "나 다", "라"))
+    body = (
+        paragraph("  앞  ") + paragraph("   ") + paragraph("\t")
+        + table_paragraph([[cell_lines, "x", ""], ["", header_paragraph(["머리"], level=2), "y"]])
+        + field_paragraph("여기에 입력", "여기에 입력") + header_paragraph(["꼬리"], b"toof")
+        + table_paragraph([[table_paragraph([["속", " "]], 2)]])
+    )
+    for section in (body, table_paragraph([[cell_lines]])):
+        bound, charged = _charges(section)
+        assert 0 < bound <= charged
+
+
+def _charges(section: bytes) -> tuple[int, int]:
+    limits = HWPReader().limits()
+    builder = SectionBuilder(
+        iter_records(section, "a.hwp", "s", 5_000_000, True), "a.hwp", "s", limits,
+        lambda _: None,
+    )
+    root = builder.build()
+    state = FileState(file="a.hwp", limits=limits, outline={})
+    SectionWalker(state, 0, "s").walk(root)
+    return builder.text_bound, state.text_chars
+
+
+def test_batches_build_the_tree_one_stream_builds() -> None:
+    """Cutting a stream into batches of whole top-level subtrees changes nothing: the tree
+    from batches of 1, 7 and 64 records equals the tree from the whole stream, also when a
+    later record is shallower than the first ones (what was built from the deeper level is
+    dropped, as the whole-stream builder never took it)."""
+    from lxml import etree
+
+    table = table_paragraph([["가", "나"], ["다", nested_tables(2)]])
+    streams = [
+        paragraph("앞") + table + paragraph("뒤") * 5,
+        paragraph("깊은", 2) + table_paragraph([["숨"]], 2) + paragraph("얕은") + table,
+    ]
+    limits = HWPReader().limits()
+    for stream in streams:
+        trees = {
+            etree.tostring(
+                SectionBuilder(
+                    iter_records(stream, "a", "s", 5_000_000, True, batch), "a", "s",
+                    limits, lambda _: None,
+                ).build()
+            )
+            for batch in (None, 1, 7, 64)
+        }
+        assert len(trees) == 1
+    assert b"\xea\xb9\x8a" not in trees.pop()  # "깊" was dropped with its level
 
 
 def test_decompression_limits() -> None:

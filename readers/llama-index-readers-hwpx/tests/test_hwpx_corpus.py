@@ -168,9 +168,11 @@ def test_documents_and_nodes(path: Path) -> None:
     docs = HWPXReader().load_data(path)
     assert len(docs) == 1
     tables = HWPXReader().load_tables(path)
-    # page header/footer tables are in load_tables but not in the text (by default)
+    # page header/footer tables are in load_tables always, in the text unless left out
+    assert docs[0].metadata["table_count"] == len(tables)
     body_tables = [t for t in tables if t.location != "header_footer"]
-    assert docs[0].metadata["table_count"] == len(body_tables)
+    plain = HWPXReader(include_headers_footers=False).load_data(path)
+    assert plain[0].metadata["table_count"] == len(body_tables)
     nodes = HWPXNodeParser().get_nodes_from_documents(docs)
     n_sections = len(_sections(path))
     assert len(HWPXReader(split_sections=True).load_data(path)) == n_sections

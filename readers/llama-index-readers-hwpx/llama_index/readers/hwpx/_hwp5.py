@@ -47,7 +47,7 @@ import struct
 import zlib
 from array import array
 from codecs import utf_16_le_decode as _utf16
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from io import BytesIO
 from typing import Any
@@ -451,11 +451,31 @@ def _encrypted(file: str, message: str) -> HWPXEncryptedError:
 def read_records(
     data: bytes, file: str, part: str, max_records: int, skip_layout: bool = False
 ) -> Records:
-    """Split a record stream; a size beyond the stream or too many records raise.
+    """Split a whole record stream into one :class:`Records` (see :func:`iter_records`)."""
+    for rec in iter_records(data, file, part, max_records, skip_layout, batch=None):
+        return rec
+    raise AssertionError("iter_records yields at least one batch")  # pragma: no cover
+
+
+def iter_records(
+    data: bytes,
+    file: str,
+    part: str,
+    max_records: int,
+    skip_layout: bool = False,
+    batch: int | None = 4096,
+) -> Iterator[Records]:
+    """Split a record stream as it is read; a size beyond the stream or too many records
+    raise when that record is reached.
 
     One pass: each record's header, payload bounds and subtree end (the first later record
     whose level is <= its own, found with a stack of the open records). Every record counts
-    against ``max_records``.
+    against ``max_records``. With ``batch`` set, the records go out in batches of whole
+    top-level subtrees: a batch is cut before the first record, once it holds ``batch``
+    records, that closes every open record (its level is at most every earlier record's);
+    indices (``sub_end``) are local to their batch, payload bounds index ``data``. A consumer
+    that stops early (a limit crossed) has read one batch past the refusal, not the stream.
+    ``batch=None`` gives the whole stream as one batch (at least one, maybe empty).
 
     ``skip_layout`` leaves out the layout records of a paragraph (PARA_CHAR_SHAPE,
     PARA_LINE_SEG, PARA_RANGE_TAG: tags 68-70 whose parent is a PARA_HEADER), with their
@@ -464,18 +484,19 @@ def read_records(
     over the paragraph's subtree. The subtree ends of the records kept are those of the full
     stream renumbered (a skipped record's place is taken by the next record kept, whose
     level is at most the skipped one's), so every walk visits the same kept records."""
-    tags = array("H")
-    levels = array("H")
-    starts = array("q")
-    ends = array("q")
-    sub_end = array("q")
+    cut = batch if batch is not None and batch > 0 else 1 << 62
     n = len(data)
     pos = 0
     unpack = _U32.unpack_from
+    count = 0  # records read (all of them); below n // 4 + 1 it can never pass max_records
+
+    def fresh() -> tuple[array[int], array[int], array[int], array[int], array[int]]:
+        return array("H"), array("H"), array("q"), array("q"), array("q")
+
+    tags, levels, starts, ends, sub_end = fresh()
     add_tag, add_level, add_start, add_end = tags.append, levels.append, starts.append, ends.append
     add_sub = sub_end.append
-    count = 0  # records read (all of them); below n // 4 + 1 it can never pass max_records
-    kept = 0  # records kept (the arrays' length)
+    kept = 0  # records kept in this batch (the arrays' length)
     # open kept records as (kept index, level, tag); strictly increasing levels: at most
     # 1024 entries. A skipped layout record is not pushed: while ``skip_below`` holds its
     # level, the records deeper than it (its subtree) are skipped without touching the stack
@@ -522,6 +543,12 @@ def read_records(
             skip_below = lvl
             pos = end
             continue
+        if kept >= cut and not stack:  # every record of the batch is closed: hand it out
+            yield Records(data, tags, levels, starts, ends, sub_end)
+            tags, levels, starts, ends, sub_end = fresh()
+            add_tag, add_level = tags.append, levels.append
+            add_start, add_end, add_sub = starts.append, ends.append, sub_end.append
+            kept = 0
         push((kept, lvl, tag))
         add_tag(tag)
         add_level(lvl)
@@ -532,7 +559,7 @@ def read_records(
         pos = end
     for i, _, _ in stack:  # still open at the end of the stream
         sub_end[i] = kept
-    return Records(data, tags, levels, starts, ends, sub_end)
+    yield Records(data, tags, levels, starts, ends, sub_end)
 
 
 def outline_levels(rec: Records) -> dict[str, int]:
@@ -556,13 +583,24 @@ class SectionBuilder:
 
     The tree is written as XML text in document order and parsed once by libxml2, which is
     several times faster than creating each element from Python; every text and attribute
-    value is XML-escaped, and nothing else reaches the text."""
+    value is XML-escaped, and nothing else reaches the text.
+
+    ``records`` is the section's :class:`Records`, or its batches from :func:`iter_records`,
+    built as they are read. The text written is charged against ``max_text_chars`` as it
+    goes, on top of ``text_before`` (what the walker charged for the file's earlier
+    sections), with a lower bound of what the walker will charge for it
+    (:meth:`_charge_paragraph`): a file the walker would refuse for its text is refused
+    here once the bound crosses the limit, before the rest of the stream is read or any
+    tree is built, and a file the walker accepts is never refused here."""
 
     def __init__(
-        self, rec: Records, file: str, part: str, limits: Limits,
-        warn: Callable[[str], None],
+        self, records: Records | Iterable[Records], file: str, part: str, limits: Limits,
+        warn: Callable[[str], None], text_before: int = 0,
     ) -> None:
-        self.rec = rec
+        self.batches: Iterable[Records] = (
+            (records,) if isinstance(records, Records) else records
+        )
+        self.rec = Records(b"", array("H"), array("H"), array("q"), array("q"), array("q"))
         self.file = file
         self.part = part
         self.limits = limits
@@ -570,13 +608,34 @@ class SectionBuilder:
         self.depth = 0
         self.table_depth = 0
         self.out: list[str] = []
+        self.text_before = text_before
+        self.text_bound = 0  # the lower bound charged for this section so far
+        # what a paragraph's text is charged on top of its characters: per open list, -1
+        # outside table cells (the walker's 8 for a paragraph block), else the lines the
+        # cell holds so far (its lines are joined by one character each, see _charge_paragraph)
+        self.lists = [-1]
 
     def build(self) -> etree._Element:
-        rec = self.rec
+        """The section's tree. Top-level paragraphs are the PARA_HEADERs on the stream's
+        top chain (each record at most as deep as every record before it) at the chain's
+        last (lowest) level; when a batch brings a lower level, what was built from the
+        higher one is dropped, with its charge."""
         self.out = ["<sec>"]
-        if rec.tags:
-            lvl = min(rec.levels)
-            self._list(0, len(rec.tags), lvl)
+        top = 1 << 30
+        for rec in self.batches:
+            self.rec = rec
+            tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
+            i, end = 0, len(tags)
+            while i < end:
+                lvl = levels[i]
+                if lvl < top:
+                    if top != 1 << 30:  # a lower top level: nothing built so far was top
+                        del self.out[1:]
+                        self.text_bound = 0
+                    top = lvl
+                if tags[i] == TAG_PARA_HEADER and lvl == top:
+                    self._paragraph(i)
+                i = sub_end[i]
         self.out.append("</sec>")
         text = "".join(self.out)
         self.out = []
@@ -590,16 +649,35 @@ class SectionBuilder:
                 self.file, f"section could not be assembled ({exc})", self.part
             ) from exc
 
-    # ------------------------------------------------------------------ lists
-    def _list(self, i: int, end: int, level: int) -> None:
-        """Every PARA_HEADER at ``level`` in records ``[i, end)`` as a ``p``."""
-        rec = self.rec
-        tags, levels, sub_end = rec.tags, rec.levels, rec.sub_end
-        while i < end:
-            if tags[i] == TAG_PARA_HEADER and levels[i] == level:
-                self._paragraph(i)
-            i = sub_end[i]
+    def _charge_paragraph(self, n: int) -> None:
+        """Charge a paragraph whose text pieces strip to ``n`` characters in all (n > 0).
 
+        The walker charges each paragraph block its stripped text + 8 (a block's pieces
+        strip to at least the sum of the pieces stripped one by one); a table its cells'
+        texts, each the cell's lines (one per paragraph with text, text boxes' included)
+        joined by ``\n``, at least one character more per line after a cell's first, plus
+        its frame (:func:`~._parse.table_text_bound`). So: n + 8 outside cells, n + 1 for a
+        cell's second and later lines, n for its first. Notes, headers/footers and table
+        captions inside a cell are paragraph blocks (charged 8 by the walker, at most 1 here)."""
+        lists = self.lists
+        cell = lists[-1]
+        if cell < 0:
+            n += 8
+        else:
+            n += cell > 0
+            lists[-1] = cell + 1
+        self.text_bound += n
+        total = self.text_before + self.text_bound
+        cap = self.limits.max_text_chars
+        if total > cap:
+            raise _limit(
+                self.file,
+                f"rendered text would exceed max_text_chars={cap} (at least {total} "
+                "characters by the paragraphs read so far)",
+                "max_text_chars", total, cap, self.part,
+            )
+
+    # ------------------------------------------------------------------ lists
     def _list_after(self, head: int, end: int) -> int:
         """The paragraphs following LIST_HEADER ``head`` at its level, as ``p`` elements;
         returns the index after them."""
@@ -643,6 +721,7 @@ class SectionBuilder:
         if text_at < 0 and not ctrls:
             return  # an empty paragraph: nothing the walker would read
         out = self.out
+        mark = len(out)
         start = rec.starts[i]
         if rec.ends[i] - start >= 10:
             (shape,) = _U16.unpack_from(data, start + 8)
@@ -656,16 +735,22 @@ class SectionBuilder:
             for c in ctrls:
                 self._control(c)
         else:
-            self._text(data[rec.starts[text_at] : rec.ends[text_at]], ctrls)
+            n = self._text(data[rec.starts[text_at] : rec.ends[text_at]], ctrls)
+            if n:
+                self._charge_paragraph(n)
+            elif not ctrls:
+                del out[mark:]  # white space only: nothing the walker would read
+                return
         out.append("</p>")
 
-    def _text(self, raw: bytes, ctrls: list[int]) -> None:
-        """Decode PARA_TEXT: text pieces into ``t`` elements, extended controls in order.
+    def _text(self, raw: bytes, ctrls: list[int]) -> int:
+        """Decode PARA_TEXT: text pieces into ``t`` elements, extended controls in order;
+        returns the characters of the pieces, each stripped.
 
-        The text of an unfilled click-here field (누름틀 whose "modified" flag, bit 15 of its
-        properties, is clear) is its guide text (``Direction`` of its command), which Hangul
-        shows greyed and never prints; HWPX stores such a field empty. It is dropped when it
-        equals the guide text, as in HWPX."""
+        A field's text (between its start, code 3, and its end, code 4) is read as any
+        text: the text of an unfilled click-here field (누름틀) is its guide text, which
+        Hangul keeps in the field in both formats (an HWPX saved by some older versions
+        leaves it out)."""
         if len(raw) & 1:
             raw = raw[:-1]
         s = _utf16(raw, "surrogatepass", True)[0]  # bytes.decode, without the lookup
@@ -678,18 +763,13 @@ class SectionBuilder:
             # the common case (nine texts in ten): no control but the paragraph end, so
             # no field and no object in the text; the loop below would do the same
             text = s if m is None else s[:-1]
-            if text:
-                if _XML_SPECIAL.search(text) is None:  # as _t, without the call
-                    self.out.append(f"<t>{text}</t>")
-                else:
-                    self._t([text])
+            counted = self._t([text]) if text else 0
             for c in ctrls:
                 self._control(c)
-            return
+            return counted
+        counted = 0
         n_ctrl = 0
         pieces: list[str] = []
-        # open fields: (guide text or None, len(pieces) when the field started)
-        fields: list[tuple[str | None, int]] = []
         pos = 0
         while pos < n:
             m = search(s, pos)
@@ -702,26 +782,16 @@ class SectionBuilder:
             code = ord(s[k])
             if code in _EXTENDED:
                 pos = k + 8
-                if n_ctrl < len(ctrls):
-                    c = ctrls[n_ctrl]
-                    if code == 3:
-                        fields.append((self._guide_text(c), len(pieces)))
-                    else:
-                        if pieces:
-                            self._t(pieces)
-                        # an object inside a field: the field is never a bare guide text
-                        fields = [(None, 0) for _ in fields]
-                        self._control(c)
+                if n_ctrl < len(ctrls) and code != 3:  # a field start holds no text
+                    if pieces:
+                        counted += self._t(pieces)
+                    self._control(ctrls[n_ctrl])
                 n_ctrl += 1
                 continue
             if code in _INLINE:
                 pos = k + 8
                 if code == 9:
                     pieces.append("\t")
-                elif code == 4 and fields:
-                    guide, at = fields.pop()
-                    if guide is not None and " ".join("".join(pieces[at:]).split()) == guide:
-                        del pieces[at:]
                 continue
             if code == 13:
                 pos = k + 1
@@ -731,41 +801,27 @@ class SectionBuilder:
                 pieces.append(piece)
             pos = k + 1
         if pieces:
-            self._t(pieces)
+            counted += self._t(pieces)
         # controls the text did not reference (a damaged text): read them anyway, in order
         for c in ctrls[n_ctrl:]:
             self._control(c)
+        return counted
 
-    def _guide_text(self, c: int) -> str | None:
-        """The whitespace-normalised guide text of an unmodified click-here field, else None.
-
-        Field CTRL_HEADER: UINT32 ctrl id, UINT32 properties (bit 15: content modified),
-        BYTE extra properties, WORD command length, WCHAR command[len] (``Clickhere:set:..:
-        Direction:wstring:<n>:<n chars> ...``)."""
-        rec = self.rec
-        start, stop = rec.starts[c], rec.ends[c]
-        data = rec.data
-        if stop - start < 11 or data[start : start + 4] != b"klc%":
-            return None
-        (props,) = struct.unpack_from("<I", data, start + 4)
-        if props & 0x8000:
-            return None
-        (n,) = struct.unpack_from("<H", data, start + 9)
-        raw = data[start + 11 : min(start + 11 + 2 * n, stop)]
-        command = raw[: len(raw) & ~1].decode("utf-16-le", "replace")
-        return _wstring(command, "Direction")
-
-    def _t(self, pieces: list[str]) -> None:
+    def _t(self, pieces: list[str]) -> int:
+        """Write ``pieces`` as one ``t`` element; returns its length stripped (as the
+        walker will read it: characters XML cannot hold dropped, surrogates paired)."""
         text = "".join(pieces)
         pieces.clear()
         if not text:
-            return
+            return 0
         if _XML_SPECIAL.search(text) is None:  # the common case: nothing to escape or pair
             self.out.append(f"<t>{text}</t>")
-            return
+            return len(text.strip())
         if _SURROGATE.search(text):  # code units from the slow path: pair them again
             text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        text = _xml_safe(text)
         self.out.append(f"<t>{_xml_text(text)}</t>")
+        return len(text.strip())
 
     # ------------------------------------------------------------------ controls
     def _control(self, c: int) -> None:
@@ -781,7 +837,9 @@ class SectionBuilder:
         elif cid in ("fn  ", "en  ", "head", "foot"):
             name = {"fn  ": "footNote", "en  ": "endNote", "head": "header", "foot": "footer"}
             self.out.append(f"<{name[cid]}><subList>")
+            self.lists.append(-1)  # paragraph blocks, in a cell too
             self._first_list(c)
+            self.lists.pop()
             self.out.append(f"</subList></{name[cid]}>")
         elif cid == "eqed":
             self._equation(c)
@@ -941,7 +999,9 @@ class SectionBuilder:
                     # ``tbl`` (a later caption before an earlier one)
                     mark = len(out)
                     out.append("<caption><subList>")
+                    self.lists.append(-1)  # paragraph blocks, in a cell too
                     j = self._list_after(j, end)
+                    self.lists.pop()
                     out.append("</subList></caption>")
                     chunk = out[mark:]
                     del out[mark:]
@@ -964,7 +1024,9 @@ class SectionBuilder:
                     in_row = True
                     last_row = row
                 out.append("<tc><subList>")
+                self.lists.append(0)  # a cell: no line yet
                 j = self._list_after(j, end)
+                self.lists.pop()
                 out.append(
                     f'</subList><cellAddr rowAddr="{row}" colAddr="{col}"/>'
                     f'<cellSpan rowSpan="{rs}" colSpan="{cs}"/></tc>'

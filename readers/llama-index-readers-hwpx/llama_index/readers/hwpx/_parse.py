@@ -15,7 +15,7 @@ goes into the :class:`HWPXCell` only; a nested table's text only into the nested
 
 The table list is in document pre-order. A table anywhere inside a cell (also in a text box,
 footnote or page header/footer anchored there) has that cell as parent and depth + 1; page
-header/footer tables are always listed, their blocks kept only with ``include_headers_footers``.
+header/footer tables are always listed, their blocks kept unless ``include_headers_footers`` is off.
 
 Limits (:class:`~._package.Limits`) are enforced during the walk, before anything large is
 built: a table's declared ``rowCnt`` x ``colCnt`` (each counted as at least 1), its grid as

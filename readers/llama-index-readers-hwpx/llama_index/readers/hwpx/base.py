@@ -118,8 +118,10 @@ class HWPXReader(BasePydanticReader):
         default=60, ge=1, description="Longest paragraph that may be a glyph heading."
     )
     include_headers_footers: bool = Field(
-        default=False,
-        description="Emit page header/footer text (their tables are always in load_tables).",
+        default=True,
+        description="Emit page header/footer text after its anchoring paragraph, as other "
+        "readers of both formats do (False leaves it out; their tables are always in "
+        "load_tables).",
     )
     max_file_bytes: int = Field(default=256 * _MIB, gt=0, description="Largest input file.")
     max_part_bytes: int = Field(

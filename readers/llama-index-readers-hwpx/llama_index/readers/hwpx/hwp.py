@@ -31,6 +31,7 @@ from llama_index.readers.hwpx._errors import (
 )
 from llama_index.readers.hwpx._hwp5 import (
     SectionBuilder,
+    iter_records,
     open_hwp,
     outline_levels,
     read_records,
@@ -108,9 +109,12 @@ class HWPReader(HWPXReader):
         raw_sections: list[list[Block]] = []
         for i, (part, stream) in enumerate(hwp.sections):
             try:
-                rec = read_records(stream, file, part, self.max_records, skip_layout=True)
-                root = SectionBuilder(rec, file, part, limits, state.warnings.append).build()
-                del rec
+                # records read in batches and built as they come: a limit crossed stops
+                # the read there (the text charged from a lower bound, see SectionBuilder)
+                batches = iter_records(stream, file, part, self.max_records, skip_layout=True)
+                root = SectionBuilder(
+                    batches, file, part, limits, state.warnings.append, state.text_chars
+                ).build()
                 raw_sections.append(SectionWalker(state, i, part).walk(root))
             except HWPXFormatError as exc:
                 raise _as_hwp(exc, file, part) from exc

@@ -1,0 +1,18 @@
+"""The names of one index generation's files (no imports: what a caller that only reads the
+manifest, e.g. a no-op ``--update``, needs without loading LlamaIndex)."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BM25_PREFIX", "FORMAT_VERSION", "INDEX_NAME", "KIND", "NODES_NAME", "SPAN_NAMES",
+    "VECTORS_NAME",
+]
+
+#: 4: one generation of flat files bound by one manifest (BM25 arrays included)
+FORMAT_VERSION = 4
+KIND = "CriterionAwareIndex"
+INDEX_NAME = "index.json"
+NODES_NAME = "nodes.json"
+BM25_PREFIX = "bm25."
+VECTORS_NAME = "embeddings.npy"
+SPAN_NAMES = ("spans.json", "span_vectors.npy")
