@@ -44,9 +44,8 @@ retrievers:
 * ``"hybrid"`` — weighted RRF of the two (``alpha`` weights dense, ``1 - alpha`` BM25,
   ``rrf_k = 60``);
 * ``"car"`` — :class:`~llama_index_car.retrievers.criterion_aware.CriterionAwareRetriever`
-  (offline: dense + BM25 + the pseudo-relevance-feedback channel, the pool re-ranked by the
-  folder's span index, BM25's top hit first when it clearly leads; with an ``llm``, the
-  hybrid over LLM-hypothesis-expanded queries).
+  (offline: z-score fusion of dense + BM25, a question's pool re-ranked by the folder's span
+  index; with an ``llm``, the hybrid over LLM-hypothesis-expanded queries).
 
 Files that cannot be read are reported (``BuildSummary.failures`` and the ``on_error``
 callback) and skipped; they never abort the build.
@@ -1328,7 +1327,7 @@ def load_retriever(
     """Open ``persist_dir`` and return a ``kind`` retriever (``car|hybrid|bm25|dense``).
 
     With ``llm`` the ``car`` retriever uses an :class:`LLMCriterionHypothesizer` over it
-    instead of the offline feedback configuration.
+    instead of the offline configuration.
 
     >>> r = load_retriever("./car-index", "hybrid", similarity_top_k=5)  # doctest: +SKIP
     """
