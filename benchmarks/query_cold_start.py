@@ -46,19 +46,20 @@ from llama_index_car.pipeline import load_index, read_manifest
 from llama_index_car.providers import resolve_embed_model
 mark("imports")
 folder, question, retriever = sys.argv[1], sys.argv[2], sys.argv[3]
-model = resolve_embed_model(read_manifest(folder)["embed"]["provider"])
+provider = read_manifest(folder)["embed"]["provider"]
+model = resolve_embed_model(provider)
 model.get_query_embedding("워밍업")
 mark("embedding model")
 index = load_index(folder, embed_model=model)
 mark("load_index")
-index.bm25.tokenizer.tokenize("워밍업")
+index.tokenizer.tokenize("워밍업")
 mark("Kiwi model")
 r = index.as_retriever(retriever, similarity_top_k=5)
 r.retrieve(question)
 mark("first query")
 r.retrieve(question + " 기준")
 mark("second query")
-print(json.dumps(steps))
+print(json.dumps({"steps": steps, "nodes": len(index), "embed": provider}))
 """
 
 
@@ -89,11 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         [sys.executable, "-c", BREAKDOWN, str(args.folder), args.question, args.retriever],
         check=True, capture_output=True, text=True,
     )
-    steps = json.loads(out.stdout.strip().splitlines()[-1])
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    steps = report["steps"]
     load = os.getloadavg()
     walls, peaks = [w for w, _ in runs], [m for _, m in runs]
-    print(f"index {args.folder}; retriever {args.retriever}; {os.cpu_count()} cores; "
-          f"load average {load[0]:.1f}")
+    print(f"Measured {time.strftime('%Y-%m-%d', time.gmtime())}: retriever `{args.retriever}` "
+          f"on an index of {report['nodes']:,} nodes (`{report['embed']}` embedding); {os.cpu_count()} cores, load "
+          f"average {load[0]:.1f} (other jobs share the machine when it is above ~1). "
+          "`llama-car serve` pays the two model loads once.")
     print("\n| `llama-car query`, new process | min | median |\n|---|---|---|")
     print(f"| wall s | {min(walls):.2f} | {statistics.median(walls):.2f} |")
     print(f"| peak RSS MB | {min(peaks):.0f} | {statistics.median(peaks):.0f} |")

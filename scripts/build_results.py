@@ -81,8 +81,12 @@ SECTIONS: tuple[Section, ...] = (
     Section("HWP 5 reader speed", "sections/09-hwp_reader_speed.md",
             "nice -n 10 python benchmarks/reader_bench.py --formats hwp --repeat 3 --per-file"),
     Section("Demo timing", "sections/10-demo_timing.md", "time llama-car demo"),
-    Section("Query cold start", "sections/11-query_cold_start.md",
-            "python benchmarks/query_cold_start.py DIR --repeat 3"),
+    Section("Query cold start", "query_cold_start.md",
+            "python benchmarks/query_cold_start.py DIR --repeat 3 > docs/results/query_cold_start.md",
+            generated=True),
+    Section("Hostile batches", "sections/12-hostile_batch.md",
+            "python benchmarks/hostile_batch.py /tmp/batch --good ../shared/corpus/hwpx; "
+            "/usr/bin/time -v llama-car index /tmp/batch --persist /tmp/idx --embed use"),
     Section("`llama-car serve` under load", "serve_load.md",
             "python benchmarks/serve_load.py --work DIR", generated=True),
 )
