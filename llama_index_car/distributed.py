@@ -366,7 +366,7 @@ def ingest_ray(
     Args:
         source: a folder (searched recursively) or files, as for ``build_index``.
         embed_model: an embedding object shipped to the workers (it must pickle); default:
-            the provider ``embed`` (``e5``, ``use``, ``openai``; ``None`` = ``CAR_EMBED_MODEL``
+            the provider ``embed`` (``e5``, ``use``, ``openai``; ``None`` = ``LLAMA_CAR_EMBED_MODEL``
             on the driver, else ``e5``), created once per Ray worker process.
         tokenizer: BM25 tokenizer (default ``KiwiTokenizer()``, as ``KiwiBM25Retriever``).
         k1, b, epsilon: BM25Okapi parameters (1.5, 0.75, 0.25).

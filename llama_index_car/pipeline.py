@@ -23,7 +23,7 @@ Pipeline: files → the reader of each suffix (:func:`file_extractor`: ``HWPRead
 :class:`~llama_index.readers.hwpx.HWPXNodeParser` (``chunk_size=1000``, ``chunk_overlap=150``
 tokens) → nodes → dense vectors (default: the offline
 :class:`~llama_index_car.embeddings.e5.MultilingualE5Embedding`, or whatever
-``CAR_EMBED_MODEL`` names; computed through the shared
+``LLAMA_CAR_EMBED_MODEL`` names; computed through the shared
 :class:`~llama_index_car.evaluation.cache.EmbeddingCache`, so rebuilding an index, or indexing
 texts an evaluation already embedded, re-embeds nothing), a Kiwi BM25 index
 (``k1=1.5, b=0.75, epsilon=0.25``) and the span index
@@ -666,7 +666,7 @@ def build_index(
         embed_model: any LlamaIndex embedding; default: ``embed`` resolved by
             :func:`llama_index_car.providers.resolve_embed_model` (``"e5"`` = offline
             multilingual-e5-small, ``"use"`` = offline USE, ``"openai"``; ``None`` reads
-            ``CAR_EMBED_MODEL``, else ``"e5"``).
+            ``LLAMA_CAR_EMBED_MODEL``, else ``"e5"``).
         chunk_size, chunk_overlap: node parser token sizes (defaults 1000 / 150).
         show_progress: tqdm bars (stderr) for reading, parsing, embedding and BM25
             tokenisation.
@@ -1235,7 +1235,7 @@ def load_index(
     Args:
         persist_dir: the folder.
         embed_model: the query-time embedding; default: the provider recorded in the
-            manifest, whatever the current default or ``CAR_EMBED_MODEL`` is (``e5`` →
+            manifest, whatever the current default or ``LLAMA_CAR_EMBED_MODEL`` is (``e5`` →
             offline multilingual-e5-small; ``use`` → offline USE; ``openai`` needs
             ``OPENAI_API_KEY``). A model whose name differs from the recorded one is
             refused, since its vectors are not comparable.

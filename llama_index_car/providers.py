@@ -19,7 +19,7 @@ resolve_reranker   ``none`` (default) → ``None``               —            
                    ``cohere`` → ``rerank-multilingual-v3.0``   ``COHERE_API_KEY``     ``cohere``
 =================  =========================================  =====================  ==========
 
-``name=None`` reads ``CAR_EMBED_MODEL`` / ``CAR_LLM`` / ``CAR_RERANKER`` (for the embedding,
+``name=None`` reads ``LLAMA_CAR_EMBED_MODEL`` / ``LLAMA_CAR_LLM`` / ``LLAMA_CAR_RERANKER`` (for the embedding,
 LlamaIndex's ``Settings.embed_model`` comes first when the application set it); every ``llama-car``
 subcommand and every library default (``CriterionAwareRetriever.from_defaults``, the corpus
 hypothesizer, ``build_index``) resolves the embedding through :func:`resolve_embed_model`, so
@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from llama_index_car._env import env, env_name
 from llama_index_car._errors import ConfigurationError, MissingCredentialsError, require
 
 if TYPE_CHECKING:
@@ -78,12 +79,14 @@ DEFAULT_OPENAI_DIMENSIONS = 1536
 DEFAULT_COHERE_RERANK_MODEL = "rerank-multilingual-v3.0"
 
 
-def _choose(name: str | None, env: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = name if name is not None else os.environ.get(env) or default
+def _choose(name: str | None, var: str, default: str, allowed: tuple[str, ...]) -> str:
+    """``name``, else ``$LLAMA_CAR_<var>`` (:func:`~llama_index_car._env.env`), else
+    ``default``, normalised and checked against ``allowed``."""
+    value = name if name is not None else env(var) or default
     choice = value.strip().lower()
     if choice not in allowed:
         raise ConfigurationError(
-            f"unknown provider {value!r} (from {'argument' if name is not None else env}); "
+            f"unknown provider {value!r} (from {'argument' if name is not None else env_name(var)}); "
             f"choose one of {', '.join(allowed)}"
         )
     return choice
@@ -101,12 +104,12 @@ def _key(*names: str, provider: str, offline: str) -> str:
 
 def embed_provider(name: str | None = None) -> str:
     """The embedding provider name ``name`` stands for: ``name`` itself (normalised), else
-    ``$CAR_EMBED_MODEL``, else ``e5``.
+    ``$LLAMA_CAR_EMBED_MODEL``, else ``e5``.
 
     Raises:
         ConfigurationError: unknown name (the message lists :data:`EMBED_MODELS`).
     """
-    return _choose(name, "CAR_EMBED_MODEL", DEFAULT_EMBED_MODEL, EMBED_MODELS)
+    return _choose(name, "EMBED_MODEL", DEFAULT_EMBED_MODEL, EMBED_MODELS)
 
 
 def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
@@ -114,7 +117,7 @@ def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
     """The dense embedding for ``name``.
 
     ``name=None``: LlamaIndex's ``Settings.embed_model`` when the application has set one,
-    else :func:`embed_provider` (``$CAR_EMBED_MODEL``, else ``e5``).
+    else :func:`embed_provider` (``$LLAMA_CAR_EMBED_MODEL``, else ``e5``).
 
     ``e5`` (default) → :class:`~llama_index_car.embeddings.e5.MultilingualE5Embedding`
     (multilingual-e5-small, 4-bit, offline, 384 dims; ``query:``/``passage:`` roles);
@@ -180,7 +183,7 @@ def resolve_llm(name: str | None = None, *, model: str | None = None,
         ConfigurationError: unknown name. MissingCredentialsError: no ``ANTHROPIC_API_KEY``.
         MissingDependencyError: ``pip install 'llama-index-car[anthropic]'`` needed.
     """
-    choice = _choose(name, "CAR_LLM", "none", LLMS)
+    choice = _choose(name, "LLM", "none", LLMS)
     if choice == "none":
         return None
     if choice == "mock":
@@ -211,7 +214,7 @@ def resolve_reranker(name: str | None = None, top_n: int = 10, *,
         ConfigurationError: unknown name or ``top_n < 1``. MissingCredentialsError: no key.
         MissingDependencyError: ``pip install 'llama-index-car[cohere]'`` needed.
     """
-    choice = _choose(name, "CAR_RERANKER", "none", RERANKERS)
+    choice = _choose(name, "RERANKER", "none", RERANKERS)
     if choice == "none":
         return None
     if top_n < 1:

@@ -41,7 +41,7 @@ class CountingEmbedding(VecEmbedding):
 
 @pytest.fixture(autouse=True)
 def _fast_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CAR_EMBED_MODEL", "use")  # the faster offline model for CLI runs
+    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "use")  # the faster offline model for CLI runs
 
 
 @pytest.fixture

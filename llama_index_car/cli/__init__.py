@@ -53,13 +53,13 @@ def add_cache_and_progress_options(p: argparse.ArgumentParser) -> None:
 
 def add_embed_option(p: argparse.ArgumentParser) -> None:
     """Add ``--embed {e5,use,openai}`` whose default (``None``) resolves through
-    :func:`llama_index_car.providers.embed_provider`: ``$CAR_EMBED_MODEL``, else ``e5``."""
+    :func:`llama_index_car.providers.embed_provider`: ``$LLAMA_CAR_EMBED_MODEL``, else ``e5``."""
     p.add_argument(
         "--embed",
         choices=EMBED_MODELS,
         default=None,
         help="dense embedding: e5 = offline multilingual-e5-small (default; or "
-        "$CAR_EMBED_MODEL), use = offline multilingual USE v3, "
+        "$LLAMA_CAR_EMBED_MODEL), use = offline multilingual USE v3, "
         "openai = text-embedding-3-large (needs OPENAI_API_KEY)",
     )
 

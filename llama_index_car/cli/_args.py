@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -156,7 +155,7 @@ def existing_path(value: str) -> str:
 
 
 def query_text(value: str) -> str:
-    """A question: valid UTF-8, not blank, at most ``$CAR_MAX_QUERY_CHARS`` characters
+    """A question: valid UTF-8, not blank, at most ``$LLAMA_CAR_MAX_QUERY_CHARS`` characters
     (default 2000, the library's :class:`~llama_index_car.query_guard.QueryLimits`)."""
     bad = _undecodable(value)
     if bad is not None:
@@ -165,12 +164,14 @@ def query_text(value: str) -> str:
         )
     if not value.strip():
         raise argparse.ArgumentTypeError("the question is empty; pass a question in quotes")
-    raw = os.environ.get("CAR_MAX_QUERY_CHARS", "").strip()
+    from llama_index_car._env import env
+
+    raw = (env("MAX_QUERY_CHARS") or "").strip()
     limit = int(raw) if raw.isdigit() and int(raw) > 0 else 2000
     if len(value) > limit:
         raise argparse.ArgumentTypeError(
             f"the question has {len(value)} characters; the limit is {limit} "
-            "(raise it with CAR_MAX_QUERY_CHARS)"
+            "(raise it with LLAMA_CAR_MAX_QUERY_CHARS)"
         )
     return value
 

@@ -79,7 +79,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--llm",
         choices=CLI_LLMS,
         default=None,
-        help="CAR hypothesis writer: none = offline CAR, no hypothesis (default; or $CAR_LLM), "
+        help="CAR hypothesis writer: none = offline CAR, no hypothesis (default; or $LLAMA_CAR_LLM), "
         "anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",
     )
     p.add_argument("--explain", action="store_true", help="print CAR's hypothesis per question")
@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     corpus = Path(args.corpus) if args.corpus else demo_corpus_dir()
     from llama_index_car.providers import resolve_llm
 
-    llm = resolve_llm(args.llm)  # None unless --llm anthropic (or $CAR_LLM)
+    llm = resolve_llm(args.llm)  # None unless --llm anthropic (or $LLAMA_CAR_LLM)
     hypothesizer = None
     if llm is not None:
         from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer

@@ -19,7 +19,7 @@ Providers: the query embedding must match the one the index was built with (``--
 Limits: ``--llm-timeout`` (default 30 s) is a hard deadline for the LLM hypothesis of a query
 — the SDK's retries and ``Retry-After`` waits included; at it the request's socket is closed,
 CAR answers with the plain hybrid and the process exits at once. The question may hold at most
-``$CAR_MAX_QUERY_CHARS`` characters (default 2000). Everything printed is stripped of
+``$LLAMA_CAR_MAX_QUERY_CHARS`` characters (default 2000). Everything printed is stripped of
 terminal escape sequences and control/bidi characters.
 """
 
@@ -112,7 +112,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         choices=CLI_LLMS,
         default=None,
         help="hypothesis writer for car: none = offline CAR, no hypothesis (default; "
-        "or $CAR_LLM), anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",
+        "or $LLAMA_CAR_LLM), anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",
     )
     p.add_argument(
         "--llm-timeout",
@@ -126,7 +126,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--rerank",
         choices=RERANKERS,
         default=None,
-        help="rerank the candidate pool: none (default; or $CAR_RERANKER), "
+        help="rerank the candidate pool: none (default; or $LLAMA_CAR_RERANKER), "
         "cohere = rerank-multilingual-v3.0 (needs COHERE_API_KEY)",
     )
     p.set_defaults(command="query")
@@ -354,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
     from llama_index_car.providers import resolve_llm, resolve_reranker
 
     deadline = float(args.llm_timeout)
-    # None for "none" (also the default without CAR_LLM); the SDK retries within the deadline
+    # None for "none" (also the default without LLAMA_CAR_LLM); the SDK retries within the deadline
     llm = resolve_llm(args.llm, timeout=deadline)
     reranker = resolve_reranker(args.rerank, top_n=args.top_k)
     hypothesizer = None

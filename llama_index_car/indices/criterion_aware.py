@@ -414,7 +414,7 @@ def _bind_vectors(
         if embed_model is None:
             from llama_index_car.providers import resolve_embed_model
 
-            embed_model = resolve_embed_model()  # $CAR_EMBED_MODEL, else offline e5
+            embed_model = resolve_embed_model()  # $LLAMA_CAR_EMBED_MODEL, else offline e5
         node_list = list(nodes or [])
         if not node_list:
             raise ConfigurationError("nodes is empty; pass the nodes to index")

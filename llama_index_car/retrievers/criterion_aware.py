@@ -474,7 +474,7 @@ class CriterionAwareRetriever(BaseRetriever):
           ``nodes`` and the ``VectorStoreIndex`` ``index`` (its embed model; ``nodes`` default
           to its docstore's), or over a ``VectorStoreIndex`` built over ``nodes`` with
           ``embed_model`` (default :func:`~llama_index_car.providers.resolve_embed_model`:
-          ``$CAR_EMBED_MODEL``, else the offline ``MultilingualE5Embedding``); its BM25 with
+          ``$LLAMA_CAR_EMBED_MODEL``, else the offline ``MultilingualE5Embedding``); its BM25 with
           ``tokenizer`` and ``token_cache`` (a shared dict tokenizes each text once).
         * hypothesizer: ``hypothesizer`` if given; else ``LLMCriterionHypothesizer(llm=llm)``
           when ``llm`` is given (a ``HypothesisCriterionRetriever``); else none: an
