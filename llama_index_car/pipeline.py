@@ -24,7 +24,7 @@ Pipeline: files → the reader of each suffix (:func:`file_extractor`: ``HWPRead
 tokens) → nodes → dense vectors (default: the offline
 :class:`~llama_index_car.embeddings.e5.MultilingualE5Embedding`, or whatever
 ``LLAMA_CAR_EMBED_MODEL`` names; computed through the shared
-:class:`~llama_index_car.evaluation.cache.EmbeddingCache`, so rebuilding an index, or indexing
+:class:`~llama_index_car.embeddings.cache.EmbeddingCache`, so rebuilding an index, or indexing
 texts an evaluation already embedded, re-embeds nothing), a Kiwi BM25 index
 (``k1=1.5, b=0.75, epsilon=0.25``) and the span index
 (:class:`~llama_index_car.span_index.SpanIndex`: the spans of :mod:`llama_index_car.spans`,
@@ -449,7 +449,7 @@ def _cached_node_embedding(
     """
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
+    from llama_index_car.embeddings.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
 
     cache = EmbeddingCache(cache_dir or default_cache_dir(), model, batch_size=INDEX_CACHE_BATCH)
     texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
@@ -576,7 +576,7 @@ def _span_index(
 
     if not use_cache:
         return SpanIndex.from_nodes(nodes, model, show_progress=show_progress)
-    from llama_index_car.evaluation.cache import EmbeddingCache, default_cache_dir
+    from llama_index_car.embeddings.cache import EmbeddingCache, default_cache_dir
     from llama_index_car.span_index import cut_nodes
 
     cache = EmbeddingCache(cache_dir or default_cache_dir(), model, batch_size=INDEX_CACHE_BATCH)
@@ -673,7 +673,7 @@ def build_index(
         overwrite: allow writing into a non-empty folder (existing files are replaced).
         on_error: called with each :class:`FileFailure` as it happens.
         cache_dir: embedding-cache root (default
-            :func:`~llama_index_car.evaluation.cache.default_cache_dir`, shared with
+            :func:`~llama_index_car.embeddings.cache.default_cache_dir`, shared with
             ``llama-car eval``/``probe``); texts already in it are not embedded again.
         use_cache: ``False`` embeds every node afresh and writes no cache.
         store: a vector-store URI (:func:`~llama_index_car.stores.open_vector_store`); the

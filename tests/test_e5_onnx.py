@@ -30,7 +30,7 @@ from llama_index_car.embeddings._e5_onnx import (
     windows,
 )
 from llama_index_car.embeddings.e5 import ENGINE_ENV, MultilingualE5Embedding, resolve_engine
-from llama_index_car.evaluation.cache import EmbeddingCache
+from llama_index_car.embeddings.cache import EmbeddingCache
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tokenizers")

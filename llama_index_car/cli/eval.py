@@ -159,7 +159,7 @@ def _span_outputs(
     import json
     from pathlib import Path
 
-    from llama_index_car.evaluation.cache import (
+    from llama_index_car.embeddings.cache import (
         CachedEmbedding,
         EmbeddingCache,
         default_cache_dir,

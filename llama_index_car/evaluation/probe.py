@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from llama_index_car._errors import EvaluationDataError
-from llama_index_car.evaluation.cache import EmbeddingCache
+from llama_index_car.embeddings.cache import EmbeddingCache
 from llama_index_car.evaluation.stats import PairedTest, holm, paired_test, wilcoxon_greater
 
 __all__ = [
@@ -342,7 +342,7 @@ def run_probe(
         counts: eligibility counts to carry into the result.
         frames: the title frames that were eligible (reported).
     """
-    from llama_index_car.evaluation.cache import default_cache_dir
+    from llama_index_car.embeddings.cache import default_cache_dir
     from llama_index_car.framing import format_section
 
     if not cases:

@@ -443,7 +443,7 @@ def run_evaluation(
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> EvalOutcome:
     """Run every system of ``config`` on ``data`` and score it (see the module docstring)."""
-    from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
+    from llama_index_car.embeddings.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
     from llama_index_car.evaluation.systems import SystemFactory
 
     if config.depth < 1:
