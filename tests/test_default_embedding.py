@@ -271,9 +271,9 @@ def test_library_defaults_follow_the_resolver(
 
 # ----------------------------------------------------------------------------- caches
 def test_e5_is_not_symmetric_and_its_cache_never_mixes_with_use(tmp_path: Path) -> None:
+    from llama_index_car.embeddings.cache import SYMMETRIC_MODELS, EmbeddingCache
     from llama_index_car.embeddings.e5 import MultilingualE5Embedding
     from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
-    from llama_index_car.embeddings.cache import SYMMETRIC_MODELS, EmbeddingCache
 
     assert E5 not in SYMMETRIC_MODELS and USE in SYMMETRIC_MODELS
     texts = ["배수시설 설치기준", "터널 조명 설계기준"]

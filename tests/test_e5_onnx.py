@@ -29,8 +29,8 @@ from llama_index_car.embeddings._e5_onnx import (
     plan_batches,
     windows,
 )
-from llama_index_car.embeddings.e5 import ENGINE_ENV, MultilingualE5Embedding, resolve_engine
 from llama_index_car.embeddings.cache import EmbeddingCache
+from llama_index_car.embeddings.e5 import ENGINE_ENV, MultilingualE5Embedding, resolve_engine
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tokenizers")
