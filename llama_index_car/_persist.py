@@ -62,6 +62,8 @@ __all__ = [
     "load_live",
     "open_regular",
     "read_json",
+    "parse_json",
+    "read_bound_json",
     "read_manifest",
     "read_npy",
     "read_owned_file",
@@ -89,6 +91,9 @@ MAX_MANIFEST_BYTES = 64 << 20
 #: Called with the path of every ``manifest.json`` :func:`read_manifest` reads (e.g. a test
 #: counting how many manifests a load reads); empty by default.
 MANIFEST_OBSERVERS: list[Callable[[Path], None]] = []
+#: Called with the path of every file :func:`read_bounded` reads (a test counting how often
+#: a load reads one file); empty by default.
+READ_OBSERVERS: list[Callable[[Path], None]] = []
 #: Deepest JSON nesting read from an index folder (the formats use at most 4).
 MAX_JSON_DEPTH = 32
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(
@@ -162,6 +167,8 @@ def read_bounded(path: Path, max_bytes: int) -> bytes:
         FileNotFoundError: ``path`` does not exist.
         IndexPersistError: anything else, naming ``path``.
     """
+    for observe in READ_OBSERVERS:
+        observe(Path(path))
     with open_regular(path) as fh:
         return _read_at_most(path, fh, max_bytes)
 
@@ -214,7 +221,16 @@ def read_json(
         IndexPersistError: naming ``path`` and the problem.
     """
     path = Path(path)
-    raw = read_bounded(path, max_bytes)
+    return parse_json(read_bounded(path, max_bytes), path, max_depth)
+
+
+def parse_json(raw: bytes, path: Path, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``raw`` (the bytes of the file ``path``) parsed as UTF-8 JSON nested at most
+    ``max_depth`` deep (:func:`read_json`'s checks).
+
+    Raises:
+        IndexPersistError: naming ``path`` and the problem.
+    """
     try:
         obj = json.loads(raw)
     except RecursionError as exc:
@@ -444,6 +460,31 @@ def read_manifest(
                 f"{path} is corrupt (size or sha256 differs from {MANIFEST_NAME}); persist it again"
             )
     return manifest
+
+
+def read_bound_json(
+    root: Path, manifest: dict[str, Any], name: str, *, max_bytes: int = MAX_MANIFEST_BYTES
+) -> Any:
+    """The JSON file ``root/name`` listed in ``manifest`` (:func:`read_manifest`), read once:
+    its bytes are checked against the size and sha256 the manifest records, then parsed
+    (:func:`parse_json`) — the bytes checked are the bytes used.
+
+    Raises:
+        IndexPersistError: not listed, missing, corrupt or not JSON, naming the file.
+    """
+    entry = manifest["files"].get(name)
+    if entry is None:
+        raise IndexPersistError(f"{root / MANIFEST_NAME} does not list {name}; persist it again")
+    path = root / name
+    try:
+        raw = read_bounded(path, max_bytes)
+    except FileNotFoundError:
+        raise IndexPersistError(f"{path} is missing; persist it again") from None
+    if len(raw) != entry["bytes"] or hashlib.sha256(raw).hexdigest() != entry["sha256"]:
+        raise IndexPersistError(
+            f"{path} is corrupt (size or sha256 differs from {MANIFEST_NAME}); persist it again"
+        )
+    return parse_json(raw, path)
 
 
 # ----------------------------------------------------------------------------- generations

@@ -39,7 +39,7 @@ True
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llama_index_car._env import env, env_name
 from llama_index_car._errors import ConfigurationError, MissingCredentialsError, require
@@ -60,6 +60,8 @@ __all__ = [
     "DEFAULT_COHERE_RERANK_MODEL",
     "DEFAULT_EMBED_MODEL",
     "embed_provider",
+    "embed_spec",
+    "query_embedding",
     "resolve_embed_model",
     "resolve_llm",
     "resolve_reranker",
@@ -232,3 +234,63 @@ def resolve_reranker(name: str | None = None, top_n: int = 10, *,
         base_url=os.environ.get("CO_API_URL") or None,
         max_retries=max_retries,
     )
+
+
+# ----------------------------------------------------------------------------- embedding spec
+#: embedding class name -> the provider name that recreates it (others: ``custom``)
+PROVIDER_OF_CLASS = {
+    "MultilingualE5Embedding": "e5",
+    "UniversalSentenceEncoderEmbedding": "use",
+    "OpenAIEmbedding": "openai",
+}
+
+
+def embed_spec(embed_model: Any, dimensions: int | None = None) -> dict[str, Any]:
+    """What an index records of its embedding so a later load can recreate and check it:
+    ``provider`` (:data:`PROVIDER_OF_CLASS`, else ``custom``), ``class_name``,
+    ``model_name``, ``dimensions`` (given, else the model's own) and ``engine`` (its
+    ``engine_id``, e.g. the e5 ONNX engine).
+
+    >>> from llama_index.core.embeddings import MockEmbedding
+    >>> embed_spec(MockEmbedding(embed_dim=3), 3)["provider"]
+    'custom'
+    """
+    name = embed_model.class_name()
+    return {
+        "provider": PROVIDER_OF_CLASS.get(name, "custom"),
+        "class_name": name,
+        "model_name": getattr(embed_model, "model_name", ""),
+        "dimensions": dimensions if dimensions is not None else getattr(
+            embed_model, "dimensions", None),
+        "engine": getattr(embed_model, "engine_id", None),
+    }
+
+
+def query_embedding(recorded: dict[str, Any], given: Any, where: object) -> Any:
+    """The query embedding of an index whose embedding spec is ``recorded``
+    (:func:`embed_spec`): ``given`` when one is passed, checked against the recorded model
+    name; else the recorded provider's (``$LLAMA_CAR_EMBED_MODEL`` and LlamaIndex's
+    ``Settings`` do not apply: an index is queried with the embedding it was built with).
+    Every load path (``CriterionAwareIndex.load``, the folder's ``load_index``, the CLI)
+    resolves through here. ``where`` names the index in messages.
+
+    Raises:
+        ConfigurationError: the index was built with a custom embedding and none is given, or
+            ``given`` is another model than the recorded one (one line each).
+    """
+    if given is None:
+        provider = str(recorded.get("provider", "use"))
+        if provider == "custom":
+            raise ConfigurationError(
+                f"{where} was built with a custom embedding "
+                f"({recorded.get('class_name')}, {recorded.get('model_name')!r}); "
+                "pass the same embed_model to load it"
+            )
+        given = resolve_embed_model(provider)
+    name = getattr(given, "model_name", "")
+    if recorded.get("model_name") and name != recorded["model_name"]:
+        raise ConfigurationError(
+            f"{where} was indexed with embedding {recorded['model_name']!r} but the query "
+            f"embedding is {name!r}; use the same model (--embed {recorded.get('provider')})"
+        )
+    return given

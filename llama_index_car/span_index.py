@@ -3,7 +3,7 @@
 The spans are :func:`llama_index_car.spans.node_spans` (body segments and table rows, with
 offsets and cell coordinates), embedded once with the index's embedding in the passage role
 (``get_text_embedding_batch``) — through the embedding cache when the index is built by
-:mod:`llama_index_car.pipeline`. The index is never searched on its own: a re-ranker reads
+:mod:`llama_index_car.folder`. The index is never searched on its own: a re-ranker reads
 the spans of the ≤ 100 nodes of a retriever's pool (:meth:`SpanIndex.best_spans`), so the
 vectors live beside the index (its folder), not in a vector store.
 

@@ -171,7 +171,7 @@ def oracle_data(demo: dict[str, Any]) -> dict[str, Any]:
     from llama_index.core.schema import MetadataMode
 
     keep: Path = demo["keep"]
-    from llama_index_car.pipeline import read_vectors
+    from llama_index_car.folder.load import read_vectors
 
     stored = read_vectors(keep)
     vectors = {"embedding_dict": stored}

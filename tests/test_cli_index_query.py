@@ -21,7 +21,7 @@ from llama_index_car._persist import live_dir
 from llama_index_car.cli import build_parser, main
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from llama_index_car.demo.spec import DOCUMENTS
-from llama_index_car.pipeline import read_vectors
+from llama_index_car.folder.load import read_vectors
 
 GOOD = ("dg2012_tunnel.hwpx", "dg2019_drainage.hwpx", "dg2022_safety.hwpx")
 BAD = ("broken.hwpx", "plain_text.hwpx", "empty_zip.hwpx")
@@ -110,6 +110,27 @@ def test_query_reads_exactly_one_manifest(
     assert reads == [live_dir(index_run["out"]) / "manifest.json"]
 
 
+def test_query_reads_each_json_file_of_the_folder_once(
+    index_run: dict[str, Any], capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 38: ``car_index.json`` was parsed three times per query (a format pre-check, the
+    index's extra documents, the folder's check); every JSON file of the generation is now
+    read once, from the bytes its manifest entry binds (counted by the hook every bounded
+    read goes through)."""
+    from collections import Counter
+
+    from llama_index_car import _persist
+
+    reads: list[Path] = []
+    monkeypatch.setattr(_persist, "READ_OBSERVERS", [reads.append])
+    rc, stdout, _ = _query(capsys, str(index_run["out"]), "교량 점검통로 폭", "--retriever", "car")
+    assert rc == 0 and stdout
+    gen = live_dir(index_run["out"])
+    counts = Counter(p.name for p in reads if p.parent == gen)
+    assert counts["car_index.json"] == counts["index.json"] == counts["nodes.json"] == 1, counts
+
+
 def test_index_refuses_non_empty_folder(
     index_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -138,12 +159,11 @@ def test_index_missing_source_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
 
 # ----------------------------------------------------------------------------- query
 def _embed_texts(out: Path) -> tuple[list[str], dict[str, str]]:
-    from llama_index.core.embeddings import MockEmbedding
     from llama_index.core.schema import MetadataMode
 
     from llama_index_car.indices import CriterionAwareIndex
 
-    nodes = CriterionAwareIndex.load(out, embed_model=MockEmbedding(embed_dim=384)).nodes
+    nodes = CriterionAwareIndex.load(out).nodes
     texts = {n.node_id: n.get_content(MetadataMode.EMBED) for n in nodes}
     return sorted(texts), texts
 
@@ -361,10 +381,19 @@ def test_damaged_index_folder_is_named(
     rc, _, stderr = _query(capsys, str(copy), "질문")
     assert rc == 2 and "bm25.indices.npy" in stderr and "rebuild" in stderr
 
-    manifest = json.loads((live_dir(copy) / "car_index.json").read_text(encoding="utf-8"))
+    shutil.rmtree(copy)
+    shutil.copytree(index_run["out"], copy)
+    gen = live_dir(copy)
+    manifest = json.loads((gen / "car_index.json").read_text(encoding="utf-8"))
     manifest["format_version"] = 99
-    (live_dir(copy) / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
-    rc, _, stderr = _query(capsys, str(copy), "질문")
+    (gen / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
+    rc, _, stderr = _query(capsys, str(copy), "질문")  # the bytes no longer match the manifest
+    assert rc == 2 and "car_index.json is corrupt" in stderr
+    from llama_index_car import _persist
+
+    bound = json.loads((gen / _persist.MANIFEST_NAME).read_text(encoding="utf-8"))
+    _persist.write_manifest(gen, kind=bound["kind"], format_version=bound["format_version"])
+    rc, _, stderr = _query(capsys, str(copy), "질문")  # bound again: its format is named
     assert rc == 2 and "format_version 99" in stderr
 
 
@@ -405,15 +434,52 @@ def test_query_embedding_must_match_the_index(index_run: dict[str, Any]) -> None
     from llama_index.core.embeddings import MockEmbedding
 
     from llama_index_car._errors import ConfigurationError
-    from llama_index_car.pipeline import load_index
+    from llama_index_car.folder import load_index
 
     with pytest.raises(ConfigurationError, match="multilingual-e5-small-q4"):
         load_index(index_run["out"], embed_model=MockEmbedding(embed_dim=384))
 
 
+def test_every_load_path_queries_with_the_recorded_embedding(
+    index_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: ``index.json`` records the index's embedding, so ``CriterionAwareIndex.load``
+    resolves the query embedding as the folder's ``load_index`` (and ``llama-car query``)
+    does: with ``$LLAMA_CAR_EMBED_MODEL=use`` an e5 folder is still queried with e5 (the same
+    dense hits), and another model is refused by both with the same one line."""
+    from llama_index.core.embeddings import MockEmbedding
+
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.folder import load_index
+    from llama_index_car.indices import CriterionAwareIndex
+
+    out = index_run["out"]
+    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "use")
+    plain, folder = CriterionAwareIndex.load(out), load_index(out)
+    recorded = folder.metadata["embed"]
+    assert recorded["provider"] == "e5"
+    for index in (plain, folder):
+        assert type(index.embed_model).__name__ == "MultilingualE5Embedding"
+        assert index.embed_model.model_name == recorded["model_name"]
+
+    def dense(index: Any) -> list[tuple[str, float | None]]:
+        return [(h.node.node_id, h.score)
+                for h in index.as_retriever("dense", similarity_top_k=5).retrieve("교량 점검통로")]
+
+    assert dense(plain) == dense(folder) and dense(plain)
+    errors = []
+    for load in (CriterionAwareIndex.load, load_index):
+        with pytest.raises(ConfigurationError) as caught:
+            load(out, embed_model=MockEmbedding(embed_dim=384))
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and "\n" not in errors[0]
+    assert recorded["model_name"] in errors[0]
+
+
 def test_load_retriever_kinds_share_one_folder(index_run: dict[str, Any]) -> None:
     from llama_index_car._errors import ConfigurationError
-    from llama_index_car.pipeline import RETRIEVER_KINDS, load_index
+    from llama_index_car.folder import load_index
+    from llama_index_car.indices.criterion_aware import RETRIEVER_KINDS
 
     local = load_index(index_run["out"])
     names = {k: type(local.as_retriever(k)).__name__ for k in RETRIEVER_KINDS}
@@ -516,7 +582,8 @@ def _oracle_texts(src: Path) -> dict[str, list[str]]:
 def test_index_reads_hwp_hwpx_and_hml_in_one_folder(
     shared_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from llama_index_car.pipeline import doc_key, load_index
+    from llama_index_car.folder import load_index
+    from llama_index_car.folder.keys import doc_key
     from tests.conftest import MIXED_FORMATS, copy_mixed_formats
 
     src = copy_mixed_formats(shared_dir, tmp_path / "src")
@@ -556,7 +623,7 @@ def test_simple_directory_reader_with_the_file_extractor(
 ) -> None:
     from llama_index.core import SimpleDirectoryReader
 
-    from llama_index_car.pipeline import file_extractor
+    from llama_index_car.folder.sources import file_extractor
     from tests.conftest import MIXED_FORMATS, copy_mixed_formats
 
     src = copy_mixed_formats(shared_dir, tmp_path / "src")

@@ -130,13 +130,13 @@ def test_use_built_index_is_still_queried_with_use(
 ) -> None:
     """Oracle: numpy cosine of the persisted 512-d vectors with the USE query vector."""
     from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
-    from llama_index_car.pipeline import load_index
+    from llama_index_car.folder import load_index
 
     if env:
         monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", env)
     local = load_index(use_index)
     assert type(local.embed_model).__name__ == USE
-    from llama_index_car.pipeline import read_vectors
+    from llama_index_car.folder.load import read_vectors
 
     store = {"embedding_dict": read_vectors(use_index)}
     ids = sorted(store["embedding_dict"])

@@ -27,6 +27,7 @@ from llama_index_car import (
     KiwiBM25Retriever,
     OfflineCriterionRetriever,
 )
+from llama_index_car.indices._layout import FORMAT_VERSION
 from llama_index_car.retrievers.weighted_rrf import WeightedRRFRetriever
 from tests.fakes.embeddings import HashedBigramEmbedding
 
@@ -265,7 +266,7 @@ def test_span_weight_without_a_span_index_is_refused(tmp_path: Path) -> None:
     spec = json.loads((gen / "index.json").read_text())
     (gen / "index.json").write_text(json.dumps(spec | {"spans": None}))
     (gen / "manifest.json").unlink()
-    _persist.write_manifest(gen, kind="CriterionAwareIndex", format_version=4)
+    _persist.write_manifest(gen, kind="CriterionAwareIndex", format_version=FORMAT_VERSION)
     loaded = CriterionAwareIndex.load(tmp_path / "car", vector_index=car.index.vector_index)
     assert loaded.spans is None
     with pytest.raises(ConfigurationError, match="span_weight > 0 needs a span_index"):

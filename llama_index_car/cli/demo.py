@@ -199,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
 
     from llama_index_car._errors import ConfigurationError
     from llama_index_car.demo.loader import demo_corpus_dir, load_demo_questions
-    from llama_index_car.pipeline import MANIFEST_NAME, build_index, load_index
+    from llama_index_car.folder import BuildOptions, build_index, load_index
+    from llama_index_car.folder.record import RECORD_NAME
 
     start = time.perf_counter()
     if args.hit_k < 1:
@@ -218,22 +219,20 @@ def run(args: argparse.Namespace) -> int:
 
     keep = Path(args.keep) if args.keep else None
     if keep is not None and keep.is_dir() and any(keep.iterdir()):
-        if not (keep / MANIFEST_NAME).is_file():
+        if not (keep / RECORD_NAME).is_file():
             raise ConfigurationError(
                 f"--keep {keep} is a non-empty folder that is not an index; choose a new folder"
             )
     with tempfile.TemporaryDirectory(prefix="llama-car-demo-") as tmp:
         persist = keep if keep is not None else Path(tmp)
         print(f"indexing {corpus} …", file=log, flush=True)
-        built = build_index(
-            corpus,
-            persist,
+        built = build_index(corpus, persist, BuildOptions(
             embed=args.embed,
             overwrite=keep is not None,
             show_progress=show_progress(args),
             cache_dir=args.cache_dir,
             on_error=lambda f: print(f"skipped {f.path}: {f.error}", file=sys.stderr),
-        )
+        ))
         index_seconds = time.perf_counter() - start
         print(built.line(), file=log, flush=True)
         local = load_index(persist)

@@ -16,7 +16,7 @@ Reads every ``*.hwp`` (binary HWP 5), ``*.hwpx`` and ``*.hml`` (HWPML) under ``S
 content, with one warning), splits it into section, paragraph
 and table nodes, embeds them (offline multilingual-e5-small by default, through the
 shared embedding cache so a rebuild re-embeds nothing) and writes the vector store, the Kiwi
-BM25 index and the criterion hypothesizer into ``DIR`` (see :mod:`llama_index_car.pipeline`).
+BM25 index and the criterion hypothesizer into ``DIR`` (see :mod:`llama_index_car.folder`).
 Files that fail to parse are reported on stderr and skipped; the summary counts them.
 
 Exit codes: 0 indexed (even with some failed files), 1 nothing could be indexed,
@@ -119,21 +119,24 @@ def check_args(args: argparse.Namespace) -> None:
             f"--chunk-overlap {overlap} must be smaller than --chunk-size {size}"
         )
     if args.update:
-        from llama_index_car.pipeline import read_manifest
+        from llama_index_car.folder.record import read_record
 
-        read_manifest(args.persist)  # --update needs an existing, intact index folder
+        read_record(args.persist)  # --update needs an existing, intact index folder
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the index; print failures to stderr as they happen and a summary to stdout."""
-    from llama_index_car.pipeline import FileFailure, NothingToIndexError, build_index
+    from llama_index_car._errors import NothingToIndexError
+    from llama_index_car.folder.build import build_index
+    from llama_index_car.folder.options import BuildOptions
+    from llama_index_car.folder.sources import FileFailure
 
     def report(failure: FileFailure) -> None:
         print(f"skipped {failure.path}: {failure.error}", file=sys.stderr)
 
     build: Any = build_index
     if args.ray is not None:  # same arguments, per-file work on Ray
-        from llama_index_car.distributed import ray_builder
+        from llama_index_car.folder.ray import ray_builder
 
         build = ray_builder(args.ray)
     try:
@@ -141,16 +144,18 @@ def run(args: argparse.Namespace) -> int:
             summary = build(
                 args.source,
                 args.persist,
-                embed=args.embed,
-                chunk_size=args.chunk_size,
-                chunk_overlap=args.chunk_overlap,
-                show_progress=show_progress(args),
-                cache_dir=args.cache_dir,
-                overwrite=args.overwrite,
-                on_error=report,
-                store=args.store,
+                BuildOptions(
+                    embed=args.embed,
+                    chunk_size=args.chunk_size,
+                    chunk_overlap=args.chunk_overlap,
+                    spans=args.spans,
+                    store=args.store,
+                    cache_dir=args.cache_dir,
+                    overwrite=args.overwrite,
+                    show_progress=show_progress(args),
+                    on_error=report,
+                ),
                 update=args.update,
-                **({} if args.spans else {"spans": False}),
             )
     except NothingToIndexError as exc:
         print(f"llama-car index: {exc}", file=sys.stderr)

@@ -344,7 +344,8 @@ def _car_span_option(args: argparse.Namespace, reranker: Any) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Load the folder, retrieve, optionally rerank, print."""
-    from llama_index_car.pipeline import cells_for, load_index
+    from llama_index_car.folder.load import load_index
+    from llama_index_car.folder.sources import cells_for
 
     embed_model = None
     if args.embed is not None:

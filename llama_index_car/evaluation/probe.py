@@ -171,14 +171,14 @@ def load_sections_folder(folder: str | os.PathLike[str]) -> list[ProbeSection]:
     (recursively, sorted).
 
     Each file is read by the reader of its suffix
-    (:func:`~llama_index_car.pipeline.load_source_file`) and split with ``HWPXNodeParser``;
+    (:func:`~llama_index_car.folder.sources.load_source_file`) and split with ``HWPXNodeParser``;
     consecutive nodes sharing a ``section_title`` form one section whose body is their texts
     joined by newlines. Files the reader rejects (encrypted, damaged) are skipped.
     """
     from llama_index.readers.hwpx import HWPXNodeParser
 
     from llama_index_car._errors import ConfigurationError
-    from llama_index_car.pipeline import (
+    from llama_index_car.folder.sources import (
         file_extractor,
         find_source_files,
         load_source_file,

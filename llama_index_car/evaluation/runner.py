@@ -189,12 +189,16 @@ def load_hwpx_eval(
     folder: str | os.PathLike[str], qa_file: str | os.PathLike[str], *, show_progress: bool = False
 ) -> EvalData:
     """A folder of Hangul documents (every ``*.hwp``, ``*.hwpx``, ``*.hml``, recursively; see
-    :func:`~llama_index_car.pipeline.find_source_files`) plus a QA JSONL file (module
+    :func:`~llama_index_car.folder.sources.find_source_files`) plus a QA JSONL file (module
     docstring)."""
     from llama_index.readers.hwpx import HWPXError, HWPXNodeParser
 
     from llama_index_car._errors import ConfigurationError
-    from llama_index_car.pipeline import file_extractor, find_source_files, load_source_file
+    from llama_index_car.folder.sources import (
+        file_extractor,
+        find_source_files,
+        load_source_file,
+    )
 
     root = Path(folder)
     try:
@@ -287,7 +291,7 @@ def load_eval_data(
 ) -> EvalData:
     """A BEIR folder, or an HWPX folder when ``qa_file`` is given."""
     from llama_index_car.evaluation.io import load_beir
-    from llama_index_car.pipeline import SOURCE_SUFFIXES
+    from llama_index_car.folder.sources import SOURCE_SUFFIXES
 
     if qa_file is not None:
         return load_hwpx_eval(data, qa_file, show_progress=show_progress)

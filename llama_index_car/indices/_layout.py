@@ -8,8 +8,9 @@ __all__ = [
     "VECTORS_NAME",
 ]
 
-#: 4: one generation of flat files bound by one manifest (BM25 arrays included)
-FORMAT_VERSION = 4
+#: 5: one generation of flat files bound by one manifest (BM25 arrays included); index.json
+#: records the embedding (its spec) along with the tokenizer
+FORMAT_VERSION = 5
 KIND = "CriterionAwareIndex"
 INDEX_NAME = "index.json"
 NODES_NAME = "nodes.json"
