@@ -35,6 +35,8 @@ SUBCOMMANDS: dict[str, str] = {
     "eval": "llama_index_car.cli.eval",
     "probe": "llama_index_car.cli.probe",
     "preserve": "llama_index_car.cli.preserve",
+    "serve": "llama_index_car.cli.serve",
+    "mcp": "llama_index_car.cli.mcp",
 }
 
 
