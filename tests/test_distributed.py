@@ -317,8 +317,7 @@ def test_cli_index_ray_writes_the_same_folder(
 
 def test_ray_builder_refuses_options_it_does_not_support(corpus: Path, tmp_path: Path) -> None:
     """The Ray path takes the local build's options (one ``BuildOptions``) and refuses, by
-    flag, those it cannot honour yet, before any work: a store, an embedding cache, an
-    update."""
+    flag, those it cannot honour yet, before any work: a store, an embedding cache."""
     from llama_index_car._errors import ConfigurationError
     from llama_index_car.folder import BuildOptions
     from llama_index_car.folder.ray import build_index_ray
@@ -328,8 +327,6 @@ def test_ray_builder_refuses_options_it_does_not_support(corpus: Path, tmp_path:
         ray_builder("local")(corpus, tmp_path / "x", BuildOptions(store="chroma:///tmp/x"))
     with pytest.raises(ConfigurationError, match="--ray cannot be combined with --cache-dir"):
         ray_builder("local")(corpus, tmp_path / "x", BuildOptions(cache_dir=tmp_path / "c"))
-    with pytest.raises(ConfigurationError, match="--ray cannot be combined with --update"):
-        ray_builder("local")(corpus, tmp_path / "x", update=True)
     with pytest.raises(ConfigurationError, match="--store, --cache-dir"):
         build_index_ray(corpus, tmp_path / "x", BuildOptions(store="qdrant", cache_dir="c"))
     assert not (tmp_path / "x").exists()

@@ -135,7 +135,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"skipped {failure.path}: {failure.error}", file=sys.stderr)
 
     build: Any = build_index
-    if args.ray is not None:  # same arguments, per-file work on Ray
+    if args.update:
+        if args.ray is not None:  # Ray builds a new folder; an update embeds what changed
+            from llama_index_car._errors import ConfigurationError
+
+            raise ConfigurationError(
+                "--ray cannot be combined with --update yet; index without --ray, or without "
+                "those options"
+            )
+        from llama_index_car.folder.update import update_index
+
+        build = update_index
+    elif args.ray is not None:  # same arguments, per-file work on Ray
         from llama_index_car.folder.ray import ray_builder
 
         build = ray_builder(args.ray)
@@ -155,7 +166,6 @@ def run(args: argparse.Namespace) -> int:
                     show_progress=show_progress(args),
                     on_error=report,
                 ),
-                update=args.update,
             )
     except NothingToIndexError as exc:
         print(f"llama-car index: {exc}", file=sys.stderr)

@@ -49,15 +49,10 @@ from llama_index_car.folder.sources import (
 from llama_index_car.folder.store import open_store_index, store_record, store_uri_for
 
 if TYPE_CHECKING:  # pragma: no cover
-    from llama_index.core.base.embeddings.base import BaseEmbedding
     from llama_index.core.schema import BaseNode
 
     from llama_index_car.indices._lexical import Lexical, Tokens
     from llama_index_car.span_index import SpanIndex
-
-#: texts per embedding-cache batch while indexing (one progress-bar step, one cache save)
-INDEX_CACHE_BATCH = 32
-
 
 @dataclass(frozen=True)
 class SourceRead:
@@ -70,16 +65,6 @@ class SourceRead:
     documents: int
     failures: list[FileFailure] = field(default_factory=list)
     digests: dict[str, str] = field(default_factory=dict)
-
-
-def resolve_embed(embed_model: BaseEmbedding | None, embed: str | None) -> Any:
-    """``embed_model``, else the embedding of the provider ``embed``
-    (:func:`~llama_index_car.providers.resolve_embed_model`)."""
-    if embed_model is not None:
-        return embed_model
-    from llama_index_car.providers import resolve_embed_model
-
-    return resolve_embed_model(embed)
 
 
 def writable_folder(persist_dir: str | Path, overwrite: bool, how: str) -> Path:
@@ -102,82 +87,29 @@ def chunking(options: BuildOptions) -> tuple[int, int]:
             DEFAULT_CHUNK_OVERLAP if options.chunk_overlap is None else options.chunk_overlap)
 
 
-# ----------------------------------------------------------------------------- embedding
-def _cache(model: Any, options: BuildOptions) -> Any:
-    from llama_index_car.embeddings.cache import EmbeddingCache, default_cache_dir
-
-    return EmbeddingCache(options.cache_dir or default_cache_dir(), model,
-                          batch_size=INDEX_CACHE_BATCH)
-
-
-def embed_nodes(model: Any, nodes: Sequence[BaseNode], options: BuildOptions) -> dict[str, list[float]]:
-    """``{node_id: vector}`` of the nodes' EMBED text (what ``VectorStoreIndex`` embeds).
-
-    Through the shared cache unless ``options.use_cache`` is off: the texts are embedded
-    ``INDEX_CACHE_BATCH`` at a time, with one progress bar ("embedding", in characters, so
-    its rate and ETA are honest for long sections).
-    """
-    from llama_index.core.schema import MetadataMode
-
-    texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes]
-    emb = model
-    if options.use_cache:
-        from llama_index_car.embeddings.cache import CachedEmbedding
-
-        cache = _cache(model, options)
-        cache.embed(texts, "text", show_progress=options.show_progress, desc="embedding")
-        emb = CachedEmbedding(cache)
-    vecs = emb.get_text_embedding_batch(
-        texts, show_progress=options.show_progress and not options.use_cache)
-    return {n.node_id: list(v) for n, v in zip(nodes, vecs, strict=True)}
-
-
-def span_index(model: Any, nodes: Sequence[BaseNode], options: BuildOptions) -> SpanIndex:
-    """The span index of ``nodes`` (:meth:`SpanIndex.from_nodes`), its span texts embedded
-    through the shared cache when enabled (one progress bar, "embedding spans")."""
-    from llama_index_car.span_index import SpanIndex
-
-    if not options.use_cache:
-        return SpanIndex.from_nodes(nodes, model, show_progress=options.show_progress)
-    from llama_index_car.span_index import cut_nodes
-
-    cut = cut_nodes(nodes)  # once: cutting every node is a visible share of a warm build
-    texts = [s.text for s in cut.spans]
-    vectors = _cache(model, options).embed(texts, "text", show_progress=options.show_progress,
-                                           desc="embedding spans")
-    return SpanIndex.from_cut(cut, vectors)
-
-
 # ----------------------------------------------------------------------------- build
 def build_index(
     source: str | Path | Sequence[str | Path],
     persist_dir: str | Path,
     options: BuildOptions | None = None,
-    *,
-    update: bool = False,
 ) -> BuildSummary:
     """Index HWP 5, HWPX and HWPML files into ``persist_dir`` (see the module docstring).
 
     Args:
         source: a folder (searched recursively for ``*.hwp``, ``*.hwpx``, ``*.hml``) or a
             list of files.
-        persist_dir: output folder; must be empty or absent unless ``options.overwrite`` or
-            ``update``.
+        persist_dir: output folder; must be empty or absent unless ``options.overwrite`` (to
+            bring a folder up to date, :func:`~llama_index_car.folder.update_index`).
         options: :class:`~llama_index_car.folder.BuildOptions` (defaults: offline e5, chunks
             of 1000/150 tokens, spans, the shared embedding cache, vectors in the folder).
-        update: re-index only files whose sha256 changed or that are new, and remove the
-            nodes of files that vanished (:func:`~llama_index_car.folder.update_index`).
 
     Raises:
-        ConfigurationError: no source files, a non-empty ``persist_dir`` without
-            ``overwrite``, or (``update``) options that differ from the folder's record.
+        ConfigurationError: no source files, or a non-empty ``persist_dir`` without
+            ``overwrite``.
         NothingToIndexError: every file failed to parse or held no text.
     """
     options = options or BuildOptions()
-    if update:
-        from llama_index_car.folder.update import update_index
-
-        return update_index(source, persist_dir, options)
+    from llama_index_car.folder.embed import embed_nodes, resolve_embed, span_index
     from llama_index_car.indices._lexical import Lexical, Tokens
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 

@@ -472,13 +472,8 @@ def build_index_ray(
         ConfigurationError: as ``build_index`` (non-empty folder, nothing to index), or
             ``options.store`` / ``options.cache_dir`` given (refused, not ignored).
     """
-    from llama_index_car.folder.build import (
-        SourceRead,
-        chunking,
-        finish_build,
-        resolve_embed,
-        writable_folder,
-    )
+    from llama_index_car.folder.build import SourceRead, chunking, finish_build, writable_folder
+    from llama_index_car.folder.embed import resolve_embed
     from llama_index_car.indices._lexical import Lexical, Tokens
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
@@ -515,7 +510,8 @@ def build_index_ray(
 
 
 def ray_builder(address: str) -> Callable[..., BuildSummary]:
-    """``build_index_ray`` bound to ``--ray ADDRESS`` (``"local"`` = a new local cluster).
+    """``build_index_ray`` bound to ``--ray ADDRESS`` (``"local"`` = a new local cluster),
+    with ``build_index``'s signature.
 
     Raises:
         ConfigurationError: ``address`` is not ``local``, ``auto``, ``ray://HOST:PORT`` or
@@ -532,13 +528,8 @@ def ray_builder(address: str) -> Callable[..., BuildSummary]:
 
     def build(
         source: str | Path | Sequence[str | Path], persist_dir: str | Path,
-        options: BuildOptions | None = None, *, update: bool = False,
+        options: BuildOptions | None = None,
     ) -> BuildSummary:
-        if update:  # Ray builds a new folder; an update reads and embeds only what changed
-            raise ConfigurationError(
-                "--ray cannot be combined with --update yet; index without --ray, or without "
-                "those options"
-            )
         return build_index_ray(source, persist_dir, options, ray_address=ray_address)
 
     return build

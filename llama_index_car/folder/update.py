@@ -155,7 +155,7 @@ def update_index(
     live = {n.node_id for n in index.nodes}
     # ids are content-addressed: a live id is the same content, kept as it is
     fresh = [n for n in nodes if n.node_id not in live]
-    from llama_index_car.folder.build import embed_nodes, span_index
+    from llama_index_car.folder.embed import embed_nodes, span_index
 
     vectors = embed_nodes(model, fresh, options) if fresh else {}
     embedded = [n.model_copy(update={"embedding": vectors[n.node_id]}) for n in fresh]
