@@ -40,13 +40,8 @@ import numpy as np
 
 from llama_index_car._bm25_arrays import MappedTerms, Postings, check_postings, term_hash
 from llama_index_car._errors import IndexPersistError
-from llama_index_car._persist import (
-    open_regular,
-    read_manifest,
-    sha256_file,
-    write_error,
-    write_manifest,
-)
+from llama_index_car._files import open_regular, sha256_file, write_error
+from llama_index_car._persist import read_manifest, write_manifest
 
 __all__ = [
     "ARRAYS",

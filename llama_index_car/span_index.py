@@ -306,7 +306,7 @@ class SpanIndex:
     ) -> None:
         """Write ``spans.json`` and ``vectors.npy`` (or the two ``names``) into ``folder``
         (created; files fsynced by the caller's generation, see :mod:`llama_index_car._persist`)."""
-        from llama_index_car._persist import fsync_write, write_json
+        from llama_index_car._files import fsync_write, write_json
 
         records_name, vectors_name = names
         out = Path(folder)
@@ -332,7 +332,7 @@ class SpanIndex:
         cls, folder: str | os.PathLike[str], *, names: tuple[str, str] = (RECORDS_NAME, VECTORS_NAME)
     ) -> SpanIndex:
         """Read what :meth:`persist` wrote; every field is checked (module docstring)."""
-        from llama_index_car._persist import read_json
+        from llama_index_car._files import read_json
 
         root = Path(folder)
         records_path = root / names[0]
@@ -386,7 +386,7 @@ def _record(r: Any, path: Path) -> Span:
 
 
 def _load_vectors(path: Path, n: int, dim: int) -> np.ndarray:
-    from llama_index_car._persist import read_npy
+    from llama_index_car._files import read_npy
 
     try:  # the header must declare the file's size: nothing is allocated before that check
         arr = read_npy(path, dtype=np.float16, ndim=2)

@@ -20,14 +20,8 @@ import numpy as np
 import pytest
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
-from llama_index_car._persist import (
-    CURRENT_NAME,
-    fsync_write,
-    live_dir,
-    read_json,
-    write_error,
-    write_manifest,
-)
+from llama_index_car._files import fsync_write, read_json, write_error
+from llama_index_car._persist import CURRENT_NAME, live_dir, write_manifest
 from llama_index_car.bm25 import BM25Okapi, _term_table, _write_npy
 from tests.fakes.bm25_folders import (
     corpus,

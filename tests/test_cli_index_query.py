@@ -120,10 +120,10 @@ def test_query_reads_each_json_file_of_the_folder_once(
     read goes through)."""
     from collections import Counter
 
-    from llama_index_car import _persist
+    from llama_index_car import _files
 
     reads: list[Path] = []
-    monkeypatch.setattr(_persist, "READ_OBSERVERS", [reads.append])
+    monkeypatch.setattr(_files, "READ_OBSERVERS", [reads.append])
     rc, stdout, _ = _query(capsys, str(index_run["out"]), "교량 점검통로 폭", "--retriever", "car")
     assert rc == 0 and stdout
     gen = live_dir(index_run["out"])

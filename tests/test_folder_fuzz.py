@@ -205,7 +205,7 @@ def test_an_npy_header_declaring_more_than_the_file_holds_is_refused_before_read
 ) -> None:
     import numpy as np
 
-    from llama_index_car._persist import read_npy
+    from llama_index_car._files import read_npy
 
     path = tmp_path / "big.npy"
     header = {"descr": "<f4", "fortran_order": False, "shape": (10**12, 384)}

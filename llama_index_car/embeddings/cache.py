@@ -65,7 +65,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
 from llama_index_car._errors import CacheWarning, IndexPersistError, UntrustedFileError
-from llama_index_car._persist import read_owned_file, write_cause
+from llama_index_car._files import read_owned_file, write_cause
 from llama_index_car.embeddings._cache_files import (
     FORMAT_VERSION,
     MAX_DIM,

@@ -230,26 +230,26 @@ def _check_same(root: Path, **given: Any) -> None:
 # ----------------------------------------------------------------------------- pending ids
 def _write_pending(out: Path, ids: list[str]) -> None:
     """Record, durably, the ids step (1) is about to add."""
-    from llama_index_car import _persist
+    from llama_index_car import _files
 
     tmp = out / f".tmp-{uuid.uuid4().hex}"
-    _persist.fsync_write(tmp, json.dumps(ids).encode("utf-8"))
+    _files.fsync_write(tmp, json.dumps(ids).encode("utf-8"))
     try:
         os.replace(tmp, out / PENDING_NAME)
     except OSError as exc:
-        raise _persist.write_error(out / PENDING_NAME, exc) from exc
+        raise _files.write_error(out / PENDING_NAME, exc) from exc
 
 
 def _read_pending(out: Path) -> set[str]:
     """The ids a killed update may have added without committing them (untrusted: only
     node-id-shaped strings are kept; a damaged file names nothing)."""
-    from llama_index_car import _persist
+    from llama_index_car import _files
 
     path = out / PENDING_NAME
     if not path.exists():
         return set()
     try:
-        raw = _persist.read_json(path)
+        raw = _files.read_json(path)
     except (OSError, ValueError):
         return set()
     return {i for i in raw if isinstance(i, str) and _ID_RE.match(i)} if isinstance(

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
-from llama_index_car import _persist
+from llama_index_car import _files, _persist
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
 from llama_index_car.bm25 import BM25Okapi, Verify
 from llama_index_car.indices._layout import (
@@ -77,7 +77,7 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
         raise ConfigurationError(f"documents may not be named {bad}")
     with _persist.replace_dir(target) as gen:
         meta = lex.bm25.write_to(gen, prefix=BM25_PREFIX, manifest=False)
-        _persist.write_json(gen / NODES_NAME, [doc_to_json(n) for n in lex.nodes])
+        _files.write_json(gen / NODES_NAME, [doc_to_json(n) for n in lex.nodes])
         if dense is not None:
             matrix = dense.matrix if ids else np.zeros((0, 0), dtype=np.float32)
             with open(gen / VECTORS_NAME, "wb") as fh:
@@ -85,8 +85,8 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
         if snap.spans is not None:
             snap.spans.persist(gen, names=SPAN_NAMES)
         for name, value in documents.items():
-            _persist.write_json(gen / name, value)
-        _persist.write_json(gen / INDEX_NAME, {
+            _files.write_json(gen / name, value)
+        _files.write_json(gen / INDEX_NAME, {
             "format_version": FORMAT_VERSION,
             "kind": KIND,
             "tokenizer": index.tokenizer.to_dict(),
@@ -454,7 +454,7 @@ def _index_from_vectors(
     from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
 
     try:
-        matrix = _persist.read_npy(path, dtype=np.float32, ndim=2)
+        matrix = _files.read_npy(path, dtype=np.float32, ndim=2)
     except FileNotFoundError as exc:
         raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
     if matrix.shape[0] != len(nodes):
