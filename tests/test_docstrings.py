@@ -105,6 +105,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.llms.transport",
     "llama_index_car.providers",
     "llama_index_car.query_engines",
+    "llama_index_car.query_engines._citations",
     "llama_index_car.query_engines.span_citation",
     "llama_index_car.query_guard",
     "llama_index_car.retrievers",

@@ -33,7 +33,7 @@ from llama_index_car.hypothesizers.base import sanitize_text
 from llama_index_car.indices import CriterionAwareIndex as LocalIndex
 from llama_index_car.llms import BoundedAnthropic
 from llama_index_car.query_engines import Citation, SpanCitationQueryEngine
-from llama_index_car.query_engines.span_citation import (
+from llama_index_car.query_engines._citations import (
     DEFAULT_MAX_ANSWER_CHARS,
     MAX_INVALID_CITATIONS,
     NO_SOURCE_ANSWER,
