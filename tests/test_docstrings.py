@@ -44,6 +44,8 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.cli.mcp",
     "llama_index_car.cli.serve",
     "llama_index_car.demo",
+    "llama_index_car.demo._documents",
+    "llama_index_car.demo._types",
     "llama_index_car.demo.loader",
     "llama_index_car.demo.spec",
     "llama_index_car.embeddings",
