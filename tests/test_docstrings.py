@@ -132,6 +132,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.retrievers.weighted_rrf",
     "llama_index_car.stores",
     "llama_index_car.tokenizers",
+    "llama_index_car.tokenizers._domain",
     "llama_index_car.tokenizers.kiwi",
     "llama_index_car.transformers",
     "llama_index_car.transformers.reframing",
