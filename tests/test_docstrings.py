@@ -23,6 +23,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car",
     "llama_index_car._bm25_arrays",
     "llama_index_car._bm25_build",
+    "llama_index_car._bm25_heap",
     "llama_index_car._bm25_kernels",
     "llama_index_car._bm25_numba",
     "llama_index_car._bm25_storage",

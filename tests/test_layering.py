@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 LAYERS: dict[int, tuple[str, tuple[str, ...]]] = {
     0: ("base", ("_errors", "_env", "_files", "_jsonl", "_persist")),
     1: ("components", (
-        "tokenizers", "bm25", "_bm25_arrays", "_bm25_build", "_bm25_storage", "_bm25_kernels",
+        "tokenizers", "bm25", "_bm25_arrays", "_bm25_build", "_bm25_heap", "_bm25_storage", "_bm25_kernels",
         "_bm25_numba", "fusion", "framing", "spans", "span_index", "embeddings", "stores",
         "_qdrant_local", "llms", "providers", "hypothesizers", "transformers", "postprocessors",
         "query_guard", "demo",
