@@ -30,8 +30,8 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_car._errors import ConfigurationError
+from llama_index_car._filters import matches
 from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
-from llama_index_car.indices._filters import matches
 
 __all__ = ["Lexical", "Tokens", "check_unique", "matches", "text_hash"]
 
@@ -155,7 +155,7 @@ class Lexical:
 
     def mask(self, filters: MetadataFilters | None) -> np.ndarray | None:
         """Which nodes pass ``filters`` (``None``: no filter), by
-        :func:`llama_index_car.indices._filters.matches`: the one meaning of a filter on
+        :func:`llama_index_car._filters.matches`: the one meaning of a filter on
         every channel."""
         if filters is None or not filters.filters:
             return None

@@ -19,7 +19,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_car._errors import ConfigurationError
-from llama_index_car.indices._filters import check_filters
+from llama_index_car._filters import check_filters
 from llama_index_car.query_guard import guarded_retrieve
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,7 +36,7 @@ __all__ = [
 def check_view_filters(filters: Any, store: Any = None) -> MetadataFilters | None:
     """``filters`` if ``None`` or valid ``MetadataFilters`` (for ``store`` too: a vector
     store that would read them with another meaning is refused, see
-    :func:`~llama_index_car.indices._filters.check_filters`), else
+    :func:`~llama_index_car._filters.check_filters`), else
     :class:`ConfigurationError`."""
     if filters is not None and not isinstance(filters, MetadataFilters):
         raise ConfigurationError(

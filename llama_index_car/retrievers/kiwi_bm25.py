@@ -12,7 +12,7 @@ Behaviour:
   ranking is score descending, then earlier-indexed node first;
 * ``similarity_top_k`` above the number of nodes is clamped, with a ``UserWarning``;
 * ``filters`` (LlamaIndex ``MetadataFilters``; every operator, AND/OR/NOT, nested groups,
-  with the one meaning of :func:`llama_index_car.indices._filters.matches` that every
+  with the one meaning of :func:`llama_index_car._filters.matches` that every
   channel shares) restrict the returned nodes; the BM25 statistics stay those of the whole
   corpus (as LlamaIndex's ``BM25Retriever`` does);
 * a view: the nodes, arrays and tokenizer belong to a

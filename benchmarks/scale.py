@@ -1,0 +1,380 @@
+"""Benchmark: today's index at 10^4 / 10^5 / 10^6 synthetic sections (issue 39, Deliver 4).
+
+**The corpus.** Sections are recombined from real ones: the pool is every passage of the
+three eval sets (lhcs, autorag, legal; ``"## title\\n\\ntext"``) and every node the HWPX reader
+and node parser make of ``../shared/corpus/hwpx`` (tables with their ``cells``). A synthetic
+section copies a pool table node whole (so table-row spans keep their real share), or joins
+the title and first half of the sentences of one text section to the second half of another's
+(so Kiwi and BM25 see real Korean, and sentence spans keep their real length). The mix of
+table and text sections follows the pool's. Metadata: ``file_name`` (50 sections per
+synthetic file) and ``section_title``, excluded from the embedded text like ``llama-car eval``.
+
+**Vectors.** Each section's vector is a real e5 passage vector (the eval sets, embedded once
+by ``_eval_vectors.py``) drawn at random, plus Gaussian noise (σ = ``--noise`` per component),
+renormalised; span vectors likewise (seeded by the span text). Embedding 10^6 real texts with
+the offline e5 here (~5-9 kchar/s on two cores, ~5 x 10^8 characters) would take one to three
+days, so no synthetic text is embedded. Query vectors are the real e5 vectors of the eval
+queries, looked up (so "query embedding" is excluded from every latency and reported apart).
+
+**Tokens.** Kiwi runs once over the pool's pieces (titles, sentences, table sections; cached
+in ``--cache``) and a synthetic section's tokens are its pieces' tokens concatenated, handed to
+the index through its token cache (``token_cache=``): BM25 is built from real Kiwi tokens
+without re-running Kiwi on 10^6 recombined texts (throughput reported apart).
+
+**What is measured**, for today's code (``CriterionAwareIndex`` with ``SimpleVectorStore``,
+``persist``/``load``: the generation ``llama-car index`` writes, without ``car_index.json``):
+build s (index over nodes with vectors + span index), persist s, folder bytes per node (per
+file), then in a fresh process ``load`` s, resident memory after load and after the queries,
+and p50/p95 per retriever kind (``bm25``, ``dense``, ``hybrid``, ``car``; top 10) over the eval
+queries. Rows for the phase-2 design (flat store, records, store BM25) are added when it is
+wired in. Sizes where today's code cannot run within this machine are reported from the memory
+model (bytes per node measured at the smaller sizes), not run.
+
+Usage::
+
+    nice -n 10 python benchmarks/_eval_vectors.py --cache /tmp/car-scale/cache lhcs autorag legal
+    nice -n 10 python benchmarks/scale.py --cache /tmp/car-scale/cache --sizes 10000 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
+KINDS = ("bm25", "dense", "hybrid", "car")
+_SENT = re.compile(r"(?<=[.!?다])\s+")
+
+
+# ----------------------------------------------------------------------------- the pool
+def _pool_nodes() -> list[dict[str, Any]]:
+    from _eval_vectors import SETS, load_set
+
+    out: list[dict[str, Any]] = []
+    for name in SETS:
+        _, texts, _, _, _ = load_set(name)
+        out.extend({"text": t, "cells": None} for t in texts)
+    from llama_index.readers.hwpx import HWPXNodeParser, HWPXReader
+
+    reader, parser = HWPXReader(split_sections=True), HWPXNodeParser()
+    for path in sorted((SHARED / "corpus" / "hwpx").glob("*.hwpx")):
+        try:
+            nodes = parser.get_nodes_from_documents(reader.load_data(path))
+        except Exception:  # noqa: BLE001 - unreadable sample files are skipped
+            continue
+        for n in nodes:
+            out.append({"text": n.get_content(), "cells": n.metadata.get("cells")})
+    return out
+
+
+def pool(cache: Path) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """The pool sections split into pieces, and the Kiwi tokens of every piece (cached)."""
+    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+    tok = KiwiTokenizer()
+    path = cache / f"scale-pool-{tok.spec_hash[:16]}.json"
+    if path.exists():
+        got = json.loads(path.read_text())
+        return got["sections"], got["tokens"]
+    sections = []
+    for node in _pool_nodes():
+        text = node["text"]
+        if node["cells"]:
+            sections.append({"title": "", "pieces": [text], "cells": node["cells"]})
+            continue
+        title, body = (text.split("\n\n", 1) + [""])[:2] if text.startswith("## ") else ("", text)
+        pieces = [p for p in _SENT.split(body) if p]
+        sections.append({"title": title, "pieces": pieces, "cells": None})
+    uniq = sorted({p for s in sections for p in [s["title"], *s["pieces"]] if p})
+    t0 = time.perf_counter()
+    toks = tok.tokenize_batch(uniq)
+    print(f"[pool] Kiwi: {sum(map(len, uniq)):,} characters in {time.perf_counter() - t0:.0f} s",
+          file=sys.stderr, flush=True)
+    tokens = dict(zip(uniq, toks, strict=True))
+    cache.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"sections": sections, "tokens": tokens}, ensure_ascii=False))
+    return sections, tokens
+
+
+def _passages(cache: Path, sets: list[str]) -> np.ndarray:
+    from _eval_vectors import vectors
+
+    return np.concatenate([vectors(s, cache)[0] for s in sets])
+
+
+def generate(n: int, cache: Path, noise: float, vector_sets: list[str], seed: int = 0) -> tuple[list[Any], dict[str, list[str]], np.ndarray]:
+    """``(nodes with embeddings, {EMBED text: tokens}, e5 passage vectors)`` of ``n`` sections."""
+    from llama_index.core.schema import TextNode
+
+    sections, piece_tokens = pool(cache)
+    e5 = _passages(cache, vector_sets)
+    rng = np.random.default_rng(seed)
+    tables = [s for s in sections if s["cells"]]
+    texts = [s for s in sections if not s["cells"] and s["pieces"]]
+    p_table = len(tables) / (len(tables) + len(texts))
+    vecs = e5[rng.integers(0, len(e5), n)] + noise * rng.standard_normal((n, e5.shape[1]), dtype=np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    nodes, token_map = [], {}
+    for i in range(n):
+        if tables and rng.random() < p_table:
+            s = tables[rng.integers(len(tables))]
+            text, parts, meta = s["pieces"][0], [s["pieces"][0]], {"cells": s["cells"]}
+            title = ""
+        else:
+            a, b = texts[rng.integers(len(texts))], texts[rng.integers(len(texts))]
+            parts = a["pieces"][: max(1, len(a["pieces"]) // 2)] + b["pieces"][len(b["pieces"]) // 2 :]
+            title = a["title"]
+            text = (title + "\n\n" if title else "") + " ".join(parts)
+            parts = ([title] if title else []) + parts
+            meta = {}
+        meta = {"file_name": f"syn{i // 50:06d}.hwpx", "section_title": title[3:], **meta}
+        node = TextNode(id_=f"s{i:08d}", text=text, metadata=meta, embedding=vecs[i].tolist(),
+                        excluded_embed_metadata_keys=list(meta), excluded_llm_metadata_keys=list(meta))
+        nodes.append(node)
+        token_map[text] = [t for p in parts for t in piece_tokens.get(p, [])]
+    return nodes, token_map, e5
+
+
+class SyntheticE5:
+    """An embedding for the benchmark: passages (spans) get a real e5 vector chosen by the
+    text's sha256 plus noise; queries get their real e5 vector (looked up)."""
+
+    @staticmethod
+    def make(e5: np.ndarray, queries: dict[str, list[float]], noise: float) -> Any:
+        from llama_index.core.base.embeddings.base import BaseEmbedding
+        from pydantic import PrivateAttr
+
+        class _Model(BaseEmbedding):
+            _e5: Any = PrivateAttr()
+            _q: Any = PrivateAttr()
+            _noise: float = PrivateAttr()
+
+            def _vec(self, text: str) -> list[float]:
+                seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+                r = np.random.default_rng(seed)
+                v = self._e5[r.integers(len(self._e5))] + self._noise * r.standard_normal(self._e5.shape[1])
+                return (v / np.linalg.norm(v)).tolist()
+
+            def _get_query_embedding(self, query: str) -> list[float]:
+                return list(self._q[query])
+
+            def _get_text_embedding(self, text: str) -> list[float]:
+                return self._vec(text)
+
+            async def _aget_query_embedding(self, query: str) -> list[float]:
+                return self._get_query_embedding(query)
+
+        model = _Model(model_name="synthetic-e5", embed_batch_size=2048)
+        model._e5, model._q, model._noise = e5, queries, noise
+        return model
+
+
+def _queries(cache: Path, count: int) -> dict[str, list[float]]:
+    from _eval_vectors import load_set, vectors
+
+    out: dict[str, list[float]] = {}
+    for name in ("lhcs", "autorag"):
+        _, _, _, texts, _ = load_set(name)
+        _, qv = vectors(name, cache)
+        for t, v in zip(texts, qv, strict=True):
+            out.setdefault(t, v.tolist())
+    return dict(list(out.items())[:count])
+
+
+def _rss_mb(field: str = "VmRSS") -> float:
+    """Resident memory from /proc/self/status: ``VmRSS`` (all), ``RssAnon`` (private, what
+    the process holds), ``RssFile`` (mapped file pages: clean, dropped under pressure)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# ----------------------------------------------------------------------------- children
+def child_build(args: argparse.Namespace) -> dict[str, Any]:
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.schema import MetadataMode
+    from llama_index_car.indices._lexical import text_hash
+
+    from llama_index_car.indices.criterion_aware import CriterionAwareIndex
+    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
+
+    cache = Path(args.cache)
+    t0 = time.perf_counter()
+    nodes, token_map, e5 = generate(args.n, cache, args.noise, args.vector_sets)
+    gen_s = time.perf_counter() - t0
+    tok = KiwiTokenizer()
+    prefix = tok.spec_hash[:16] + ":"
+    token_cache = {prefix + text_hash(n.get_content(metadata_mode=MetadataMode.EMBED)): token_map[n.text]
+                   for n in nodes}
+    model = SyntheticE5.make(e5, {}, args.noise)
+    t0 = time.perf_counter()
+    vectors = VectorStoreIndex(nodes, embed_model=model)
+    nodes = [n.model_copy(update={"embedding": None}) for n in nodes]  # as the pipeline's nodes
+    index = CriterionAwareIndex.from_defaults(nodes, vector_index=vectors, embed_model=model,
+                                              spans=True, tokenizer=tok, token_cache=token_cache)
+    build_s = time.perf_counter() - t0
+    n_spans = index.spans.n_spans if index.spans is not None else 0
+    t0 = time.perf_counter()
+    index.persist(args.dir)
+    persist_s = time.perf_counter() - t0
+    files: dict[str, int] = {}
+    for f in Path(args.dir).rglob("*"):
+        if f.is_file():
+            files[f.name] = files.get(f.name, 0) + f.stat().st_size
+    return {"generate_s": gen_s, "build_s": build_s, "persist_s": persist_s, "files": files,
+            "spans": n_spans, "build_rss_mb": _rss_mb(),
+            "chars": sum(len(n.text) for n in nodes)}
+
+
+def child_query(args: argparse.Namespace) -> dict[str, Any]:
+    import llama_index_car.indices.criterion_aware as ca
+
+    cache = Path(args.cache)
+    queries = _queries(cache, args.queries)
+    model = SyntheticE5.make(_passages(cache, args.vector_sets), queries, args.noise)
+    rss0 = _rss_mb()
+    t0 = time.perf_counter()
+    index = ca.CriterionAwareIndex.load(args.dir, embed_model=model)
+    load_s = time.perf_counter() - t0
+    rss_load = _rss_mb()
+    out: dict[str, Any] = {"load_s": load_s, "rss_before_mb": rss0, "rss_load_mb": rss_load}
+    texts = list(queries)
+    for kind in KINDS:
+        r = index.as_retriever(kind, similarity_top_k=10)
+        r.retrieve(texts[0])  # warm-up (Kiwi model, first touch)
+        limit = args.slow_queries if kind != "bm25" and args.n > args.fast_max else len(texts)
+        times = []
+        for q in texts[:limit]:
+            t1 = time.perf_counter()
+            r.retrieve(q)
+            times.append(time.perf_counter() - t1)
+        out[kind] = {"p50": float(np.percentile(times, 50)) * 1000,
+                     "p95": float(np.percentile(times, 95)) * 1000, "queries": len(times)}
+        print(f"[{args.n}] {kind}: {out[kind]}", file=sys.stderr, flush=True)
+    out["rss_end_mb"] = _rss_mb()
+    out["anon_end_mb"], out["file_end_mb"] = _rss_mb("RssAnon"), _rss_mb("RssFile")
+    return out
+
+
+def _e5_query_ms(cache: Path) -> float:
+    from _eval_vectors import load_set
+
+    from llama_index_car.embeddings.e5 import MultilingualE5Embedding
+
+    _, _, _, texts, _ = load_set("lhcs")
+    model = MultilingualE5Embedding()
+    model.get_query_embedding(texts[0])
+    times = []
+    for t in texts[1:21]:
+        t0 = time.perf_counter()
+        model.get_query_embedding(t)
+        times.append(time.perf_counter() - t0)
+    return float(np.percentile(times, 50)) * 1000
+
+
+# ----------------------------------------------------------------------------- driver
+def _child(phase: str, n: int, where: Path, args: argparse.Namespace) -> dict[str, Any] | str:
+    cmd = [sys.executable, __file__, "--child", phase, "--n", str(n), "--dir", str(where),
+           "--cache", args.cache, "--noise", str(args.noise), "--queries", str(args.queries),
+           "--slow-queries", str(args.slow_queries), "--fast-max", str(args.fast_max),
+           "--vector-sets", *args.vector_sets]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    with open(args.log, "a") as fh:
+        fh.write(f"--- {n} {phase} ({time.perf_counter() - t0:.0f} s)\n{p.stderr[-4000:]}\n")
+    if p.returncode != 0:
+        return "failed: " + ((p.stderr.strip().splitlines() or ["?"])[-1])[:160]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cache", default="/tmp/car-scale/cache")
+    ap.add_argument("--sizes", nargs="*", type=int, default=[10_000, 100_000])
+    ap.add_argument("--noise", type=float, default=0.02)
+    ap.add_argument("--vector-sets", nargs="+", default=["lhcs", "autorag", "legal"],
+                    help="eval sets whose real e5 passage vectors seed the synthetic ones")
+    ap.add_argument("--queries", type=int, default=50)
+    ap.add_argument("--slow-queries", type=int, default=10,
+                    help="queries for the dense-using kinds above --fast-max sections")
+    ap.add_argument("--fast-max", type=int, default=10_000)
+    ap.add_argument("--workdir", default="/tmp/car-scale/work")
+    ap.add_argument("--keep", action="store_true", help="keep the index folders")
+    ap.add_argument("--model", nargs="*", type=int, default=[1_000_000, 10_000_000],
+                    help="sizes predicted by the memory model from the measured ones")
+    ap.add_argument("--log", default="/tmp/car-scale/scale.log")
+    ap.add_argument("--child")
+    ap.add_argument("--n", type=int)
+    ap.add_argument("--dir")
+    args = ap.parse_args()
+    if args.child:
+        fn = child_build if args.child == "build" else child_query
+        print(json.dumps(fn(args)))
+        return
+    print(f"# scale: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start\n")
+    e5_ms = _e5_query_ms(Path(args.cache))
+    results: dict[int, tuple[Any, Any]] = {}
+    for n in args.sizes:
+        where = Path(args.workdir) / f"scale-{n}"
+        shutil.rmtree(where, ignore_errors=True)
+        built = _child("build", n, where, args)
+        got = _child("query", n, where, args) if isinstance(built, dict) else "not run"
+        results[n] = (built, got)
+        print(f"[{n}] build {built}\n[{n}] query {got}", file=sys.stderr, flush=True)
+        if not args.keep:
+            shutil.rmtree(where, ignore_errors=True)
+    print("## Today's code (CriterionAwareIndex + SimpleVectorStore, JSON nodes and spans)\n")
+    print(f"e5 query embedding (offline default, excluded below): p50 {e5_ms:.0f} ms\n")
+    print("| sections | spans | build s | persist s | folder MB | bytes/node | load s | RSS after load MB | RSS after queries MB |"
+          + "".join(f" {k} p50 / p95 ms |" for k in KINDS))
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(KINDS))
+    for n, (b, q) in results.items():
+        if isinstance(b, str) or isinstance(q, str):
+            print(f"| {n:,} | {b if isinstance(b, str) else ''} {q if isinstance(q, str) else ''} |")
+            continue
+        total = sum(b["files"].values())
+        cells = "".join(f" {q[k]['p50']:.0f} / {q[k]['p95']:.0f} ({q[k]['queries']} q) |" for k in KINDS)
+        print(f"| {n:,} | {b['spans']:,} | {b['build_s']:.0f} | {b['persist_s']:.0f} | {total / 2**20:.0f} | "
+              f"{total / n:,.0f} | {q['load_s']:.1f} | {q['rss_load_mb']:.0f} | {q['rss_end_mb']:.0f} |{cells}")
+    print("\nBytes per node by file:\n")
+    for n, (b, _) in results.items():
+        if isinstance(b, dict):
+            per = ", ".join(f"{k} {v / n:,.0f}" for k, v in sorted(b["files"].items(), key=lambda t: -t[1]) if v / n >= 1)
+            print(f"- {n:,}: {per}")
+    ok = [(n, b, q) for n, (b, q) in results.items() if isinstance(b, dict) and isinstance(q, dict)]
+    if len(ok) >= 2 and args.model:
+        print("\nMemory model (a straight line a + b·n through the measured sizes; today's code):\n")
+        print("| sections | folder GB | load s | RSS after load GB | RSS after queries GB | fits in 24 GiB? |")
+        print("|---:|---:|---:|---:|---:|---|")
+        ns = np.array([n for n, _, _ in ok], dtype=np.float64)
+
+        def fit(values: list[float], n: int) -> float:
+            b, a = np.polyfit(ns, np.array(values, dtype=np.float64), 1)
+            return float(a + b * n)
+
+        for n in args.model:
+            folder = fit([sum(b["files"].values()) for _, b, _ in ok], n) / 2**30
+            load = fit([q["load_s"] for _, _, q in ok], n)
+            rss = fit([q["rss_load_mb"] for _, _, q in ok], n) / 1024
+            rss_end = fit([q["rss_end_mb"] for _, _, q in ok], n) / 1024
+            print(f"| {n:,} | {folder:.1f} | {load:.0f} | {rss:.1f} | {rss_end:.1f} | "
+                  f"{'yes' if rss_end < 24 else 'no'} |")
+    print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()

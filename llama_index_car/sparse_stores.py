@@ -1,0 +1,206 @@
+"""Store adapters for :class:`~llama_index_car.bm25_sparse.SparseBM25`: Milvus and Qdrant.
+
+Each adapter is thin: it writes a :class:`~llama_index_car.bm25_sparse.DocRow` as one row (the
+doc-side weights as a sparse vector, the term counts, length and write-time mean length as
+scalar fields), searches by inner product, fetches rows by id and deletes them. Nothing is
+created on open unless ``create=True``. Rows read back are checked (a store is as untrusted
+as a folder): ``StoreError``/``IndexPersistError`` name the store and the row.
+
+* :class:`MilvusSparse` — ``pymilvus.MilvusClient`` (Milvus Lite ``PATH.db`` or a server
+  URI), one collection: ``id`` VARCHAR primary key, ``w`` ``SPARSE_FLOAT_VECTOR`` with a
+  ``SPARSE_INVERTED_INDEX`` and metric ``IP`` (exact: no ``drop_ratio``), ``dl`` INT64,
+  ``avgdl`` DOUBLE, ``tf`` JSON; strong consistency; every write is flushed (Milvus Lite
+  searches unflushed rows by brute force: 569 ms against 3.5 ms flushed for 6,000 rows here).
+  Milvus returns at most 16,384 results.
+* :class:`QdrantSparse` — ``qdrant_client.QdrantClient`` (local mode ``path=`` or a server
+  ``url=``), one collection with the sparse vector ``w`` (dot product); point ids are
+  ``uuid5`` of the document id, the payload holds ``doc_id``, ``dl``, ``avgdl``, ``tf``.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llama_index_car._errors import ConfigurationError, StoreError, require
+from llama_index_car.bm25_sparse import DocRow, parse_tf
+
+__all__ = ["MilvusSparse", "QdrantSparse"]
+
+_NS = uuid.UUID("6f1c1f0e-3b55-4c55-9a51-3f1c9e0b2d7a")
+_MAX_ID_CHARS = 512
+
+
+def _check_id(doc_id: str) -> str:
+    if not isinstance(doc_id, str) or not 0 < len(doc_id) <= _MAX_ID_CHARS:
+        raise ConfigurationError(f"document ids are 1-{_MAX_ID_CHARS} characters, got {doc_id!r}")
+    return doc_id
+
+
+def _row_from(doc_id: Any, dl: Any, avgdl: Any, tf: Any, where: str) -> DocRow:
+    if not isinstance(doc_id, str):
+        raise StoreError(f"{where}: a row has no string id")
+    if not isinstance(dl, int) or isinstance(dl, bool) or dl < 0:
+        raise StoreError(f"{where}: row {doc_id!r} has length {dl!r}")
+    if not isinstance(avgdl, int | float) or not math.isfinite(avgdl) or avgdl < 0:
+        raise StoreError(f"{where}: row {doc_id!r} has mean length {avgdl!r}")
+    counts = parse_tf(tf, f"{where}: row {doc_id!r}")
+    if sum(counts.values()) != dl:
+        raise StoreError(f"{where}: row {doc_id!r}: term counts do not add up to its length")
+    return DocRow(doc_id, {}, counts, dl, float(avgdl))
+
+
+class MilvusSparse:
+    """BM25 rows in a Milvus collection (module docstring)."""
+
+    max_limit = 16384
+
+    def __init__(self, uri: str, collection: str = "car_bm25", *, create: bool = False) -> None:
+        require("pymilvus", extra="stores", package="pymilvus")
+        from pymilvus import DataType, MilvusClient
+
+        self.where = f"milvus {collection}"
+        self.collection = collection
+        self.client = MilvusClient(uri=uri)
+        if not self.client.has_collection(collection):
+            if not create:
+                raise ConfigurationError(f"{self.where}: no such collection (nothing is created)")
+            schema = self.client.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=_MAX_ID_CHARS)
+            schema.add_field("w", DataType.SPARSE_FLOAT_VECTOR)
+            schema.add_field("dl", DataType.INT64)
+            schema.add_field("avgdl", DataType.DOUBLE)
+            schema.add_field("tf", DataType.JSON)
+            index = self.client.prepare_index_params()
+            index.add_index(field_name="w", index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
+            self.client.create_collection(collection, schema=schema, index_params=index,
+                                          consistency_level="Strong")
+        self.client.load_collection(collection)
+
+    def upsert(self, rows: Sequence[DocRow]) -> None:
+        if rows:
+            self.client.upsert(self.collection, [
+                {"id": _check_id(r.doc_id), "w": dict(r.weights), "dl": r.doc_len,
+                 "avgdl": r.avgdl, "tf": {str(t): c for t, c in r.tf.items()}}
+                for r in rows
+            ])
+            self.client.flush(self.collection)
+
+    def delete(self, doc_ids: Sequence[str]) -> None:
+        if doc_ids:
+            self.client.delete(self.collection, ids=[_check_id(d) for d in doc_ids])
+            self.client.flush(self.collection)
+
+    def search(self, weights: Mapping[int, float], limit: int) -> list[tuple[str, float]]:
+        res = self.client.search(
+            self.collection, data=[dict(weights)], anns_field="w", limit=int(limit),
+            search_params={"metric_type": "IP", "params": {}}, output_fields=[],
+        )
+        return [(str(h["id"]), float(h["distance"])) for h in res[0]]
+
+    def fetch(self, doc_ids: Sequence[str]) -> dict[str, DocRow]:
+        if not doc_ids:
+            return {}
+        got = self.client.get(self.collection, ids=[_check_id(d) for d in doc_ids],
+                              output_fields=["dl", "avgdl", "tf"])
+        rows = [_row_from(g.get("id"), g.get("dl"), g.get("avgdl"), g.get("tf"), self.where)
+                for g in got]
+        return {r.doc_id: r for r in rows}
+
+    def ids(self) -> list[str]:
+        it = self.client.query_iterator(self.collection, batch_size=1000, filter='id != ""',
+                                        output_fields=["id"])
+        out: list[str] = []
+        try:
+            while batch := it.next():
+                out.extend(str(r["id"]) for r in batch)
+        finally:
+            it.close()
+        return out
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class QdrantSparse:
+    """BM25 rows in a Qdrant collection (module docstring)."""
+
+    max_limit = 100_000
+
+    def __init__(self, client: Any, collection: str = "car_bm25", *, create: bool = False) -> None:
+        require("qdrant_client", extra="stores", package="qdrant-client")
+        from qdrant_client import models
+
+        self.models = models
+        self.client = client
+        self.collection = collection
+        self.where = f"qdrant {collection}"
+        if not client.collection_exists(collection):
+            if not create:
+                raise ConfigurationError(f"{self.where}: no such collection (nothing is created)")
+            client.create_collection(
+                collection, vectors_config={},
+                sparse_vectors_config={"w": models.SparseVectorParams()},
+            )
+
+    @staticmethod
+    def point_id(doc_id: str) -> str:
+        return str(uuid.uuid5(_NS, _check_id(doc_id)))
+
+    def upsert(self, rows: Sequence[DocRow]) -> None:
+        m = self.models
+        if rows:
+            self.client.upsert(self.collection, points=[
+                m.PointStruct(
+                    id=self.point_id(r.doc_id),
+                    vector={"w": m.SparseVector(indices=list(r.weights), values=list(r.weights.values()))},
+                    payload={"doc_id": r.doc_id, "dl": r.doc_len, "avgdl": r.avgdl,
+                             "tf": {str(t): c for t, c in r.tf.items()}},
+                )
+                for r in rows
+            ])
+
+    def delete(self, doc_ids: Sequence[str]) -> None:
+        if doc_ids:
+            self.client.delete(self.collection, points_selector=self.models.PointIdsList(
+                points=[self.point_id(d) for d in doc_ids]))
+
+    def search(self, weights: Mapping[int, float], limit: int) -> list[tuple[str, float]]:
+        m = self.models
+        res = self.client.query_points(
+            self.collection, query=m.SparseVector(indices=list(weights), values=list(weights.values())),
+            using="w", limit=int(limit), with_payload=["doc_id"],
+        )
+        out = []
+        for p in res.points:
+            doc_id = (p.payload or {}).get("doc_id")
+            if not isinstance(doc_id, str):
+                raise StoreError(f"{self.where}: point {p.id} has no doc_id")
+            out.append((doc_id, float(p.score)))
+        return out
+
+    def fetch(self, doc_ids: Sequence[str]) -> dict[str, DocRow]:
+        if not doc_ids:
+            return {}
+        got = self.client.retrieve(self.collection, ids=[self.point_id(d) for d in doc_ids],
+                                   with_payload=True)
+        rows = []
+        for p in got:
+            pl = p.payload or {}
+            row = _row_from(pl.get("doc_id"), pl.get("dl"), pl.get("avgdl"), pl.get("tf"), self.where)
+            if self.point_id(row.doc_id) != str(p.id):
+                raise StoreError(f"{self.where}: point {p.id} holds another document's row")
+            rows.append(row)
+        return {r.doc_id: r for r in rows}
+
+    def ids(self) -> list[str]:
+        out: list[str] = []
+        offset = None
+        while True:
+            points, offset = self.client.scroll(self.collection, limit=1000, offset=offset,
+                                                with_payload=["doc_id"])
+            out.extend(str((p.payload or {}).get("doc_id")) for p in points)
+            if offset is None:
+                return out
