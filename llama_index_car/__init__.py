@@ -20,7 +20,12 @@ _EXPORTS: dict[str, str] = {
     "KiwiTokenizer": "llama_index_car.tokenizers.kiwi",
     "BM25Okapi": "llama_index_car.bm25",
     "weighted_rrf": "llama_index_car.fusion",
-    # retrievers
+    # the folder product: a folder of documents -> an index folder
+    "BuildOptions": "llama_index_car.folder.options",
+    "build_index": "llama_index_car.folder.build",
+    "update_index": "llama_index_car.folder.update",
+    "load_index": "llama_index_car.folder.load",
+    # the index and its retrievers
     "CriterionAwareIndex": "llama_index_car.indices.criterion_aware",
     "KiwiBM25Retriever": "llama_index_car.retrievers.kiwi_bm25",
     "WeightedRRFRetriever": "llama_index_car.retrievers.weighted_rrf",

@@ -39,8 +39,6 @@ from numba import njit
 
 from llama_index_car._bm25_heap import heap_clear, heap_push, sift_down
 
-__all__ = ["DENSE", "PASSES", "PRUNED", "QLEVELS", "RESUMED", "prepare", "scores", "top_k"]
-
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _keep_at_least(acc: Any, ids: Any, n: int, cut: float) -> int:  # pragma: no cover

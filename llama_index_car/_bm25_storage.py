@@ -43,19 +43,6 @@ from llama_index_car._errors import IndexPersistError
 from llama_index_car._files import open_regular, sha256_file, write_error
 from llama_index_car._persist import read_manifest, write_manifest
 
-__all__ = [
-    "ARRAYS",
-    "AUTO_VERIFY_BYTES",
-    "BM25_FORMAT_VERSION",
-    "KIND",
-    "Loaded",
-    "Reserved",
-    "index_meta",
-    "read_index",
-    "write_index",
-    "write_npy",
-]
-
 #: Version of the directory layout written by :func:`write_index`.
 BM25_FORMAT_VERSION = 2
 KIND = "BM25Okapi"

@@ -30,7 +30,6 @@ from llama_index_car._records import RecordFile, write_records
 if TYPE_CHECKING:
     from llama_index_car.flat_store import FlatState
 
-__all__ = ["ARRAYS", "REQUIRED", "Segment", "memory_segment", "read_segment", "write_state"]
 
 MAX_DIM = 1040  # int8 dot products stay below 2**24 (exact in float32)
 

@@ -32,8 +32,6 @@ import numpy as np
 from llama_index_car._errors import IndexPersistError
 from llama_index_car._files import open_regular, write_error
 
-__all__ = ["open_npy", "write_npy"]
-
 _WRITE_BLOCK = 1 << 24
 _HEADER_ERRORS = (
     ValueError,

@@ -50,8 +50,6 @@ from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car._files import open_regular, read_json, write_error, write_json
 from llama_index_car._npy import open_npy, write_npy
 
-__all__ = ["MAX_RECORD_BYTES", "RECORDS_FORMAT_VERSION", "RecordFile", "key_digest", "write_records"]
-
 RECORDS_FORMAT_VERSION = 1
 KIND = "CarRecords"
 #: Largest record (key + payload) read; a longer one is damage, not data.

@@ -65,7 +65,6 @@ from llama_index_car._bm25_kernels import AUTO_NUMBA_MIN_DOCS as AUTO_NUMBA_MIN_
 from llama_index_car._bm25_kernels import Backend, Scorer, check_backend
 from llama_index_car._bm25_storage import AUTO_VERIFY_BYTES as AUTO_VERIFY_BYTES
 from llama_index_car._bm25_storage import (
-    BM25_FORMAT_VERSION,
     Verify,
     index_meta,
     read_index,
@@ -75,7 +74,11 @@ from llama_index_car._bm25_storage import write_npy as _write_npy  # noqa: F401 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car._persist import load_live, replace_dir
 
-__all__ = ["BM25_FORMAT_VERSION", "BM25Okapi", "top_k_from_scores"]
+__all__ = [
+    "BM25Okapi",
+    "okapi_term_weights",
+    "robertson_idf",
+]
 
 #: Largest ``k1`` accepted (beyond it ``k1 + 1`` swamps every count; 1e308 made every
 #: score inf). ``epsilon`` is accepted in ``[-EPSILON_MAX, EPSILON_MAX]``.

@@ -50,14 +50,9 @@ from llama_index_car.bm25 import _check_params, floor_idf, robertson_idf
 
 __all__ = [
     "BM25Stats",
-    "DocRow",
     "SparseBM25",
-    "SparseBackend",
     "certified_over_fetch",
-    "doc_weights",
     "drift_bounds",
-    "parse_tf",
-    "query_weights",
 ]
 
 #: Largest term id: Milvus and Qdrant take uint32 indices (Milvus reserves 2**32 - 1).

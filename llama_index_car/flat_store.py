@@ -72,7 +72,10 @@ from llama_index_car._flat_storage import (
 )
 from llama_index_car._persist import live_dir, read_manifest, replace_dir, write_manifest
 
-__all__ = ["FLAT_FORMAT_VERSION", "FlatState", "FlatVectorStore"]
+__all__ = [
+    "FlatState",
+    "FlatVectorStore",
+]
 
 FLAT_FORMAT_VERSION = 1
 KIND = "FlatVectorStore"

@@ -52,13 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EMBED_MODELS",
     "LLMS",
-    "CLI_LLMS",
     "RERANKERS",
-    "DEFAULT_ANTHROPIC_MODEL",
-    "DEFAULT_OPENAI_EMBED_MODEL",
-    "DEFAULT_OPENAI_DIMENSIONS",
-    "DEFAULT_COHERE_RERANK_MODEL",
-    "DEFAULT_EMBED_MODEL",
     "embed_provider",
     "embed_spec",
     "query_embedding",

@@ -47,11 +47,8 @@ from llama_index_car._errors import ConfigurationError, QueryError
 from llama_index_car.hypothesizers.base import sanitize_text
 
 __all__ = [
-    "DEFAULT_MAX_QUERY_CHARS",
-    "MAX_QUERY_CHARS_ENV",
     "QueryLimits",
     "clean_query",
-    "guard_query_bundle",
     "guarded_retrieve",
 ]
 

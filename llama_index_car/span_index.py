@@ -32,7 +32,9 @@ import numpy as np
 from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car.spans import Span, node_spans
 
-__all__ = ["SPAN_FORMAT_VERSION", "SpanHit", "SpanIndex"]
+__all__ = [
+    "SpanIndex",
+]
 
 SPAN_FORMAT_VERSION = 1
 RECORDS_NAME = "spans.json"

@@ -22,21 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-__all__ = [
-    "OneLineParser",
-    "existing_dir",
-    "existing_file",
-    "existing_path",
-    "int_at_least",
-    "output_dir",
-    "nonneg_int",
-    "positive_int",
-    "positive_seconds",
-    "query_text",
-    "store_uri",
-    "unit_float",
-]
-
 
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose usage errors are one line: ``prog: error: message (see

@@ -78,15 +78,6 @@ from llama_index_car.embeddings._cache_files import (
     write_new,
 )
 
-__all__ = [
-    "FORMAT_VERSION",
-    "SYMMETRIC_MODELS",
-    "CachedEmbedding",
-    "EmbeddingCache",
-    "default_cache_dir",
-    "text_key",
-]
-
 #: write failures that are the folder's, not one file's
 _FOLDER_CAUSES = ("no space left on device", "read-only file system", "permission denied")
 

@@ -49,19 +49,6 @@ from llama_index_car._errors import EvaluationDataError
 from llama_index_car.embeddings.cache import EmbeddingCache
 from llama_index_car.evaluation.stats import PairedTest, holm, paired_test, wilcoxon_greater
 
-__all__ = [
-    "CONTRASTS",
-    "VARIANTS",
-    "ProbeCase",
-    "ProbeResult",
-    "ProbeSection",
-    "eligible_cases",
-    "load_sections",
-    "load_sections_folder",
-    "load_sections_jsonl",
-    "run_probe",
-]
-
 #: the six variants of Table 2
 VARIANTS: tuple[str, ...] = ("orig", "cf", "cfp", "cfn", "cfb", "cfs")
 

@@ -48,18 +48,6 @@ from llama_index_car.evaluation.overlap import QueryOverlap, compute_overlaps, s
 from llama_index_car.evaluation.stats import bootstrap_ci, holm, paired_test
 from llama_index_car.evaluation.systems import SystemSpec, parse_system
 
-__all__ = [
-    "DEFAULT_ALPHAS",
-    "EvalConfig",
-    "EvalData",
-    "EvalOutcome",
-    "beir_to_eval_data",
-    "declare_tests",
-    "load_eval_data",
-    "load_hwpx_eval",
-    "run_evaluation",
-]
-
 STRATA_KEYS: tuple[str, ...] = ("all", "high", "mid", "low")
 DEFAULT_ALPHAS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 BASELINES: tuple[str, ...] = ("bm25", "dense", "hybrid")

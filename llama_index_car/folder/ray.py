@@ -68,16 +68,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.bm25 import BM25Okapi
     from llama_index_car.span_index import SpanIndex
 
-__all__ = [
-    "BM25Shard",
-    "RayConnectionError",
-    "RayIngestResult",
-    "build_index_ray",
-    "ingest_ray",
-    "merge_bm25_shards",
-    "ray_builder",
-    "shard_from_term_counts",
-]
 
 #: texts per embedding call on a worker (the local build's ``INDEX_CACHE_BATCH``)
 EMBED_BATCH = 32

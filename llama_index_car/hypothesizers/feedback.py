@@ -28,8 +28,6 @@ from collections.abc import Iterable, Mapping
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = ["DEFAULT_FEEDBACK_DOCS", "DEFAULT_FEEDBACK_TERMS", "MARKUP_TOKENS", "feedback_terms"]
-
 #: dense hits read per query (top 5)
 DEFAULT_FEEDBACK_DOCS = 5
 #: terms added to the lexical query (10)

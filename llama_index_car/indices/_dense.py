@@ -28,8 +28,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DenseVectors", "local_vectors"]
-
 
 def local_vectors(vector_index: Any) -> dict[str, list[float]] | None:
     """``{node_id: vector}`` of an in-memory ``SimpleVectorStore`` (None for other stores)."""

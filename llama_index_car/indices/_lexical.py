@@ -33,8 +33,6 @@ from llama_index_car._errors import ConfigurationError
 from llama_index_car._filters import matches
 from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
 
-__all__ = ["Lexical", "Tokens", "check_unique", "matches", "text_hash"]
-
 
 def text_hash(text: str) -> str:
     """sha256 hex digest of ``text`` (UTF-8): the token cache key and the persisted hash."""

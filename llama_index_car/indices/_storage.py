@@ -49,11 +49,6 @@ from llama_index_car.indices._lexical import Lexical, Tokens
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
-__all__ = [
-    "BM25_PREFIX", "FORMAT_VERSION", "INDEX_NAME", "KIND", "NODES_NAME", "SPAN_NAMES",
-    "TOKENIZER_FIELDS", "VECTORS_NAME", "Generation", "open_generation", "read", "tokenizer_from_spec",
-    "write",
-]
 
 MAX_NODES_BYTES = 16 << 30
 _VECTOR_KINDS = ("none", "local", "store")

@@ -25,8 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
     from llama_index_car.span_index import SpanIndex
 
-__all__ = ["UpdatePlan", "embed", "plan_update"]
-
 
 @dataclass(frozen=True)
 class UpdatePlan:

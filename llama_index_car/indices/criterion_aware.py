@@ -58,7 +58,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.span_index import SpanIndex
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
-__all__ = ["RETRIEVER_KINDS", "CriterionAwareIndex", "IndexSnapshot"]
 
 logger = logging.getLogger(__name__)
 

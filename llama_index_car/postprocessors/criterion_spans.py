@@ -70,17 +70,6 @@ from llama_index_car.span_index import SpanIndex
 from llama_index_car.spans import Span, cell_offsets, node_spans, table_header
 from llama_index_car.tokenizers.kiwi import DOMAIN_PATTERNS, KiwiTokenizer
 
-__all__ = [
-    "CRITERION_SPANS_KEY",
-    "CriterionSpanPostprocessor",
-    "DEFAULT_CRITERION_SPANS",
-    "SpanCandidate",
-    "combine",
-    "cue_score",
-    "span_bm25",
-    "span_candidates",
-]
-
 CRITERION_SPANS_KEY = "criterion_spans"
 #: spans attached per hit by default
 DEFAULT_CRITERION_SPANS = 3

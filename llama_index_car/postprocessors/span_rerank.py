@@ -37,8 +37,6 @@ from llama_index_car.fusion import (
 )
 from llama_index_car.span_index import SpanIndex
 
-__all__ = ["DEFAULT_SPAN_POOL", "DEFAULT_SPAN_WEIGHT", "SpanReranker", "rerank_by_spans"]
-
 #: weight of the span order (chosen by 5-fold CV over three developer sets, benchmarks/span_cv.py)
 DEFAULT_SPAN_WEIGHT = 0.3
 #: nodes of the pool re-ranked (chosen with the weight)

@@ -108,15 +108,6 @@ from llama_index_car.query_engines._citations import (
     sources_from_hits,
 )
 
-__all__ = [
-    "CITATIONS_KEY",
-    "SPAN_CITATION_QA_TEMPLATE",
-    "Citation",
-    "SpanCitationQueryEngine",
-    "UncitedAnswerError",
-    "cited_numbers",
-]
-
 
 class _Answer:
     """One answer being finished: the sources, the response metadata it fills in, and the

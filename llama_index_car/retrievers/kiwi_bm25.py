@@ -58,8 +58,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices._snapshot import IndexSnapshot
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
-__all__ = ["KiwiBM25Retriever"]
-
 
 class KiwiBM25Retriever(BaseRetriever):
     """BM25Okapi retriever over Kiwi morphemes: a view of a ``CriterionAwareIndex`` (see the

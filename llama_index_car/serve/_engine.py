@@ -47,16 +47,6 @@ from llama_index.core.llms import CustomLLM
 from llama_index_car._errors import CarError, ConfigurationError
 from llama_index_car.serve._html import segments, table_html
 
-__all__ = [
-    "KINDS",
-    "Answer",
-    "FolderEngine",
-    "Generation",
-    "NoLLM",
-    "NoLLMError",
-    "WARM_QUERY",
-]
-
 logger = logging.getLogger(__name__)
 
 #: retriever kinds a request may name (``RETRIEVER_KINDS`` of the index)

@@ -43,13 +43,6 @@ from llama_index_car.tokenizers._domain import DOMAIN_PATTERNS, canonical, domai
 if TYPE_CHECKING:
     from kiwipiepy import Kiwi, Token
 
-__all__ = [
-    "CONTENT_TAGS",
-    "DEFAULT_KEEP_TAGS",
-    "DOMAIN_PATTERNS",
-    "KiwiTokenizer",
-    "get_kiwi",
-]
 
 #: Tags of :meth:`KiwiTokenizer.content_morphemes` (the lexical-overlap definition of the
 #: shared evaluation sets).
