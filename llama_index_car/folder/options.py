@@ -40,6 +40,9 @@ class BuildOptions:
         overwrite: a build may write into a non-empty folder (its files are replaced).
         show_progress: tqdm bars (stderr) for reading, parsing, embedding and tokenisation.
         on_error: called with each :class:`~llama_index_car.folder.FileFailure` as it happens.
+
+    >>> BuildOptions(embed="use", spans=False)
+    BuildOptions(embed_model=None, embed='use', chunk_size=None, chunk_overlap=None, spans=False, store=None, cache_dir=None, use_cache=True, overwrite=False, show_progress=False, on_error=None)
     """
 
     embed_model: BaseEmbedding | None = None

@@ -83,6 +83,10 @@ def update_index(
         ConfigurationError: ``chunk_size``/``chunk_overlap``/``embed`` or the embedding differ
             from the record, or ``store`` is missing or is not the folder's store.
         IndexPersistError: the folder is missing or damaged.
+
+    >>> index = load_index("./car-index")  # doctest: +SKIP
+    >>> update_index("./guidelines", "./car-index", index=index).line()  # doctest: +SKIP
+    'update: 1 changed or new, 0 removed, 9 unchanged → 10 documents, 36 nodes; 0 failed; ...'
     """
     from llama_index_car import _persist
 
