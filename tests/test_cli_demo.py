@@ -273,7 +273,7 @@ def test_demo_dense_bm25_hybrid_ranks_match_oracles(
 
 
 def _best_spans(data: dict[str, Any], question: str, head: list[str]) -> dict[str, float]:
-    """Each node's best span cosine (numpy over the folder's ``spans/vectors.npy`` rows of
+    """Each node's best span cosine (numpy over the folder's ``span_vectors.npy`` rows of
     that node); nodes without spans are absent."""
     from llama_index_car.embeddings.e5 import MultilingualE5Embedding
 

@@ -91,9 +91,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--no-spans", dest="spans", action="store_false",
-        help="skip the span index (spans/: sentences and table rows, embedded; about as many "
-        "characters again as the nodes) that the offline car re-ranks with (--update: the "
-        "folder's choice)",
+        help="skip the span index (spans.json, span_vectors.npy: sentences and table rows, "
+        "embedded; about as many characters again as the nodes) that the offline car re-ranks "
+        "with (--update: the folder's choice)",
     )
     p.add_argument(
         "--ray", metavar="ADDRESS", nargs="?", const="local", default=None,
