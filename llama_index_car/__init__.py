@@ -10,8 +10,7 @@ True
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from llama_index_car._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -72,14 +71,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'llama_index_car' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -34,6 +34,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car._flat_math",
     "llama_index_car._flat_storage",
     "llama_index_car._jsonl",
+    "llama_index_car._lazy",
     "llama_index_car._nodes",
     "llama_index_car._npy",
     "llama_index_car._persist",

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 #: layer number → (name, module prefixes relative to the package); a module takes the layer of
 #: its longest matching prefix. Lower layers never import higher ones.
 LAYERS: dict[int, tuple[str, tuple[str, ...]]] = {
-    0: ("base", ("_errors", "_env", "_files", "_jsonl", "_npy", "_persist", "_records")),
+    0: ("base", ("_errors", "_env", "_files", "_jsonl", "_lazy", "_npy", "_persist", "_records")),
     1: ("components", (
         "tokenizers", "bm25", "_bm25_arrays", "_bm25_build", "_bm25_heap", "_bm25_storage", "_bm25_kernels",
         "_bm25_numba", "bm25_sparse", "fusion", "framing", "spans", "span_index", "embeddings",

@@ -7,8 +7,7 @@ of the others.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from llama_index_car._lazy import lazy_exports
 
 _EXPORTS = {
     "MultilingualE5Embedding": "llama_index_car.embeddings.e5",
@@ -20,13 +19,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
