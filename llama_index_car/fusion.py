@@ -23,12 +23,12 @@ used for the hybrid and CAR channels of the paper (§4.3, §5.8):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from llama_index_car._errors import ConfigurationError
 
 __all__ = [
-    "DEFAULT_RRF_K", "score_gap", "span_fusion", "span_ranks", "span_zscore_fusion",
+    "DEFAULT_RRF_K", "criterion_ranking", "span_fusion", "span_ranks", "span_zscore_fusion",
     "standardize", "strictly_decreasing", "validate_weights", "weighted_rrf", "zscore_fusion",
 ]
 
@@ -259,22 +259,42 @@ def span_zscore_fusion(
     return [(pool[i], score) for score, i in total]
 
 
-def score_gap(scores: Sequence[float | None]) -> float:
-    """How far a channel's top score leads its second, as a share of the top:
-    ``(s1 − s2) / s1`` for a positive ``s1`` (one hit: 1.0), else 0.0.
+def criterion_ranking(
+    dense: Sequence[tuple[str, float]],
+    lexical: Sequence[tuple[str, float]],
+    beta: float,
+    *,
+    span_scores: Callable[[Sequence[str]], Sequence[float | None]] | None = None,
+    span_weight: float = 0.0,
+    span_pool: int = 50,
+) -> list[tuple[str, float]]:
+    """The offline CAR's ranking of the union of two scored channel lists (best first).
 
-    The offline CAR puts the BM25 top hit first when this gap reaches ``bm25_lead``: a lone
-    lexical match that clear is almost always the answer (``benchmarks/span_cv.py``).
+    1. ``fused = zscore_fusion([dense, lexical], [β, 1 − β])`` (:func:`zscore_fusion`);
+    2. with ``span_scores`` and ``span_weight`` γ > 0: the first ``span_pool`` of ``fused``
+       re-ranked by ``s(d) + γ·z(span(d))`` (:func:`span_zscore_fusion`, ``span_scores(ids)``
+       giving each pool node's best span cosine, ``None`` for a node without spans); the
+       rest follows in fused order with its fused scores.
 
-    >>> score_gap([12.0, 6.0, 1.0])
-    0.5
-    >>> score_gap([3.0]), score_gap([]), score_gap([0.0, 0.0])
-    (1.0, 0.0, 0.0)
+    Both ``OfflineCriterionRetriever`` and ``benchmarks/span_cv.py`` rank through this
+    function, so the benchmark's figures are the retriever's.
+
+    >>> criterion_ranking([("a", 0.9), ("b", 0.5)], [("b", 3.0), ("c", 1.0)], 0.3)[0][0]
+    'b'
+    >>> spans = lambda ids: [{"a": 0.9, "b": 0.1, "c": 0.2}[d] for d in ids]
+    >>> [d for d, _ in criterion_ranking([("a", 0.9), ("b", 0.5)], [("b", 3.0), ("c", 1.0)],
+    ...                                   0.3, span_scores=spans, span_weight=2.0)]
+    ['a', 'b', 'c']
     """
-    if not scores or not scores[0] or scores[0] <= 0:
-        return 0.0
-    second = float(scores[1] or 0.0) if len(scores) > 1 else 0.0
-    return max(0.0, (float(scores[0]) - second) / float(scores[0]))
+    if isinstance(span_pool, bool) or not isinstance(span_pool, int) or span_pool < 1:
+        raise ConfigurationError(f"span_pool={span_pool!r} must be an integer >= 1")
+    fused = zscore_fusion([dense, lexical], [beta, 1.0 - beta])
+    if span_scores is None or span_weight == 0 or not fused:
+        return fused
+    head, tail = fused[:span_pool], fused[span_pool:]
+    ids = [d for d, _ in head]
+    scores = list(span_scores(ids))
+    return span_zscore_fusion(ids, [s for _, s in head], scores, span_weight) + tail
 
 
 def strictly_decreasing(scores: Sequence[float]) -> list[float]:

@@ -83,6 +83,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("Demo timing", "sections/10-demo_timing.md", "time llama-car demo"),
     Section("Query cold start", "sections/11-query_cold_start.md",
             "python benchmarks/query_cold_start.py DIR --repeat 3"),
+    Section("`llama-car serve` under load", "serve_load.md",
+            "python benchmarks/serve_load.py --work DIR", generated=True),
 )
 
 HEADER = """\

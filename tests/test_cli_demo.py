@@ -3,8 +3,7 @@
 The demo is run once (in-process, ``--json --keep``). Every reported rank is recomputed from
 the kept index folder with independent code: numpy cosine over the persisted vectors (dense),
 ``rank_bm25`` over Kiwi tokens (BM25), the weighted-RRF formula written out here (hybrid) and
-the offline CAR's three-channel formula with its feedback share and terms recomputed from
-those oracles (CAR). The demo's numbers are whatever
+the offline CAR's formula recomputed from those oracles (CAR). The demo's numbers are whatever
 they are; these tests check they are computed correctly, not that any system wins.
 """
 
@@ -247,9 +246,7 @@ def test_demo_payload_shape(demo: dict[str, Any]) -> None:
         for system in ("dense", "bm25", "hybrid", "car"):
             r = q["ranks"][system]
             assert r is None or 1 <= r <= p["nodes"], (q["qid"], system, r)
-        fb = q["car_feedback"]
-        assert fb is not None and 0.0 <= fb["share"] <= 0.7
-        assert (q["car_hypothesis"] == "(none)") == (not fb["terms"])
+        assert q["car_hypothesis"] == "(none)" and "car_feedback" not in q  # offline: none
     assert "10 files → 10 documents" in demo["log"]
 
 
@@ -326,34 +323,27 @@ def _z_fusion(lists: list[dict[str, float]], weights: list[float]) -> list[tuple
     return sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def test_demo_car_ranks_match_the_feedback_oracle(
+def test_demo_car_ranks_match_the_oracle(
     demo: dict[str, Any], oracle_data: dict[str, Any]
 ) -> None:
     """Offline CAR = β·z(dense cosines) + (1 − β)·z(BM25 scores) (scipy ``zscore`` over each
-    channel's list; absent: its lowest z), then over the first 50: + γ·z(best span cosine).
-
-    The feedback channel is off by default (``p = 0``); its share is still reported, and
-    checked here: ``p = scale (1 − s)(1 − a)`` with ``s`` the best share of the query's content
-    morphemes in a top-3 BM25 hit and ``a`` = |top-5 dense ∩ top-5 BM25| / 5.
-    """
+    channel's list; absent: its lowest z), then, for a question, over the first 50:
+    + γ·z(best span cosine)."""
+    from llama_index_car.postprocessors.criterion_spans import question_cue
+    from llama_index_car.postprocessors.span_rerank import DEFAULT_SPAN_POOL
     from llama_index_car.retrievers.criterion_aware import (
-        DEFAULT_BM25_LEAD,
         DEFAULT_OFFLINE_ALPHA,
-        DEFAULT_SPAN_POOL,
         DEFAULT_SPAN_Z_WEIGHT,
     )
 
-    assert DEFAULT_BM25_LEAD == 0  # the lead rule is off: nothing to replay
     for q in demo["payload"]["questions"]:
         dense = _dense_scores(oracle_data, q["question"])
         lexical = _bm25_scores(oracle_data, q["question"])
-        fb = q["car_feedback"]
-        assert fb["share"] == 0.0, q["qid"]  # off by default
-        agreement = len(set(_top(dense, 5)) & set(_top(lexical, 5))) / 5
-        assert fb["agreement"] == pytest.approx(agreement), q["qid"]
         fused = _z_fusion([dense, lexical], [DEFAULT_OFFLINE_ALPHA, 1 - DEFAULT_OFFLINE_ALPHA])
-        car = _span_z_order(oracle_data, q["question"], fused, DEFAULT_SPAN_Z_WEIGHT,
-                            DEFAULT_SPAN_POOL)
+        car = [d for d, _ in fused]
+        if question_cue(q["question"]):
+            car = _span_z_order(oracle_data, q["question"], fused, DEFAULT_SPAN_Z_WEIGHT,
+                                DEFAULT_SPAN_POOL)
         assert q["ranks"]["car"] == _section_rank(oracle_data, car, q), q["qid"]
 
 

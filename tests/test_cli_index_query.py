@@ -233,7 +233,7 @@ def test_query_car_prints_channel_ranks_and_spans(
     )
     assert rc == 0, stderr
     hyp_line = next(line for line in stdout.splitlines() if line.startswith("criterion hypothesis"))
-    assert "(none)" in hyp_line  # offline: no hypothesis (the feedback channel is off)
+    assert "(none)" in hyp_line  # offline: no hypothesis
     assert "ranks: dense #" in stdout
     payload = _query_json(capsys, index_run["out"], "교량 점검통로 폭", "--retriever", "car")
     first = payload["hits"][0]

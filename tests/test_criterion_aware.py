@@ -317,8 +317,8 @@ def test_rejects_bad_components() -> None:
         HypothesisCriterionRetriever(r, r, object())  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="OfflineCriterionRetriever"):
         HypothesisCriterionRetriever(r, r, None)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="token_counts"):  # feedback needs a BM25 index
-        OfflineCriterionRetriever(r, r, feedback_scale=0.7)
+    with pytest.raises(ConfigurationError, match="span_index"):  # span ranking needs spans
+        OfflineCriterionRetriever(r, r, span_weight=0.5)
     with pytest.raises(ConfigurationError, match="nodes"):
         CriterionAwareRetriever.from_defaults()
     with pytest.raises(ConfigurationError, match="from_defaults"):  # the base: pick one
@@ -329,12 +329,13 @@ def test_options_of_one_mode_do_not_exist_in_the_other() -> None:
     """Invalid couplings are impossible: each retriever has only its own options, and the
     factory names the retriever an option belongs to."""
     r = Recorder(["a"], ["a"])
-    for option in ("route", "strict", "hypothesis_timeout", "speculative_hybrid"):
+    for option in ("route", "strict", "hypothesis_timeout", "speculative_hybrid", "rrf_k",
+                   "router"):
         with pytest.raises(TypeError):
             OfflineCriterionRetriever(r, r, **{option: None})  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match="only with a hypothesizer"):
             CriterionAwareRetriever.from_channels(r, r, **{option: None})
-    for option in ("span_weight", "span_pool", "alpha_overlap", "bm25_lead"):
+    for option in ("span_weight", "span_pool"):
         with pytest.raises(TypeError):
             HypothesisCriterionRetriever(r, r, StubHypothesizer(), **{option: 0})  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match="only offline"):
@@ -381,7 +382,6 @@ def test_from_defaults_offline_builds_everything() -> None:
     from llama_index.core.embeddings import MockEmbedding
     from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 
-    from llama_index_car.retrievers.criterion_aware import DEFAULT_FEEDBACK_SCALE
     from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 
     nodes = corpus_nodes()
@@ -391,13 +391,13 @@ def test_from_defaults_offline_builds_everything() -> None:
     )
     assert isinstance(car.dense_retriever, VectorIndexRetriever)
     assert isinstance(car.lexical_retriever, KiwiBM25Retriever)
-    assert car.hypothesizer is None and car.feedback_scale == 0.0  # off: cross-validated
+    assert car.hypothesizer is None
     assert isinstance(car, OfflineCriterionRetriever)  # no hypothesis, no speculative hybrid
     out = car.retrieve("포장 균열 보수")
     assert 0 < len(out) <= 3
     info = out[0].node.metadata[EXPLAIN_KEY]
     assert info["routed"] == "car" and info["fallback"] is False
-    assert info["feedback"]["share"] == 0.0 < DEFAULT_FEEDBACK_SCALE
+    assert info["fusion"] == "z" and "feedback" not in info and info["router_signal"] is None
     assert sum(info["weights"].values()) == pytest.approx(1.0)
     assert [n.model_dump() for n in nodes] == before
 
@@ -422,10 +422,3 @@ def test_from_defaults_with_index_and_llm() -> None:
     info = out[0].node.metadata[EXPLAIN_KEY]
     assert info["hypothesis"] == "포장 설계기준" and info["criteria"] == ["설계기준", "포장"]
     assert out[0].node.node_id in {"n2", "n3"}  # the lexical channel finds 설계기준/포장
-
-
-def test_hypothesis_path_has_no_feedback_channel_by_default() -> None:
-    car, _, _ = make()
-    assert car.feedback_scale == 0.0
-    info = car.retrieve("q")[0].node.metadata[EXPLAIN_KEY]
-    assert set(info["weights"]) == {"dense", "lexical"} and "feedback" not in info

@@ -98,7 +98,6 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.hypothesizers",
     "llama_index_car.hypothesizers.base",
     "llama_index_car.hypothesizers.events",
-    "llama_index_car.hypothesizers.feedback",
     "llama_index_car.hypothesizers.llm",
     "llama_index_car.hypothesizers.prompts",
     "llama_index_car.indices",

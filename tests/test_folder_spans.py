@@ -23,7 +23,8 @@ from llama_index_car.indices._layout import FORMAT_VERSION
 from llama_index_car.spans import node_spans
 
 FIRST = ("dg2012_tunnel.hwpx", "dg2015_rest.hwpx", "dg2016_slope.hwpx")
-QUESTIONS = ("측구 깊이 기준", "터널 조명 휘도", "휴게소 주차 대수")
+QUESTIONS = ("측구 깊이 기준은 얼마인가요?", "터널 조명 휘도는 어떻게 정하나요?",
+             "휴게소 주차 대수는 몇 대인가요?")  # questions: the span step counts
 
 
 def _index(capsys: pytest.CaptureFixture[str], src: Path, idx: Path, *extra: str) -> str:

@@ -75,13 +75,11 @@ def retrievers(nodes: list[TextNode]) -> dict[str, BaseRetriever]:
         "bm25": bm25,
         "hybrid": WeightedRRFRetriever.from_alpha(dense, bm25, pool_top_k=5, similarity_top_k=5),
         "car": CriterionAwareRetriever.from_defaults(nodes=nodes, **car_kw),
-        "car-nofeedback": CriterionAwareRetriever.from_defaults(
-            nodes=nodes, feedback_scale=0, **car_kw
-        ),
+        "car-alpha": CriterionAwareRetriever.from_defaults(nodes=nodes, alpha=0.7, **car_kw),
     }
 
 
-KINDS = ["bm25", "hybrid", "car", "car-nofeedback"]
+KINDS = ["bm25", "hybrid", "car", "car-alpha"]
 
 
 def ids(hits: list[NodeWithScore]) -> list[str]:
@@ -287,27 +285,14 @@ def collected() -> Any:
         root.event_handlers.remove(handler)
 
 
-def test_hypothesis_event_reaches_a_registered_handler(
+def test_the_offline_car_dispatches_no_hypothesis_event(
     retrievers: dict[str, BaseRetriever], collected: list[CriterionHypothesisEvent]
 ) -> None:
-    from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
-    from llama_index_car.retrievers.criterion_aware import DEFAULT_FEEDBACK_SCALE
-
-    base = retrievers["car"]  # the feedback channel (off by default) turned on
-    car = OfflineCriterionRetriever(base.dense_retriever, base.lexical_retriever,
-                                    feedback_scale=DEFAULT_FEEDBACK_SCALE)
-    query = "비탈 옆 물 빠지는 배수 길 만드는 법"  # low overlap: the feedback step runs
-    hits = car.retrieve(query)
-    (event,) = collected
-    explain = hits[0].node.metadata["car_explain"]
-    assert event.query == query and explain["feedback"]["share"] > 0
-    assert (event.hypothesis, event.criteria) == (explain["hypothesis"], explain["criteria"])
-    assert event.source == "offline" and event.hypothesizer == "feedback"
-    assert event.latency >= 0 and event.error is None
-    asyncio.run(car.aretrieve(query))
-    assert len(collected) == 2 and collected[1].hypothesis == event.hypothesis
-    car.retrieve(QUERY)  # every query word is in its best BM25 hit: no feedback, no event
-    assert len(collected) == 2
+    """The offline CAR forms no hypothesis (its feedback channel is gone): no event."""
+    car = retrievers["car"]
+    car.retrieve("비탈 옆 물 빠지는 배수 길 만드는 법")
+    asyncio.run(car.aretrieve("배수 길은 어떻게 만드나요?"))
+    assert collected == []
 
 
 def test_hypothesis_event_on_fallback(

@@ -453,36 +453,29 @@ def test_car_reranks_its_pool_by_spans(embed: HashedBigramEmbedding) -> None:
 
     nodes = _nodes(30)
     plain = CriterionAwareRetriever.from_defaults(
-        nodes=nodes, embed_model=embed, spans=False, similarity_top_k=30, bm25_lead=0
+        nodes=nodes, embed_model=embed, spans=False, similarity_top_k=30
     )
     spans = CriterionAwareRetriever.from_defaults(
-        nodes=nodes, embed_model=embed, similarity_top_k=30, bm25_lead=0
+        nodes=nodes, embed_model=embed, similarity_top_k=30
     )
     assert plain.span_index is None and spans.span_index is not None
-    query = "간격은 43m 이내로 한다"
+    query = "간격은 43m 이내로 하나요?"  # a question: the span step counts
     base = plain.retrieve(query)
     ranked = spans.retrieve(query)
     q = embed.get_query_embedding(query)
     ids = [h.node.node_id for h in base]
     head = ids[: spans.span_pool]  # the first span_pool are re-ranked, the rest follow
     hits = spans.span_index.best_spans(q, head)
-    assert spans.fusion == "z" and spans.span_weight == 0.8
+    assert spans.span_weight == 1.2
     want = span_zscore_fusion(head, [float(h.score or 0) for h in base[: spans.span_pool]],
                               [h.score for h in hits], spans.span_weight)
     assert [h.node.node_id for h in ranked] == [d for d, _ in want] + ids[spans.span_pool :]
     assert all(h.node.metadata["car_explain"].get("span") is not None for h in ranked[:20])
-    # the rank-fusion variant: the span order fused with the pool's order
-    plain_rrf = CriterionAwareRetriever.from_defaults(
-        nodes=nodes, embed_model=embed, spans=False, similarity_top_k=30, fusion="rrf"
-    )
-    spans_rrf = CriterionAwareRetriever.from_defaults(
-        nodes=nodes, embed_model=embed, similarity_top_k=30, fusion="rrf"
-    )
-    ids = [h.node.node_id for h in plain_rrf.retrieve(query)]
-    head = ids[: spans_rrf.span_pool]
-    want = span_fusion(head, [h.score for h in spans_rrf.span_index.best_spans(q, head)],
-                       spans_rrf.span_weight)
-    ranked = spans_rrf.retrieve(query)
-    assert [h.node.node_id for h in ranked] == [d for d, _ in want] + ids[spans_rrf.span_pool :]
+    assert ranked[0].node.metadata["car_explain"]["question"] is True
+    # a statement asks for no one sentence: the fusion's order, no span step
+    statement = "간격은 43m 이내로 한다"
+    assert [h.node.node_id for h in spans.retrieve(statement)] == [
+        h.node.node_id for h in plain.retrieve(statement)]
+    assert "span" not in spans.retrieve(statement)[0].node.metadata["car_explain"]
     with pytest.raises(ConfigurationError):
         OfflineCriterionRetriever(plain.dense_retriever, plain.lexical_retriever, span_weight=0.5)

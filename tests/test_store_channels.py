@@ -101,15 +101,15 @@ def test_insert_and_delete_reach_both_channels() -> None:
 
 def test_offline_car_persists_no_hypothesizer(tmp_path: Path) -> None:
     """Offline CAR learns nothing at index time: the index persists BM25, nodes and vectors
-    only, and a view of the reloaded index is the offline configuration again (feedback
-    channel included)."""
-    car = _car(feedback_scale=0.7)
-    assert car.hypothesizer is None and car.feedback_scale > 0
+    only, and a view of the reloaded index is the offline configuration again (its options
+    included)."""
+    car = _car(alpha=0.4)
+    assert car.hypothesizer is None and car.alpha == 0.4
     car.index.persist(tmp_path / "car")
     assert not list(tmp_path.rglob("hypothesizer"))
     loaded = CriterionAwareIndex.load(tmp_path / "car", vector_index=car.index.vector_index)
-    again = loaded.as_retriever("car", similarity_top_k=6, pool_top_k=6, feedback_scale=0.7)
-    assert again.hypothesizer is None and again.feedback_scale == car.feedback_scale
+    again = loaded.as_retriever("car", similarity_top_k=6, pool_top_k=6, alpha=0.4)
+    assert again.hypothesizer is None and again.alpha == car.alpha
     for q in ("배수시설 설치기준", "터널 조명"):
         assert _ids(again.retrieve(q)) == _ids(car.retrieve(q))
 
@@ -246,7 +246,7 @@ def test_the_span_index_persists_reloads_and_follows_updates(tmp_path: Path) -> 
     assert new is not None and new.node_ids == old.node_ids
     assert all(new.spans_of(i) == old.spans_of(i) for i in old.node_ids)
     assert (new._vectors == old._vectors).all()
-    hit = again.retrieve("교량 점검통로 설치기준")[0]
+    hit = again.retrieve("교량 점검통로 설치기준은 어떻게 되나요?")[0]  # a question: spans count
     assert hit.node.node_id == "n" and hit.node.metadata["car_explain"]["span"]["text"]
     loaded.delete_nodes(["n"])
     assert "n" not in again.span_index and "n" in car.span_index  # snapshots are not shared

@@ -200,7 +200,8 @@ def test_car_and_hybrid_over_store(
     assert len(car.lexical_retriever) == len(nodes) + 1 - sum(n.ref_doc_id == ref for n in nodes)
     # the span index holds exactly the snapshot's nodes after the insert and the delete
     assert set(car.span_index.node_ids) == {n.node_id for n in car.lexical_retriever.nodes}
-    assert "span" in car.retrieve(QUERIES[0])[0].node.metadata["car_explain"]
+    question = QUERIES[0] + "은 어떻게 되나요?"  # the span step counts for a question
+    assert "span" in car.retrieve(question)[0].node.metadata["car_explain"]
     # the same node id inserted again with new text: its spans are the new text's
     again = new.model_copy(update={"text": "터널 조명 설치 기준은 다음과 같다. 조도는 100 lx 이상."})
     car.index.insert_nodes([again])

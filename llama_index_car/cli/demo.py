@@ -251,7 +251,6 @@ def run(args: argparse.Namespace) -> int:
         ranks: dict[str, dict[str, int | None]] = {}
         hypotheses: dict[str, str] = {}
         criteria: dict[str, list[str]] = {}
-        feedback: dict[str, dict[str, Any]] = {}
         for q in questions:
             ranks[q.qid] = {}
             for system, retriever in retrievers.items():
@@ -261,8 +260,6 @@ def run(args: argparse.Namespace) -> int:
                     explain = hits[0].node.metadata.get("car_explain") or {}
                     hypotheses[q.qid] = str(explain.get("hypothesis") or "(none)")
                     criteria[q.qid] = [str(c) for c in explain.get("criteria") or []]
-                    if isinstance(explain.get("feedback"), dict):
-                        feedback[q.qid] = dict(explain["feedback"])
                     if span_post is not None:
                         spanned = span_post.postprocess_nodes(hits[:1], query_str=q.question)
                         found = spanned[0].node.metadata.get("criterion_spans") or []
@@ -288,7 +285,6 @@ def run(args: argparse.Namespace) -> int:
                     "ranks": ranks[q.qid],
                     "car_hypothesis": hypotheses.get(q.qid),
                     "car_criteria": criteria.get(q.qid, []),
-                    "car_feedback": feedback.get(q.qid),
                     "car_top_span": top_spans.get(q.qid),
                 }
                 for q in questions

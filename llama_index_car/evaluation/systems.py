@@ -410,7 +410,7 @@ class SystemFactory:
                     v.nodes, self.embed_model, show_progress=self.show_progress
                 )
             common: dict[str, Any] = {
-                "rrf_k": self.rrf_k, "pool_top_k": self.depth, "similarity_top_k": self.depth,
+                "pool_top_k": self.depth, "similarity_top_k": self.depth,
                 "criterion_spans": 0,  # ranking metrics do not read them (100 hits per query)
             }
             if offline:  # keeps its own β unless the system names one (car@0.4)
@@ -420,8 +420,8 @@ class SystemFactory:
             else:
                 retriever = v.index.as_retriever(
                     "car", hypothesizer=self.hypothesizer(spec.reframe, kind), alpha=alpha,
-                    route="auto" if base == "car-auto" else "always", speculative_hybrid=False,
-                    **common,
+                    rrf_k=self.rrf_k, route="auto" if base == "car-auto" else "always",
+                    speculative_hybrid=False, **common,
                 )
         if spec.rerank:
             if self.reranker is None and self.reranker_factory is not None:

@@ -1,7 +1,8 @@
 """The instrumentation event of CAR's hypothesis step (LlamaIndex ``instrumentation``).
 
-``CriterionAwareRetriever`` dispatches one :class:`CriterionHypothesisEvent` per query that
-reaches the hypothesis step (not for queries the router sends straight to the hybrid), on the
+``HypothesisCriterionRetriever`` dispatches one :class:`CriterionHypothesisEvent` per query that
+reaches the hypothesis step (not for queries the router sends straight to the hybrid; the
+offline CAR forms no hypothesis and dispatches none), on the
 dispatcher named ``llama_index_car.hypothesizers.events``, which propagates to the root
 dispatcher — so any handler registered the LlamaIndex way receives it::
 
@@ -16,9 +17,8 @@ dispatcher — so any handler registered the LlamaIndex way receives it::
     get_dispatcher().add_event_handler(Log())
 
 Fields: ``query``; ``hypothesis`` (text, ``None`` on fallback) and ``criteria``; ``source`` —
-``"llm"`` (an LLM hypothesizer), ``"offline"`` (any non-LLM hypothesizer, and the offline
-CAR's feedback terms, ``hypothesizer="feedback"``) or ``"fallback"`` (failed or timed out: CAR
-used the plain hybrid); ``hypothesizer`` (its ``name``); ``cached``; ``latency`` (seconds from the start of the step to its outcome);
+``"llm"`` (an LLM hypothesizer), ``"offline"`` (any non-LLM hypothesizer) or ``"fallback"``
+(failed or timed out: CAR used the plain hybrid); ``hypothesizer`` (its ``name``); ``cached``; ``latency`` (seconds from the start of the step to its outcome);
 ``error`` (why it fell back).
 """
 
@@ -62,7 +62,7 @@ def emit_hypothesis_event(
 ) -> None:
     """Dispatch a :class:`CriterionHypothesisEvent` (``hypothesis=None`` → ``"fallback"``).
 
-    ``hypothesizer`` is the hypothesizer object or, for the offline feedback step, a name.
+    ``hypothesizer`` is the hypothesizer object or a name.
     """
     source: HypothesisSource
     if hypothesis is None:

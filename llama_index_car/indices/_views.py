@@ -159,11 +159,11 @@ def view(
     (:class:`IndexDense`), ``hybrid`` (:class:`WeightedRRFRetriever`, ``alpha`` default 0.5)
     or ``car`` (:meth:`CriterionAwareRetriever.from_channels`: offline without
     ``hypothesizer``, re-ranking by the index's span index when it has one; ``kwargs`` are
-    its options, e.g. ``criterion_spans``, ``feedback_scale``, ``route``).
+    its options, e.g. ``criterion_spans``, ``span_weight``, ``route``).
 
     ``pool_top_k`` (default 50; the offline ``car`` 100) is the per-channel candidate pool of
-    the fused kinds and
-    ``rrf_k`` (default 60) their RRF constant; ``filters`` (``MetadataFilters``) apply to
+    the fused kinds and ``rrf_k`` (default 60) the RRF constant of the rank-fused ones
+    (``hybrid``, ``car`` with a hypothesizer; the offline ``car`` fuses scores and refuses it); ``filters`` (``MetadataFilters``) apply to
     every channel. An option the kind does not use is refused, never ignored.
 
     Raises:
@@ -186,7 +186,7 @@ def view(
             f"retriever kind {kind!r} does not use {', '.join(given)}; leave "
             f"{'it' if len(given) == 1 else 'them'} out"
         )
-    rrf_k = 60 if rrf_k is None else rrf_k
+    given_rrf_k, rrf_k = rrf_k, 60 if rrf_k is None else rrf_k
     if kind == "bm25":
         return KiwiBM25Retriever(index=index, similarity_top_k=similarity_top_k,
                                  filters=filters)
@@ -211,8 +211,10 @@ def view(
 
     kwargs.setdefault("span_index", index.spans)
     kwargs.setdefault("embed_model", index.embed_model)
+    if hypothesizer is not None or given_rrf_k is not None:  # the offline CAR refuses it
+        kwargs["rrf_k"] = rrf_k
     return CriterionAwareRetriever.from_channels(
-        dense, lexical, hypothesizer, alpha=alpha, rrf_k=rrf_k, pool_top_k=pool,
+        dense, lexical, hypothesizer, alpha=alpha, pool_top_k=pool,
         similarity_top_k=similarity_top_k, **kwargs,
     )
 

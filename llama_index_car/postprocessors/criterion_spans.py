@@ -93,6 +93,15 @@ _CUE_RE = re.compile(
     "|".join(f"(?:{rx})" for name, rx, _ in DOMAIN_PATTERNS if name in ("number_unit", "ratio"))
     + "|" + "|".join(_CUE_WORDS)
 )
+#: Korean question form, from the grammar (not tuned on evaluation data): a question mark, an
+#: interrogative word (누구/누가 무엇/뭐 무슨 언제 어디 어느 어떤/어떻-/어때 얼마 몇, 왜 as a
+#: word of its own) anywhere, or an interrogative ending (-나요 -까요 -가요 -니까 -는지요) at
+#: the end of the text
+QUESTION_RE = re.compile(
+    r"[?？]|누구|누가|무엇|뭐|무슨|언제|어디|어느|어떤|어떻|어때|얼마|몇"
+    r"|(?<![가-힣])왜(?:요)?(?![가-힣])"
+    r"|(?:나요|까요|가요|니까|는지요)[\s.!。]*$"
+)
 
 
 # ----------------------------------------------------------------------------- pure maths
@@ -106,6 +115,22 @@ def cue_score(text: str, cap: int = CUE_CAP) -> float:
     (1.0, 0.5, 0.0)
     """
     return min(len(_CUE_RE.findall(text)), cap) / cap
+
+
+def question_cue(text: str) -> bool:
+    """Whether ``text`` is phrased as a question (:data:`QUESTION_RE`: a question mark, an
+    interrogative word, or an interrogative ending at its end).
+
+    The offline CAR's span step counts only for a question: re-ranking by the best span lifts
+    the section whose one sentence answers what is asked, while a statement of an issue (a
+    court holding, a keyword list) asks for no one sentence (``benchmarks/span_cv.py``).
+
+    >>> question_cue("비 오는 날 압접 작업은 어떻게 하나요?"), question_cue("배수관 간격은 얼마")
+    (True, True)
+    >>> question_cue("채권자대위권 행사의 요건인지 여부"), question_cue("배수시설 설치기준")
+    (False, False)
+    """
+    return QUESTION_RE.search(text) is not None
 
 
 def combine(

@@ -10,8 +10,9 @@ and fuses the two orders by :func:`~llama_index_car.fusion.span_fusion`:
 Every node it returns is a copy whose ``metadata["car_explain"]["span"]`` holds the best
 span (``text``, ``score``, ``rank``, ``kind``, ``start``/``end`` into the node text, and for a
 table row ``table_index``, ``row``, ``col``, ``row_span``, ``col_span``, ``header``); the key is
-excluded from embed and LLM metadata. The defaults (``weight``, ``pool``) are the ones chosen
-by cross-validation in ``benchmarks/span_cv.py`` (docs/RESULTS.md).
+excluded from embed and LLM metadata. The defaults (``weight``, ``pool``) are the ones the
+rank-fusion CAR's cross-validation chose (issue 22; the offline CAR now re-ranks by scores,
+:func:`~llama_index_car.fusion.criterion_ranking`).
 
 >>> reranker = SpanReranker(span_index=spans, embed_model=embed)  # doctest: +SKIP
 >>> engine = index.as_query_engine(node_postprocessors=[reranker])  # doctest: +SKIP
@@ -32,19 +33,23 @@ from llama_index_car.fusion import (
     DEFAULT_RRF_K,
     span_fusion,
     span_ranks,
-    span_zscore_fusion,
     strictly_decreasing,
 )
 from llama_index_car.span_index import SpanIndex
 
-#: weight of the span order (chosen by 5-fold CV over three developer sets, benchmarks/span_cv.py)
+#: weight of the span order (chosen by 5-fold CV over three developer sets for the rank-fusion
+#: CAR, issue 22)
 DEFAULT_SPAN_WEIGHT = 0.3
 #: nodes of the pool re-ranked (chosen with the weight)
 DEFAULT_SPAN_POOL = 50
 EXPLAIN_KEY = "car_explain"
 
 
-def _with_explain(nws: NodeWithScore, score: float, span: dict[str, Any] | None) -> NodeWithScore:
+def with_span_explain(
+    nws: NodeWithScore, score: float, span: dict[str, Any] | None
+) -> NodeWithScore:
+    """A copy of ``nws`` at ``score`` whose ``car_explain["span"]`` is ``span`` (the key
+    excluded from embed and LLM metadata; the input is not modified)."""
     node = nws.node
     metadata = dict(node.metadata)
     old = metadata.get(EXPLAIN_KEY)
@@ -83,22 +88,16 @@ def rerank_by_spans(
     weight: float = DEFAULT_SPAN_WEIGHT,
     pool: int = DEFAULT_SPAN_POOL,
     rrf_k: int = DEFAULT_RRF_K,
-    fusion: str = "rrf",
 ) -> list[NodeWithScore]:
-    """The first ``pool`` of ``nodes`` re-ordered by :func:`span_fusion` of the two orders
-    (``fusion="rrf"``) or by :func:`span_zscore_fusion` — the nodes' scores plus ``weight``
-    × their standardised span scores (``"z"``, the offline CAR over its z-score fusion) —
-    then the rest (new, explained ``NodeWithScore`` objects; the inputs are not modified)."""
+    """The first ``pool`` of ``nodes`` re-ordered by :func:`span_fusion` of the two orders,
+    then the rest (new, explained ``NodeWithScore`` objects; the inputs are not modified).
+    (The offline CAR re-ranks its pool by scores instead:
+    :func:`~llama_index_car.fusion.criterion_ranking`.)"""
     head, tail = list(nodes[:pool]), list(nodes[pool:])
     ids = [n.node.node_id for n in head]
     hits = span_index.best_spans(query_vector, ids)
     scores = [h.score if h is not None else None for h in hits]
-    if fusion == "z":
-        fused = span_zscore_fusion(ids, [float(n.score or 0.0) for n in head], scores, weight)
-    elif fusion == "rrf":
-        fused = span_fusion(ids, scores, weight, rrf_k)
-    else:
-        raise ConfigurationError(f"fusion={fusion!r} is unknown; use 'rrf' or 'z'")
+    fused = span_fusion(ids, scores, weight, rrf_k)
     span_rank = span_ranks(scores)
     position = {d: i for i, d in enumerate(ids)}
     out = []
@@ -108,9 +107,9 @@ def rerank_by_spans(
         span = None
         if hit is not None:
             span = hit.span.to_dict() | {"score": hit.score, "rank": span_rank[i], "weight": weight,
-                                         "fusion": fusion}
-        out.append(_with_explain(head[i], score, span))
-    out += [_with_explain(n, n.score or 0.0, None) for n in tail]
+                                         "fusion": "rrf"}
+        out.append(with_span_explain(head[i], score, span))
+    out += [with_span_explain(n, n.score or 0.0, None) for n in tail]
     for nws, score in zip(out, strictly_decreasing([h.score or 0.0 for h in out]), strict=True):
         nws.score = score  # the order survives any sort by score (ties, head above tail)
     return out

@@ -11,10 +11,7 @@ guesses the criterion the query seeks, in the vocabulary of the standards
 * lexical: ``query + " " + hypothesis.expansion_terms()``;
 * fusion: :func:`~llama_index_car.fusion.weighted_rrf` with weights ``[alpha, 1 - alpha]``
   (alpha weights dense; default 0.5), ``rrf_k`` (default 60), ``pool_top_k`` candidates per
-  channel (default 50), ``similarity_top_k`` results (default 10). The feedback channel is off
-  (``feedback_scale=0`` unless given; it has not been measured with an LLM hypothesis); on,
-  it reads the hypothesis channels' hits and the weights become
-  ``[α(1 − p), (1 − α)(1 − p), p]`` with α fixed.
+  channel (default 50), ``similarity_top_k`` results (default 10).
 
 Resilience. The hypothesis is produced concurrently with a plain hybrid retrieval
 (dense(query) + lexical(query), same fusion; ``speculative_hybrid``, started after
@@ -73,21 +70,21 @@ from llama_index_car.retrievers.criterion_aware import (
     SHARED_OPTIONS,
     Channels,
     CriterionAwareRetriever,
-    FeedbackPlan,
     Search,
     Steps,
     _Call,
     check_seconds,
     explain_fields,
-    fusion_weights,
 )
 from llama_index_car.retrievers.routing import LexicalOverlapRouter, RouteDecision
-from llama_index_car.retrievers.weighted_rrf import fuse_channel_results
+from llama_index_car.retrievers.weighted_rrf import check_rrf_k, fuse_channel_results
 from llama_index_car.span_index import SpanIndex
 
 __all__ = ["HypothesisCriterionRetriever", "car_bundles"]
 
 logger = logging.getLogger(__name__)
+
+CHANNEL_NAMES = ("dense", "lexical")
 
 
 def car_bundles(query: str, h: CriterionHypothesis) -> tuple[QueryBundle, QueryBundle]:
@@ -132,6 +129,8 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
     :class:`~llama_index_car.retrievers.criterion_aware.CriterionAwareRetriever`):
         hypothesizer: a :class:`BaseCriterionHypothesizer` (e.g. ``LLMCriterionHypothesizer``).
         alpha: weight of the dense channel (``None``, the default: 0.5).
+        rrf_k: the RRF constant (default 60, ranks 1-based).
+        pool_top_k: candidates per channel (default 50).
         route: ``"always"`` (default) or ``"auto"`` (call the hypothesizer only when the router
             predicts low lexical overlap).
         strict: raise ``HypothesisError`` instead of falling back to the hybrid.
@@ -147,7 +146,8 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
 
     #: its keyword options (``from_channels`` refuses others by name)
     OPTIONS = SHARED_OPTIONS | {
-        "route", "strict", "hypothesis_timeout", "speculative_hybrid", "speculation_delay",
+        "rrf_k", "router", "route", "strict", "hypothesis_timeout", "speculative_hybrid",
+        "speculation_delay",
     }
 
     def __init__(
@@ -165,7 +165,6 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
         router: LexicalOverlapRouter | None = None,
         speculative_hybrid: bool | Literal["auto"] = "auto",
         speculation_delay: float = 0.005,
-        feedback_scale: float | None = None,
         span_index: SpanIndex | None = None,
         criterion_spans: int | None = None,
         embed_model: Any | None = None,
@@ -195,10 +194,15 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
         self.speculation_delay = check_seconds(
             "speculation_delay", speculation_delay, positive=False
         )
+        if router is not None and not isinstance(router, LexicalOverlapRouter):
+            raise ConfigurationError(
+                f"router is a {type(router).__name__}; pass a LexicalOverlapRouter"
+            )
+        self.router = router if router is not None else LexicalOverlapRouter()
+        self.rrf_k = check_rrf_k(rrf_k)
         super().__init__(
             dense_retriever, lexical_retriever, alpha=0.5 if alpha is None else alpha,
-            rrf_k=rrf_k, pool_top_k=pool_top_k, similarity_top_k=similarity_top_k, router=router,
-            feedback_scale=feedback_scale, span_index=span_index,
+            pool_top_k=pool_top_k, similarity_top_k=similarity_top_k, span_index=span_index,
             criterion_spans=criterion_spans, embed_model=embed_model,
             callback_manager=callback_manager, verbose=verbose,
         )
@@ -230,12 +234,7 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
         dense_q, lexical_q = car_bundles(query, outcome)
         jobs = ((ch.dense, dense_q), (ch.lexical, lexical_q))
         results = yield Search(jobs)
-        plan = None
-        if self.feedback_scale > 0:
-            plan = self._plan_feedback(query, results[0], results[1], ch)
-            if plan.bundle is not None:
-                results += yield Search(((ch.lexical, plan.bundle),))
-        return self._fuse(query_bundle, ch, results, outcome, decision, plan=plan)
+        return self._fuse(query_bundle, ch, results, outcome, decision)
 
     def _fuse(
         self,
@@ -248,14 +247,12 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
         routed: str = "car",
         fallback: bool = False,
         error: str | None = None,
-        plan: FeedbackPlan | None = None,
     ) -> list[NodeWithScore]:
-        names, weights = fusion_weights(self.alpha, self.alpha, plan)  # α fixed
-        signal = plan.signal if plan is not None else decision.signal if decision else None
+        signal = decision.signal if decision else None
         explain = explain_fields(hypothesis, fallback=fallback, routed=routed, signal=signal,
-                                 error=error, plan=plan)
+                                 error=error)
         fused = fuse_channel_results(
-            results, names, weights, self.rrf_k, self.similarity_top_k, explain
+            results, CHANNEL_NAMES, self.weights, self.rrf_k, self.similarity_top_k, explain
         )
         return self._with_criterion_spans(fused, query_bundle, ch)
 

@@ -1,53 +1,44 @@
 """``CriterionAwareRetriever`` (CAR): fusion of channels that bridge low overlap.
 
 The paper's §5.8 remedy for queries that share few words with the clause that answers them,
-as two retrievers over one fusion helper (this module):
+as two retrievers over one base (this module):
 
 * :class:`~llama_index_car.retrievers.car_offline.OfflineCriterionRetriever` — no LLM,
-  nothing learnt at index time: dense(query) ⊕ lexical(query) (⊕ an optional feedback
-  channel) fused by their standardised scores (z-score fusion), the pool re-ranked by its
-  best spans' standardised cosines (all chosen by cross-validation);
+  nothing learnt at index time: dense(query) ⊕ lexical(query) fused by their standardised
+  scores (z-score fusion), the pool re-ranked by its best spans' standardised cosines (chosen
+  by cross-validation, ``benchmarks/span_cv.py``);
 * :class:`~llama_index_car.retrievers.car_hypothesis.HypothesisCriterionRetriever` — the
   paper's CAR: a hypothesizer (e.g. ``LLMCriterionHypothesizer``) guesses the criterion,
-  dense(query + hypothesis) ⊕ lexical(query + criteria), with a concurrent plain hybrid as the
-  fallback on any failure and optional routing (``route="auto"``).
+  dense(query + hypothesis) ⊕ lexical(query + criteria) by weighted RRF, with a concurrent
+  plain hybrid as the fallback on any failure and optional routing (``route="auto"``).
 
-Both are ``CriterionAwareRetriever`` s: :meth:`CriterionAwareRetriever.from_defaults` builds
-the offline one without ``llm``/``hypothesizer`` and the hypothesis one with it. Built over a
-:class:`~llama_index_car.indices.CriterionAwareIndex` (``from_defaults`` builds a private one,
-``index.as_retriever("car")`` views a given one) a query pins one snapshot of the index for
-all its channels and its span index (:func:`~llama_index_car.indices._views.bound_channels`);
-the index owns updates and persistence.
+Both are ``CriterionAwareRetriever`` s: :meth:`CriterionAwareRetriever.from_defaults`
+builds the offline one without ``llm``/``hypothesizer`` and the hypothesis one with it.
+Built over a :class:`~llama_index_car.indices.CriterionAwareIndex` (``from_defaults`` builds
+a private one, ``index.as_retriever("car")`` views a given one) a query pins one snapshot of
+the index for all its channels and its span index
+(:func:`~llama_index_car.indices._views.bound_channels`); the index owns updates and
+persistence.
 
-Shared here: the channel weights (:func:`fusion_weights`): ``[α, 1 − α]`` for (dense,
-lexical), and with a feedback channel of share ``p`` (:class:`FeedbackPlan`,
-:func:`plan_feedback`) ``[α(1 − p), (1 − α)(1 − p), p]``; the ``car_explain`` fields
-(:func:`explain_fields`: hypothesis, criteria, hypothesis source/cached, fallback, routed,
-router signal, error, and with a feedback plan ``feedback``: share, agreement, terms), on top
-of :func:`~llama_index_car.retrievers.weighted_rrf.fuse_channel_results`' per-channel ranks,
-scores and weights; the query vector computed once for the dense channel, span ranking and
-criterion spans; and ``metadata["criterion_spans"]``: with a span index every returned hit
-carries its ``criterion_spans`` best sentences, table rows or cells for the query (default 3
-with a span index, 0 without; :class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor`;
-a hypothesis's criterion terms join the query's tokens in its lexical part).
+Shared here: the ``car_explain`` fields (:func:`explain_fields`: hypothesis, criteria,
+hypothesis source/cached, fallback, routed, router signal, error), on top of the per-channel
+ranks, scores and weights the fusion records; the query vector computed once for the dense
+channel, span ranking and criterion spans; and ``metadata["criterion_spans"]``: with a span
+index every returned hit carries its ``criterion_spans`` best sentences, table rows or cells
+for the query (default 3 with a span index, 0 without;
+:class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor`; a
+hypothesis's criterion terms join the query's tokens in its lexical part).
 
 One path per retriever: each writes its retrieval once as a generator of steps (``Search``:
 channel jobs run concurrently; ``Embed``: the query vector); ``_retrieve`` runs the steps with
 threads and ``_aretrieve`` with ``await`` — the async twin is the driver, not a copy.
 
-Score scale: like :class:`~llama_index_car.retrievers.weighted_rrf.WeightedRRFRetriever`,
-scores are weighted-RRF sums, at most ``1 / (rrf_k + 1) ≈ 0.0164`` (the weights sum to 1), so
-a ``SimilarityPostprocessor(similarity_cutoff=0.3)`` drops every hit; use
-``similarity_cutoff = c / (rrf_k + 1)`` with ``c`` in [0, 1]. Queries pass
+Score scale: each retriever's own (the offline CAR: a sum of standardised scores, around
+−1…3; the hypothesis CAR: weighted-RRF sums, at most ``1 / (rrf_k + 1) ≈ 0.0164``). A
+``SimilarityPostprocessor`` cutoff must be chosen for the one in use. Queries pass
 :mod:`llama_index_car.query_guard` first: empty → ``[]``, control/bidi characters and lone
 surrogates removed, longer than ``QueryLimits.max_chars`` (2000) → ``QueryError``.
 
->>> fusion_weights(0.3, 0.0, None)
-(('dense', 'lexical'), [0.3, 0.7])
->>> plan = FeedbackPlan(share=0.5, signal=0.0, agreement=0.0, terms=("우천",),
-...                     bundle=QueryBundle("q 우천"))
->>> fusion_weights(0.3, 0.0, plan)
-(('dense', 'lexical', 'feedback'), [0.15, 0.35, 0.5])
 >>> car = CriterionAwareRetriever.from_defaults(nodes=nodes)  # doctest: +SKIP
 >>> type(car).__name__  # doctest: +SKIP
 'OfflineCriterionRetriever'
@@ -68,63 +59,38 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
-from llama_index_car.hypothesizers.feedback import DEFAULT_FEEDBACK_DOCS, feedback_terms
 from llama_index_car.indices._views import bound_channels
 from llama_index_car.postprocessors.criterion_spans import (
     DEFAULT_CRITERION_SPANS,
     CriterionSpanPostprocessor,
 )
-from llama_index_car.postprocessors.span_rerank import DEFAULT_SPAN_POOL, DEFAULT_SPAN_WEIGHT
 from llama_index_car.query_guard import guarded_retrieve
-from llama_index_car.retrievers.routing import LexicalOverlapRouter, feedback_share, top_agreement
 from llama_index_car.retrievers.weighted_rrf import (
     aretrieve_channels,
     check_alpha,
     check_int,
     check_retriever,
-    check_rrf_k,
     retrieve_channels,
 )
 from llama_index_car.span_index import SpanIndex
 
 __all__ = [
-    "DEFAULT_BM25_LEAD",
-    "DEFAULT_FEEDBACK_SCALE",
     "DEFAULT_OFFLINE_ALPHA",
-    "DEFAULT_OFFLINE_FUSION",
     "DEFAULT_OFFLINE_POOL",
-    "DEFAULT_SPAN_POOL",
-    "DEFAULT_SPAN_WEIGHT",
     "DEFAULT_SPAN_Z_WEIGHT",
     "Channels",
     "CriterionAwareRetriever",
     "Embed",
-    "FeedbackPlan",
     "Search",
     "explain_fields",
-    "fusion_weights",
-    "plan_feedback",
 ]
 
-CHANNEL_NAMES = ("dense", "lexical")
-FEEDBACK_CHANNEL_NAMES = ("dense", "lexical", "feedback")
-#: ``scale`` of the feedback share when it is turned on (``feedback_scale=``; off by default:
-#: it adds nothing on top of span ranking under cross-validation, span_cv.py)
-DEFAULT_FEEDBACK_SCALE = 0.7
-#: offline dense share β of the z-score fusion (chosen by CV, benchmarks/span_cv.py); with a
-#: hypothesizer ``alpha`` is the RRF weight and defaults to 0.5
+#: the offline CAR's dense share β of its z-score fusion (chosen by CV, benchmarks/span_cv.py)
 DEFAULT_OFFLINE_ALPHA = 0.3
-#: offline: BM25's top hit goes first when its score leads the second's by this share of
-#: itself (:func:`~llama_index_car.fusion.score_gap`); off (0): over the z-score fusion it
-#: added nothing under CV (benchmarks/span_cv.py)
-DEFAULT_BM25_LEAD = 0.0
-#: the offline CAR's fusion of its channels: ``"z"`` (:func:`~llama_index_car.fusion.zscore_fusion`
-#: of their scores; chosen by CV over weighted RRF, benchmarks/span_cv.py) or ``"rrf"``
-DEFAULT_OFFLINE_FUSION = "z"
 #: the offline CAR's candidates per channel: the depth its scores are standardised over
 DEFAULT_OFFLINE_POOL = 100
-#: the offline CAR's span weight γ over the z-score fusion (``score + γ·z(span)``; CV)
-DEFAULT_SPAN_Z_WEIGHT = 0.8
+#: the offline CAR's span weight γ for a question (``score + γ·z(span)``; CV)
+DEFAULT_SPAN_Z_WEIGHT = 1.2
 
 Jobs = tuple[tuple[BaseRetriever, QueryBundle], ...]
 
@@ -184,84 +150,7 @@ def check_seconds(name: str, value: Any, *, positive: bool) -> float:
     return seconds
 
 
-def _check_feedback_source(lexical: Any) -> None:
-    missing = [a for a in ("tokenizer", "bm25", "token_counts") if not hasattr(lexical, a)]
-    if missing:
-        raise ConfigurationError(
-            f"the feedback channel reads term counts from the lexical index, and "
-            f"{type(lexical).__name__} has no {', '.join(missing)}; use a KiwiBM25Retriever "
-            "or pass feedback_scale=0"
-        )
-
-
 # ----------------------------------------------------------------------------- fusion helper
-@dataclass(frozen=True)
-class FeedbackPlan:
-    """What the feedback channel adds to one query (``bundle`` is None when it adds nothing):
-    its share ``p``, the router signal ``s``, the top-5 agreement ``a`` and the terms."""
-
-    share: float
-    signal: float
-    agreement: float
-    terms: tuple[str, ...]
-    bundle: QueryBundle | None
-
-    @property
-    def hypothesis(self) -> CriterionHypothesis | None:
-        """The terms as a hypothesis (source ``"feedback"``), ``None`` without terms."""
-        if not self.terms:
-            return None
-        return CriterionHypothesis(text=" ".join(self.terms), criteria=self.terms,
-                                   source="feedback")
-
-
-def plan_feedback(
-    query: str,
-    dense_hits: Sequence[NodeWithScore],
-    lexical_hits: Sequence[NodeWithScore],
-    *,
-    lexical: Any,
-    router: LexicalOverlapRouter,
-    scale: float,
-) -> FeedbackPlan:
-    """Signal, agreement, share ``p = scale·(1 − s)·(1 − a)`` and feedback terms of one query
-    (the ``idf × tf`` top terms of the top dense hits, read from the BM25 index ``lexical``;
-    :mod:`llama_index_car.hypothesizers.feedback`). No retrieval here."""
-    signal = router.signal(query, lexical_hits)
-    agreement = top_agreement(
-        [h.node.node_id for h in dense_hits], [h.node.node_id for h in lexical_hits]
-    )
-    share = feedback_share(signal, agreement, scale)
-    if share <= 0:
-        return FeedbackPlan(share, signal, agreement, (), None)
-    counts = []
-    for hit in dense_hits[:DEFAULT_FEEDBACK_DOCS]:
-        try:
-            counts.append(lexical.token_counts(hit.node.node_id))
-        except ConfigurationError:  # a dense hit the lexical index does not hold
-            continue
-    bm25 = lexical.bm25
-    candidates = {t for c in counts for t in c}
-    idf = {t: float(bm25.idf[bm25.vocab[t]]) for t in candidates if t in bm25.vocab}
-    terms = feedback_terms(lexical.tokenizer.tokenize(query), counts, idf)
-    if not terms:
-        return FeedbackPlan(0.0, signal, agreement, (), None)
-    bundle = QueryBundle(query_str=query + " " + " ".join(terms))
-    return FeedbackPlan(share, signal, agreement, tuple(terms), bundle)
-
-
-def fusion_weights(
-    alpha: float, alpha_overlap: float, plan: FeedbackPlan | None
-) -> tuple[tuple[str, ...], list[float]]:
-    """Channel names and weights: ``[α, 1 − α]``, with ``α = alpha − (alpha − alpha_overlap)·s``
-    under a feedback plan, and ``[α(1 − p), (1 − α)(1 − p), p]`` when the plan adds a channel."""
-    a = alpha if plan is None else alpha - (alpha - alpha_overlap) * plan.signal
-    if plan is None or plan.bundle is None:
-        return CHANNEL_NAMES, [a, 1.0 - a]
-    p = plan.share  # taken from both channels alike (docs/RESULTS.md: measured)
-    return FEEDBACK_CHANNEL_NAMES, [a * (1.0 - p), (1.0 - a) * (1.0 - p), p]
-
-
 def explain_fields(
     hypothesis: CriterionHypothesis | None,
     *,
@@ -269,9 +158,8 @@ def explain_fields(
     routed: str,
     signal: float | None,
     error: str | None,
-    plan: FeedbackPlan | None,
 ) -> dict[str, Any]:
-    """The CAR fields of ``car_explain`` (the fusion adds channels, weights and ``rrf_k``)."""
+    """The CAR fields of ``car_explain`` (the fusion adds channels, weights and scores)."""
     explain: dict[str, Any] = {
         "hypothesis": hypothesis.text if hypothesis is not None else None,
         "criteria": list(hypothesis.criteria) if hypothesis is not None else [],
@@ -282,12 +170,6 @@ def explain_fields(
         "router_signal": signal,
         "error": error,
     }
-    if plan is not None:
-        explain["feedback"] = {
-            "share": plan.share if plan.bundle is not None else 0.0,
-            "agreement": plan.agreement,
-            "terms": list(plan.terms),
-        }
     return explain
 
 
@@ -305,8 +187,8 @@ class _Call:
 # ----------------------------------------------------------------------------- the base
 #: the options both CAR retrievers take (keyword arguments besides the channels)
 SHARED_OPTIONS = frozenset({
-    "alpha", "rrf_k", "pool_top_k", "similarity_top_k", "router", "feedback_scale",
-    "span_index", "criterion_spans", "embed_model", "callback_manager", "verbose",
+    "alpha", "pool_top_k", "similarity_top_k", "span_index", "criterion_spans", "embed_model",
+    "callback_manager", "verbose",
 })
 
 
@@ -323,13 +205,8 @@ class CriterionAwareRetriever(BaseRetriever):
         dense_retriever: a retriever over a vector index (honours ``custom_embedding_strs``).
         lexical_retriever: ``KiwiBM25Retriever`` or any retriever taking a query string.
         alpha: weight of the dense channel in [0, 1]; lexical gets ``1 - alpha``.
-        rrf_k: RRF constant (default 60, ranks 1-based).
-        pool_top_k: candidates per channel (default 50).
+        pool_top_k: candidates per channel.
         similarity_top_k: fused results returned (default 10).
-        router: the :class:`LexicalOverlapRouter` giving the router signal.
-        feedback_scale: ``scale`` of :func:`plan_feedback`'s share; ``0``/``None`` (default):
-            no feedback channel; :data:`DEFAULT_FEEDBACK_SCALE` is its measured scale. Needs
-            a lexical retriever with ``tokenizer``, ``bm25``, ``token_counts`` (Kiwi BM25).
         span_index: a :class:`~llama_index_car.span_index.SpanIndex` over the nodes.
         criterion_spans: spans attached to each hit as ``metadata["criterion_spans"]``;
             ``None`` (default): :data:`DEFAULT_CRITERION_SPANS` (3) with a ``span_index``, 0
@@ -352,11 +229,8 @@ class CriterionAwareRetriever(BaseRetriever):
         lexical_retriever: BaseRetriever,
         *,
         alpha: float,
-        rrf_k: int,
         pool_top_k: int,
         similarity_top_k: int,
-        router: LexicalOverlapRouter | None,
-        feedback_scale: float | None,
         span_index: SpanIndex | None,
         criterion_spans: int | None,
         embed_model: Any | None,
@@ -367,18 +241,8 @@ class CriterionAwareRetriever(BaseRetriever):
         self.lexical_retriever = check_retriever("lexical_retriever", lexical_retriever)
         self.hypothesizer: BaseCriterionHypothesizer | None = None
         self.alpha = check_alpha(alpha)
-        self.rrf_k = check_rrf_k(rrf_k)
         self.pool_top_k = check_int("pool_top_k", pool_top_k)
         self.similarity_top_k = check_int("similarity_top_k", similarity_top_k)
-        if router is not None and not isinstance(router, LexicalOverlapRouter):
-            raise ConfigurationError(
-                f"router is a {type(router).__name__}; pass a LexicalOverlapRouter"
-            )
-        self.router = router if router is not None else LexicalOverlapRouter()
-        self.feedback_scale = check_unit("feedback_scale", feedback_scale or 0.0,
-                                         " (0 disables it)")
-        if self.feedback_scale > 0:
-            _check_feedback_source(self.lexical_retriever)
         self.weights = [self.alpha, 1.0 - self.alpha]
         if span_index is not None and not isinstance(span_index, SpanIndex):
             raise ConfigurationError(
@@ -576,25 +440,17 @@ class CriterionAwareRetriever(BaseRetriever):
         vector = yield Embed(tuple(query_bundle.embedding_strs))
         return dataclasses.replace(query_bundle, embedding=vector)
 
-    def _plan_feedback(
-        self, query: str, dense_hits: Sequence[NodeWithScore],
-        lexical_hits: Sequence[NodeWithScore], ch: Channels,
-    ) -> FeedbackPlan:
-        return plan_feedback(query, dense_hits, lexical_hits, lexical=ch.lexical,
-                             router=self.router, scale=self.feedback_scale)
-
     def _with_criterion_spans(
         self, hits: list[NodeWithScore], query_bundle: QueryBundle, ch: Channels
     ) -> list[NodeWithScore]:
         """``hits`` with ``criterion_spans`` attached (copies), or as they are when off. A
-        hypothesis's criterion terms join the query in the lexical part (feedback terms do
-        not: they are mined from other hits, not a guess at the criterion)."""
+        hypothesis's criterion terms join the query in the lexical part."""
         post, spans = self._span_post, ch.spans
         if post is None or spans is None or not hits:
             return hits
         text = query_bundle.query_str
         explain = hits[0].node.metadata.get("car_explain") or {}
-        if explain.get("hypothesis_source") not in (None, "feedback") and explain.get("criteria"):
+        if explain.get("hypothesis_source") is not None and explain.get("criteria"):
             text = text + " " + " ".join(str(c) for c in explain["criteria"])
         return post.attach(hits, query_bundle.embedding, text, span_index=spans)
 

@@ -247,7 +247,7 @@ class KiwiBM25Retriever(BaseRetriever):
         return len(self._lexical().nodes)
 
     def token_counts(self, node_id: str) -> Counter[str]:
-        """The indexed token counts of one node (for inspection and the feedback channel)."""
+        """The indexed token counts of one node (for inspection)."""
         return self._lexical().token_counts(node_id)
 
     # ------------------------------------------------------------------ retrieval

@@ -16,9 +16,9 @@ largely absent even from its best BM25 hits is unlikely to share them with its g
 ``signal <= threshold`` routes the query to CAR and anything above to the plain hybrid.
 
 The default ``threshold = 0.5`` was chosen on ``../shared/eval/lhcs_construction`` (the set
-with all three strata) and checked on the other two sets. The offline CAR uses the signal
-itself, not the decision: it scales the feedback channel's share (:func:`feedback_share`).
-A query without content morphemes gets signal 1.0 (nothing for a hypothesis to bridge).
+with all three strata) and checked on the other two sets. Only the hypothesis CAR's
+``route="auto"`` reads it (the offline CAR computes no router signal). A query without
+content morphemes gets signal 1.0 (nothing for a hypothesis to bridge).
 
 >>> router = LexicalOverlapRouter(threshold=0.5)  # doctest: +SKIP
 >>> router.decide("비 오는 날 작업", hits).use_car  # doctest: +SKIP
@@ -38,51 +38,12 @@ from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index_car._errors import ConfigurationError
 
 __all__ = [
-    "DEFAULT_AGREEMENT_DEPTH",
     "DEFAULT_ROUTER_THRESHOLD",
     "LexicalOverlapRouter",
     "RouteDecision",
-    "feedback_share",
-    "top_agreement",
 ]
 
 DEFAULT_ROUTER_THRESHOLD = 0.5
-#: ranks compared by :func:`top_agreement` (top 5 of each channel)
-DEFAULT_AGREEMENT_DEPTH = 5
-
-
-def top_agreement(a: Sequence[str], b: Sequence[str], depth: int = DEFAULT_AGREEMENT_DEPTH) -> float:
-    """``|top_depth(a) ∩ top_depth(b)| / depth``: how much two rankings agree at the top.
-
-    The dense and the lexical channel agree on few top hits when the query shares few words
-    with its answer (lhcs_construction: 0.23 at low overlap, 0.45 at high overlap).
-
-    >>> top_agreement(["a", "b", "c"], ["c", "d", "a"], depth=2)
-    0.0
-    >>> top_agreement(["a", "b", "c"], ["c", "d", "a"], depth=3)
-    0.6666666666666666
-    """
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ConfigurationError(f"depth={depth!r} is invalid; use an integer >= 1")
-    return len(set(list(a)[:depth]) & set(list(b)[:depth])) / depth
-
-
-def feedback_share(signal: float, agreement: float, scale: float) -> float:
-    """Share of the fusion weight given to CAR's feedback channel: ``scale·(1−signal)·(1−agreement)``.
-
-    ``signal`` is the router's predicted overlap and ``agreement`` the :func:`top_agreement`
-    of the dense and lexical channels (both in [0, 1]); the share grows when the query's words
-    are missing from its best BM25 hits *and* the two channels disagree, i.e. when the query
-    is predicted to share few words with its answer. The result is clipped to [0, 1].
-
-    >>> feedback_share(0.25, 0.2, 1.0)
-    0.6000000000000001
-    """
-    for name, value in (("signal", signal), ("agreement", agreement), ("scale", scale)):
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-            raise ConfigurationError(f"{name}={value!r} is not a number")
-    p = float(scale) * (1.0 - float(signal)) * (1.0 - float(agreement))
-    return min(1.0, max(0.0, p))
 
 
 @runtime_checkable

@@ -38,7 +38,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
-from llama_index_car.fusion import DEFAULT_RRF_K, validate_weights, weighted_rrf, zscore_fusion
+from llama_index_car.fusion import DEFAULT_RRF_K, validate_weights, weighted_rrf
 from llama_index_car.indices._views import bound_channels
 from llama_index_car.query_guard import guarded_retrieve
 
@@ -46,6 +46,7 @@ __all__ = [
     "EXPLAIN_KEY",
     "WeightedRRFRetriever",
     "aretrieve_channels",
+    "explain_fused",
     "fuse_channel_results",
     "retrieve_channels",
     "with_pool_top_k",
@@ -164,26 +165,32 @@ def fuse_channel_results(
     rrf_k: int,
     top_k: int,
     explain: Mapping[str, Any] | None = None,
-    fusion: str = "rrf",
 ) -> list[NodeWithScore]:
-    """Fuse per-channel results by :func:`weighted_rrf` (``fusion="rrf"``) or by
-    :func:`~llama_index_car.fusion.zscore_fusion` of the channels' scores (``"z"``; a hit
-    without a score counts as 0.0) into new, explained ``NodeWithScore``.
+    """Fuse per-channel results by :func:`weighted_rrf` into new, explained
+    ``NodeWithScore`` (:func:`explain_fused`; ``car_explain["rrf_k"]`` and ``fusion: "rrf"``)."""
+    ranked_ids = [[nws.node.node_id for nws in channel] for channel in results]
+    fused = weighted_rrf(ranked_ids, weights, rrf_k=rrf_k)[:top_k]
+    return explain_fused(results, names, weights, fused, {"rrf_k": rrf_k, **(explain or {})},
+                         fusion="rrf")
+
+
+def explain_fused(
+    results: Sequence[Sequence[NodeWithScore]],
+    names: Sequence[str],
+    weights: Sequence[float],
+    fused: Sequence[tuple[str, float]],
+    explain: Mapping[str, Any] | None = None,
+    *,
+    fusion: str,
+) -> list[NodeWithScore]:
+    """``fused`` (``(node_id, score)`` pairs, best first) as new ``NodeWithScore`` of the
+    channels' nodes.
 
     The node object of a fused id is taken from the first channel (in ``names`` order) that
-    returned it. Its copy gets ``metadata["car_explain"] = {"channels": {name: {"rank", "score"}},
-    "weights": {name: w}, "rrf_k": k, **explain}``, with the key added to both exclusion lists.
-    The input ``NodeWithScore`` objects and their nodes are not modified.
+    returned it. Its copy gets ``metadata["car_explain"] = {"channels": {name: {"rank",
+    "score"}}, "weights": {name: w}, "fusion": fusion, **explain}``, with the key added to
+    both exclusion lists. The input ``NodeWithScore`` objects and their nodes are not modified.
     """
-    if fusion == "z":
-        scored = [[(nws.node.node_id, float(nws.score or 0.0)) for nws in channel]
-                  for channel in results]
-        fused = zscore_fusion(scored, weights)[:top_k]
-    elif fusion == "rrf":
-        ranked_ids = [[nws.node.node_id for nws in channel] for channel in results]
-        fused = weighted_rrf(ranked_ids, weights, rrf_k=rrf_k)[:top_k]
-    else:
-        raise ConfigurationError(f"fusion={fusion!r} is unknown; use 'rrf' or 'z'")
     first_seen: dict[str, NodeWithScore] = {}
     per_channel: list[dict[str, tuple[int, float | None]]] = []
     for channel in results:
@@ -208,7 +215,6 @@ def fuse_channel_results(
             "fallback": False,
             "routed": "hybrid",
             "weights": dict(zip(names, weights, strict=True)),
-            "rrf_k": rrf_k,
             "fusion": fusion,
         }
         info.update(copy.deepcopy(extra))
