@@ -479,7 +479,7 @@ def test_every_load_path_queries_with_the_recorded_embedding(
 def test_load_retriever_kinds_share_one_folder(index_run: dict[str, Any]) -> None:
     from llama_index_car._errors import ConfigurationError
     from llama_index_car.folder import load_index
-    from llama_index_car.indices.criterion_aware import RETRIEVER_KINDS
+    from llama_index_car.retrievers.views import RETRIEVER_KINDS
 
     local = load_index(index_run["out"])
     names = {k: type(local.as_retriever(k)).__name__ for k in RETRIEVER_KINDS}

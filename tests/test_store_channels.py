@@ -303,9 +303,11 @@ def test_one_index_gives_either_car(tmp_path: Path) -> None:
     assert type(loaded.as_retriever("car")) is OfflineCriterionRetriever
     with pytest.raises(ConfigurationError, match="only with a hypothesizer"):
         loaded.as_retriever("car", route="auto")
-    with pytest.raises(ConfigurationError, match="OfflineCriterionRetriever"):
-        OfflineCriterionRetriever.from_channels(again.dense_retriever, again.lexical_retriever,
-                                                Fixed())
+    from llama_index_car.retrievers.car import car_from_channels
+    from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
+
+    assert type(car_from_channels(again.dense_retriever, again.lexical_retriever,
+                                  Fixed())) is HypothesisCriterionRetriever
 
 
 def test_only_snapshots_still_read_are_kept() -> None:
