@@ -262,3 +262,15 @@ def test_the_checker_finds_what_it_is_for() -> None:
     up = edges_in(fusion, f"import {PACKAGE}.folder.build\n")
     assert [(e.src, e.dst) for e in layer_violations(up)] == [(fusion, build)]
     assert layer_violations(up, exempt=frozenset({(fusion, build)})) == []
+
+
+#: the longest a module may be (``evaluation/`` excepted: its runner and systems are one
+#: experiment each)
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines_outside_evaluation() -> None:
+    long = {name: n for name, path in MODULES.items()
+            if not name.startswith(f"{PACKAGE}.evaluation")
+            and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"split these modules (lines > {MAX_MODULE_LINES}): {long}"
