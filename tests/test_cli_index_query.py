@@ -440,13 +440,16 @@ def test_query_embedding_must_match_the_index(index_run: dict[str, Any]) -> None
         load_index(index_run["out"], embed_model=MockEmbedding(embed_dim=384))
 
 
+@pytest.mark.parametrize("variable", ["LLAMA_CAR_EMBED_MODEL", "CAR_EMBED_MODEL"])
 def test_every_load_path_queries_with_the_recorded_embedding(
-    index_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    index_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], variable: str,
 ) -> None:
     """Issue 38: ``index.json`` records the index's embedding, so ``CriterionAwareIndex.load``
-    resolves the query embedding as the folder's ``load_index`` (and ``llama-car query``)
-    does: with ``$LLAMA_CAR_EMBED_MODEL=use`` an e5 folder is still queried with e5 (the same
-    dense hits), and another model is refused by both with the same one line."""
+    resolves the query embedding as the folder's ``load_index`` and ``llama-car query`` do:
+    with ``$LLAMA_CAR_EMBED_MODEL=use`` (or its deprecated alias ``$CAR_EMBED_MODEL``) an e5
+    folder is still queried with e5 (the same dense hits on all three paths), and another
+    model is refused by both loaders with the same one line."""
     from llama_index.core.embeddings import MockEmbedding
 
     from llama_index_car._errors import ConfigurationError
@@ -454,7 +457,8 @@ def test_every_load_path_queries_with_the_recorded_embedding(
     from llama_index_car.indices import CriterionAwareIndex
 
     out = index_run["out"]
-    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "use")
+    monkeypatch.delenv("LLAMA_CAR_EMBED_MODEL", raising=False)
+    monkeypatch.setenv(variable, "use")
     plain, folder = CriterionAwareIndex.load(out), load_index(out)
     recorded = folder.metadata["embed"]
     assert recorded["provider"] == "e5"
@@ -462,11 +466,15 @@ def test_every_load_path_queries_with_the_recorded_embedding(
         assert type(index.embed_model).__name__ == "MultilingualE5Embedding"
         assert index.embed_model.model_name == recorded["model_name"]
 
+    question = "교량 점검통로"
+
     def dense(index: Any) -> list[tuple[str, float | None]]:
         return [(h.node.node_id, h.score)
-                for h in index.as_retriever("dense", similarity_top_k=5).retrieve("교량 점검통로")]
+                for h in index.as_retriever("dense", similarity_top_k=5).retrieve(question)]
 
     assert dense(plain) == dense(folder) and dense(plain)
+    cli = _query_json(capsys, out, question, "--retriever", "dense", "--top-k", "5")
+    assert [(h["node_id"], h["score"]) for h in cli["hits"]] == dense(plain)
     errors = []
     for load in (CriterionAwareIndex.load, load_index):
         with pytest.raises(ConfigurationError) as caught:
