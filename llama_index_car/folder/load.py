@@ -134,6 +134,7 @@ def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
     import numpy as np
 
     from llama_index_car import _files, _persist
+    from llama_index_car._npy import open_npy
     from llama_index_car.indices import _layout
 
     root = _persist.live_dir(persist_dir)
@@ -141,7 +142,8 @@ def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
         return {}
     spec = _files.read_json(root / _layout.INDEX_NAME)
     ids = spec.get("node_ids") if isinstance(spec, dict) else None
-    matrix = _files.read_npy(root / _layout.VECTORS_NAME, dtype=np.float32, ndim=2)
+    matrix = open_npy(root / _layout.VECTORS_NAME, dtypes=(np.float32,), ndim=2, mmap=False,
+                      fix="rebuild the index")
     if not isinstance(ids, list) or matrix.shape[0] != len(ids):
         raise IndexPersistError(f"{root}: index.json and embeddings.npy disagree; rebuild")
     return {str(i): row.tolist() for i, row in zip(ids, matrix, strict=True)}

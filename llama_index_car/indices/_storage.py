@@ -448,10 +448,9 @@ def _index_from_vectors(
     from llama_index.core.storage.docstore import SimpleDocumentStore
     from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
 
-    try:
-        matrix = _files.read_npy(path, dtype=np.float32, ndim=2)
-    except FileNotFoundError as exc:
-        raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
+    from llama_index_car._npy import open_npy
+
+    matrix = open_npy(path, dtypes=(np.float32,), ndim=2, mmap=False, fix="rebuild the index")
     if matrix.shape[0] != len(nodes):
         raise IndexPersistError(
             f"{path} holds {matrix.shape[0]} rows, not one per node ({len(nodes)}); "
