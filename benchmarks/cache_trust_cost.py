@@ -72,7 +72,7 @@ def _texts(n: int) -> list[str]:
 def child_fill(root: str, n: int, batch: int) -> dict[str, list[float]]:
     from llama_index.core.embeddings import MockEmbedding
 
-    from llama_index_car.evaluation.cache import EmbeddingCache
+    from llama_index_car.embeddings.cache import EmbeddingCache
 
     start = _clock()
     EmbeddingCache(root, MockEmbedding(embed_dim=384), batch_size=batch).embed(_texts(n))
@@ -82,7 +82,7 @@ def child_fill(root: str, n: int, batch: int) -> dict[str, list[float]]:
 def child_read(root: str, n: int, batch: int) -> dict[str, list[float]]:
     from llama_index.core.embeddings import MockEmbedding
 
-    from llama_index_car.evaluation.cache import EmbeddingCache
+    from llama_index_car.embeddings.cache import EmbeddingCache
 
     texts = _texts(n)
     start = _clock()

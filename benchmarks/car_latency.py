@@ -40,7 +40,7 @@ import numpy as np
 from llama_index.core.schema import TextNode
 
 from llama_index_car._errors import HypothesisError
-from llama_index_car.evaluation.cache import EmbeddingCache
+from llama_index_car.embeddings.cache import EmbeddingCache
 from llama_index_car.evaluation.io import load_beir
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
 from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     hybrid = WeightedRRFRetriever.from_alpha(dense, lexical)
     # the offline CAR as shipped: channels DEFAULT_OFFLINE_POOL deep, span vectors loaded
     # (embedded once through the cache), z-score fusion and span re-ranking of 50
-    from llama_index_car.evaluation.cache import CachedEmbedding
+    from llama_index_car.embeddings.cache import CachedEmbedding
     from llama_index_car.retrievers.criterion_aware import DEFAULT_OFFLINE_POOL
     from llama_index_car.span_index import SpanIndex
 

@@ -55,7 +55,7 @@ def lhcs_texts(folder: Path, n_docs: int) -> list[str]:
 def hwpx_texts(folder: Path, n_nodes: int, n_files: int = 4) -> list[str]:
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_car.pipeline import parse_nodes, read_documents
+    from llama_index_car.folder.sources import parse_nodes, read_documents
 
     files = sorted(folder.glob("*.hwpx"))[:n_files]
     documents, _ = read_documents(files)

@@ -86,7 +86,7 @@ def load_model(name: str) -> BaseEmbedding:
 
 def hwpx_files(corpus: Path, max_files: int | None) -> list[Path]:
     """The corpus files, in path order, at most ``max_files``."""
-    from llama_index_car.pipeline import find_source_files
+    from llama_index_car.folder.sources import find_source_files
 
     files = find_source_files(corpus)
     return files[:max_files] if max_files else files
@@ -111,17 +111,18 @@ def time_embedding(model: BaseEmbedding, texts: Sequence[str]) -> float:
 
 def time_index(model: BaseEmbedding, files: Sequence[Path]) -> dict[str, float]:
     """``build_index`` over ``files`` with an empty cache, then again over the warm cache."""
-    from llama_index_car.pipeline import build_index
+    from llama_index_car.folder import BuildOptions, build_index
 
     timed = TimedEmbedding(model)
     with tempfile.TemporaryDirectory(prefix="embed-bench-") as tmp:
         root = Path(tmp)
         start = time.perf_counter()
-        summary = build_index(files, root / "cold", embed_model=timed, cache_dir=root / "cache")
+        options = BuildOptions(embed_model=timed, cache_dir=root / "cache")
+        summary = build_index(files, root / "cold", options)
         cold = time.perf_counter() - start
         embed_seconds, embed_texts = timed.seconds, timed.texts
         start = time.perf_counter()
-        build_index(files, root / "warm", embed_model=timed, cache_dir=root / "cache")
+        build_index(files, root / "warm", options)
         warm = time.perf_counter() - start
     return {
         "nodes": summary.nodes,
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_car.pipeline import parse_nodes, read_documents
+    from llama_index_car.folder.sources import parse_nodes, read_documents
 
     files = hwpx_files(args.corpus, args.max_files)
     docs, failures = read_documents(files)

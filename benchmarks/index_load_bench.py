@@ -28,11 +28,12 @@ from pathlib import Path
 CODE = """
 import sys, time
 t0 = time.perf_counter()
-from llama_index_car.pipeline import load_index, read_manifest
+from llama_index_car.folder import load_index
+from llama_index_car.folder.record import read_record
 model = None
 if sys.argv[2] == "1":
     from llama_index_car.providers import resolve_embed_model
-    model = resolve_embed_model(read_manifest(sys.argv[1])["embed"]["provider"])
+    model = resolve_embed_model(read_record(sys.argv[1])["embed"]["provider"])
     t0 = time.perf_counter()
 index = load_index(sys.argv[1], embed_model=model)
 print(time.perf_counter() - t0, len(index.nodes))

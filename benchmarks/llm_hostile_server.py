@@ -146,7 +146,7 @@ def run_child(
         ANTHROPIC_API_KEY="sk-ant-fake",
         ANTHROPIC_BASE_URL=server.url,
     )
-    env.pop("CAR_LLM", None)
+    env.pop("LLAMA_CAR_LLM", None)
     deadline = {"drip": args.deadline}.get(case, args.call_deadline if "call" in case else 30.0)
     queries = args.queries if case == "drip" else 1
     settle = args.settle if case == "drip" or "call" in case else 0.0

@@ -42,11 +42,12 @@ def mark(name):
     steps.append((name, now - t, rss()))
     t = now
 mark("interpreter")
-from llama_index_car.pipeline import load_index, read_manifest
+from llama_index_car.folder import load_index
+from llama_index_car.folder.record import read_record
 from llama_index_car.providers import resolve_embed_model
 mark("imports")
 folder, question, retriever = sys.argv[1], sys.argv[2], sys.argv[3]
-provider = read_manifest(folder)["embed"]["provider"]
+provider = read_record(folder)["embed"]["provider"]
 model = resolve_embed_model(provider)
 model.get_query_embedding("워밍업")
 mark("embedding model")

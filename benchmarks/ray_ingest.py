@@ -9,7 +9,7 @@ ways, in one run:
   does for its workers; cold: Kiwi and the model load inside the timed call) (``read_documents``, ``parse_nodes``,
   ``KiwiTokenizer.tokenize_batch`` with one Kiwi thread, the embedding in batches of 32 with
   ``threads=1``): the serial baseline;
-* ``Ray, N workers``: :func:`llama_index_car.distributed.ingest_ray` on a local cluster
+* ``Ray, N workers``: :func:`llama_index_car.folder.ray.ingest_ray` on a local cluster
   started with ``ray.init(num_cpus=N)`` (N = 1, 2); on each cluster a cold run (worker
   processes start, each loads Kiwi and the model) then a warm one; the clusters alternate
   (1, 2, 1, 2, ...) for ``--repeat`` rounds so load drift hits both, and the best wall time
@@ -82,7 +82,7 @@ def serial(files: list[Path], embed: str) -> dict[str, Any]:
     from llama_index.core.schema import MetadataMode
 
     from llama_index_car.bm25 import BM25Okapi
-    from llama_index_car.pipeline import parse_nodes, read_documents
+    from llama_index_car.folder.sources import parse_nodes, read_documents
     from llama_index_car.providers import resolve_embed_model
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
@@ -116,8 +116,9 @@ def main() -> None:
 
     import ray
 
-    from llama_index_car.distributed import ingest_ray
-    from llama_index_car.pipeline import find_source_files
+    from llama_index_car.folder import BuildOptions
+    from llama_index_car.folder.ray import ingest_ray
+    from llama_index_car.folder.sources import find_source_files
 
     files = find_source_files(args.corpus)
     base = serial(files, args.embed)
@@ -131,7 +132,7 @@ def main() -> None:
             init_s = time.perf_counter() - t
             for phase in ("cold", "warm"):
                 cpu0, t0 = tree_cpu(me), time.perf_counter()
-                res = ingest_ray(files, embed=args.embed)
+                res = ingest_ray(files, BuildOptions(embed=args.embed))
                 wall, cpu = time.perf_counter() - t0, tree_cpu(me) - cpu0
                 assert [x.node_id for x in res.nodes] == base["ids"], "node ids differ"
                 assert (res.bm25.counts != base["bm25"].counts).nnz == 0, "BM25 counts differ"

@@ -208,7 +208,7 @@ def child_build(args: argparse.Namespace) -> dict[str, Any]:
     from llama_index.core import VectorStoreIndex
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_car._lexical import text_hash
+    from llama_index_car.indices._lexical import text_hash
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 

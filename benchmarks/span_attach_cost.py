@@ -38,7 +38,7 @@ from pathlib import Path
 from llama_index.core.schema import QueryBundle
 
 from llama_index_car.demo.loader import demo_corpus_dir, load_demo_questions
-from llama_index_car.pipeline import build_index, load_index
+from llama_index_car.folder import BuildOptions, build_index, load_index
 from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
 
 TOP_K = 5
@@ -61,7 +61,7 @@ def measure(corpus: Path, embed_name: str, repeat: int) -> tuple[str, dict[str, 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "index"
         with contextlib.redirect_stdout(io.StringIO()):
-            built = build_index(corpus, out, embed=embed_name, show_progress=False)
+            built = build_index(corpus, out, BuildOptions(embed=embed_name, show_progress=False))
         local = load_index(out)
         if local.spans is None:
             raise SystemExit("the index has no span index")

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
+from llama_index_car.embeddings.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
 from llama_index_car.evaluation.runner import load_eval_data
 from llama_index_car.evaluation.systems import SystemFactory
 from llama_index_car.fusion import span_zscore_fusion, weighted_rrf, zscore_fusion

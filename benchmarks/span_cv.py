@@ -74,7 +74,7 @@ import numpy as np
 from llama_index.core.schema import MetadataMode, QueryBundle
 
 from llama_index_car.bm25 import BM25Okapi
-from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
+from llama_index_car.embeddings.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
 from llama_index_car.evaluation.io import rank_items
 from llama_index_car.evaluation.metrics import mrr, ndcg_at_k
 from llama_index_car.evaluation.overlap import compute_overlaps, stratify

@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from span_cv import FOLDS, fold_of  # noqa: E402  (the CV folds of the span-ranking issue)
 
-from llama_index_car.evaluation.cache import (  # noqa: E402
+from llama_index_car.embeddings.cache import (  # noqa: E402
     CachedEmbedding,
     EmbeddingCache,
     default_cache_dir,

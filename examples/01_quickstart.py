@@ -3,7 +3,7 @@
 The bundled demo corpus is read with ``HWPXReader``, split by ``HWPXNodeParser`` into section
 nodes, embedded with the offline multilingual-e5-small model and queried through a
 ``CriterionAwareRetriever`` inside a standard LlamaIndex ``RetrieverQueryEngine``. With
-``CAR_LLM=anthropic`` and ``ANTHROPIC_API_KEY`` set, the same code writes an answer with Claude;
+``LLAMA_CAR_LLM=anthropic`` and ``ANTHROPIC_API_KEY`` set, the same code writes an answer with Claude;
 without a key it returns the retrieved sections only (``response_mode="no_text"``).
 
 Run: python examples/01_quickstart.py
@@ -28,7 +28,7 @@ nodes = HWPXNodeParser(chunk_size=1000, chunk_overlap=150).get_nodes_from_docume
 index = VectorStoreIndex(nodes, embed_model=MultilingualE5Embedding())
 
 retriever = CriterionAwareRetriever.from_defaults(index=index, similarity_top_k=3)
-llm = resolve_llm()  # None offline; Claude when CAR_LLM=anthropic and the key is set
+llm = resolve_llm()  # None offline; Claude when LLAMA_CAR_LLM=anthropic and the key is set
 # offline: NoText returns the sources only (built directly: the factory would fall back to
 # Settings.llm, i.e. OpenAI, even for "no_text")
 synth = get_response_synthesizer(llm=llm) if llm else NoText(llm=MockLLM())

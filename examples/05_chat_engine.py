@@ -3,7 +3,7 @@
 ``ContextChatEngine`` retrieves with any retriever on every turn; plugging in
 ``CriterionAwareRetriever`` makes each turn criterion-aware. Offline the engine runs on
 LlamaIndex's ``MockLLM`` (it echoes, it does not answer), so we print the grounding sections;
-with ``CAR_LLM=anthropic`` and ``ANTHROPIC_API_KEY`` set, Claude answers from them.
+with ``LLAMA_CAR_LLM=anthropic`` and ``ANTHROPIC_API_KEY`` set, Claude answers from them.
 
 Run: python examples/05_chat_engine.py
 """

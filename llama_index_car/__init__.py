@@ -10,8 +10,7 @@ True
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from llama_index_car._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -20,7 +19,12 @@ _EXPORTS: dict[str, str] = {
     "KiwiTokenizer": "llama_index_car.tokenizers.kiwi",
     "BM25Okapi": "llama_index_car.bm25",
     "weighted_rrf": "llama_index_car.fusion",
-    # retrievers
+    # the folder product: a folder of documents -> an index folder
+    "BuildOptions": "llama_index_car.folder.options",
+    "build_index": "llama_index_car.folder.build",
+    "update_index": "llama_index_car.folder.update",
+    "load_index": "llama_index_car.folder.load",
+    # the index and its retrievers
     "CriterionAwareIndex": "llama_index_car.indices.criterion_aware",
     "KiwiBM25Retriever": "llama_index_car.retrievers.kiwi_bm25",
     "WeightedRRFRetriever": "llama_index_car.retrievers.weighted_rrf",
@@ -67,14 +71,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'llama_index_car' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -29,16 +29,6 @@ import scipy.sparse as sp
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
 
-__all__ = [
-    "AutoVocab",
-    "MappedTerms",
-    "Postings",
-    "check_postings",
-    "narrow_uint",
-    "term_hash",
-    "term_table",
-]
-
 #: Query tokens whose column lookup a loaded index remembers (then the memo is cleared).
 MEMO_MAX = 1 << 16
 

@@ -34,19 +34,6 @@ from llama_index_car._bm25_arrays import AutoVocab, Postings, narrow_uint
 from llama_index_car._bm25_storage import Reserved, index_meta, write_index
 from llama_index_car._errors import ConfigurationError
 
-__all__ = [
-    "Builder",
-    "MergePlan",
-    "build",
-    "check_tokens",
-    "from_counts",
-    "merge",
-    "merge_postings",
-    "merge_to",
-    "plan_merge",
-    "remove",
-]
-
 #: postings per block of the merge copy (bounds its temporaries)
 MERGE_BLOCK = 1 << 22
 

@@ -29,8 +29,6 @@ import numpy as np
 from llama_index_car._bm25_arrays import Postings, check_postings
 from llama_index_car._errors import ConfigurationError, IndexPersistError
 
-__all__ = ["AUTO_NUMBA_MIN_DOCS", "Scorer", "check_backend", "corrupt", "load"]
-
 #: ``backend="auto"`` uses the numba kernels from this many documents on (below, the numpy
 #: path is as fast and a process neither imports numba nor compiles anything).
 AUTO_NUMBA_MIN_DOCS = 50_000

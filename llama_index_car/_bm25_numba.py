@@ -37,66 +37,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["DENSE", "PASSES", "PRUNED", "QLEVELS", "RESUMED", "prepare", "scores", "top_k"]
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _better(sa: float, ia: int, sb: float, ib: int) -> bool:  # pragma: no cover - compiled
-    return sa > sb or (sa == sb and ia < ib)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _sift_down(hs: Any, hi: Any, size: int, pos: int) -> None:  # pragma: no cover - compiled
-    while True:
-        left = 2 * pos + 1
-        if left >= size:
-            return
-        worst = left
-        right = left + 1
-        if right < size and _better(hs[worst], hi[worst], hs[right], hi[right]):
-            worst = right
-        if _better(hs[pos], hi[pos], hs[worst], hi[worst]):
-            hs[pos], hs[worst] = hs[worst], hs[pos]
-            hi[pos], hi[worst] = hi[worst], hi[pos]
-            pos = worst
-        else:
-            return
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _sift_up(hs: Any, hi: Any, pos: int) -> None:  # pragma: no cover - compiled
-    while pos > 0:
-        parent = (pos - 1) // 2
-        if _better(hs[parent], hi[parent], hs[pos], hi[pos]):
-            hs[parent], hs[pos] = hs[pos], hs[parent]
-            hi[parent], hi[pos] = hi[pos], hi[parent]
-            pos = parent
-        else:
-            return
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _heap_push(hs: Any, hi: Any, size: int, k: int, s: float, d: int) -> int:  # pragma: no cover
-    """Offer ``(s, d)`` to the k-heap ``hs[:size]``/``hi[:size]`` (the worst at the root, by
-    score then higher id); returns the new size."""
-    if size < k:
-        hs[size] = s
-        hi[size] = d
-        _sift_up(hs, hi, size)
-        return size + 1
-    if _better(s, d, hs[0], hi[0]):
-        hs[0] = s
-        hi[0] = d
-        _sift_down(hs, hi, size, 0)
-    return size
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _heap_clear(hs: Any, hi: Any, k: int) -> None:  # pragma: no cover - compiled
-    """A full k-heap of zeros: a zero or a tie never enters it (``a > hs[0]`` admits)."""
-    for h in range(k):
-        hs[h] = 0.0
-        hi[h] = -1
+from llama_index_car._bm25_heap import heap_clear, heap_push, sift_down
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -248,14 +189,14 @@ def _probe_theta(
     if dense:
         _heap_dense(acc, k, hs, hi)
     else:  # min-heap of the k best; the branch is predictable
-        _heap_clear(hs, hi, k)
+        heap_clear(hs, hi, k)
         for q in range(n):
             d = ids[q]
             a = float(acc[d])
             if a > hs[0]:
                 hs[0] = a
                 hi[0] = d
-                _sift_down(hs, hi, k, 0)
+                sift_down(hs, hi, k, 0)
     if hs[0] <= 0.0:
         return -np.inf
     low = np.inf
@@ -280,7 +221,7 @@ def _block_max(acc: Any, lo: int, hi: int) -> float:  # pragma: no cover - compi
 def _heap_dense(acc: Any, k: int, hs: Any, hi: Any) -> None:  # pragma: no cover - compiled
     """The k best nonzero ``acc`` into the min-heap ``hs``/``hi`` (``hs[0] == 0`` if fewer
     than k are nonzero). Blocks of 64 whose maximum cannot enter the heap are skipped."""
-    _heap_clear(hs, hi, k)
+    heap_clear(hs, hi, k)
     n = acc.shape[0]
     for b in range(0, n, 64):
         e = min(n, b + 64)
@@ -291,7 +232,7 @@ def _heap_dense(acc: Any, k: int, hs: Any, hi: Any) -> None:  # pragma: no cover
             if a > hs[0]:
                 hs[0] = a
                 hi[0] = d
-                _sift_down(hs, hi, k, 0)
+                sift_down(hs, hi, k, 0)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -554,7 +495,7 @@ def top_k(
         acc[d] = s
         ids[keep] = d
         keep += 1
-        size = _heap_push(out_s, out_i, size, k, s, d)
+        size = heap_push(out_s, out_i, size, k, s, d)
         if size == k:
             theta = max(theta, out_s[0] - dtot - fl)
     nc = keep
@@ -572,7 +513,7 @@ def top_k(
         if a + dtot + fl < theta:
             continue
         s = _exact(indptr, indices, tf, cols, weights, cnts, k1p1, norm, d)
-        size = _heap_push(out_s, out_i, size, k, s, d)
+        size = heap_push(out_s, out_i, size, k, s, d)
     if switched:
         flags |= PRUNED
     if dense:

@@ -20,6 +20,10 @@ class EmptyIndexError(ConfigurationError):
     store-backed ``VectorStoreIndex``, whose docstore is empty): pass ``nodes=``."""
 
 
+class NothingToIndexError(ConfigurationError):
+    """Every source file failed to parse or held no text: there is nothing to index."""
+
+
 class MissingDependencyError(CarError, ImportError):
     """An optional dependency is not installed; the message says what to ``pip install``."""
 

@@ -21,16 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = [
-    "INT8_MAX",
-    "approx_scores",
-    "certified",
-    "cosine_coefficients",
-    "dot_error_bound",
-    "quantize_query",
-    "quantize_rows",
-]
-
 INT8_MAX = 127
 #: added to every bound: covers float64 rounding of the exact and approximate scores
 SLACK = 1e-9

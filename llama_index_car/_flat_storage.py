@@ -23,14 +23,13 @@ import numpy as np
 
 from llama_index_car import _flat_math as fm
 from llama_index_car._errors import IndexPersistError
+from llama_index_car._files import read_json, write_json
 from llama_index_car._npy import open_npy, write_npy
-from llama_index_car._persist import read_json, write_json
 from llama_index_car._records import RecordFile, write_records
 
 if TYPE_CHECKING:
     from llama_index_car.flat_store import FlatState
 
-__all__ = ["ARRAYS", "REQUIRED", "Segment", "memory_segment", "read_segment", "write_state"]
 
 MAX_DIM = 1040  # int8 dot products stay below 2**24 (exact in float32)
 

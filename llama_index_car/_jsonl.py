@@ -19,8 +19,6 @@ from pathlib import Path
 
 from llama_index_car._errors import EvaluationDataError
 
-__all__ = ["iter_jsonl", "nonblank_lines"]
-
 
 def nonblank_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield ``(lineno, line)`` for each non-blank line of a UTF-8 text file (1-based)."""

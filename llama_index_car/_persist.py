@@ -1,8 +1,10 @@
 """Crash-safe, lock-serialised, manifest-bound persistence directories.
 
-Every persisted object of llama-index-car (the BM25 index, the CAR
-retriever, the CLI index folder) is written with this module, so they share one set of
-guarantees:
+Both persisted directories of llama-index-car — a :class:`~llama_index_car.bm25.BM25Okapi`
+(``save``) and a :class:`~llama_index_car.indices.CriterionAwareIndex` (``persist``; an index
+folder is one, with its ``car_index.json`` inside each generation) — are written with this
+module, so they share one set of guarantees (file reading and durable writes:
+:mod:`llama_index_car._files`):
 
 * **Generations.** ``target/`` holds complete generations ``gen-<hex>/`` and a pointer file
   ``CURRENT`` (JSON ``{"generation": ..., "previous": ...}``). A writer fills a new generation,
@@ -21,8 +23,7 @@ guarantees:
   loads silently.
 
 A directory with ``manifest.json`` at its top and no ``CURRENT`` (a single generation copied by
-hand, or a nested part such as ``bm25/`` inside a generation) is read as is by
-:func:`live_dir`.
+hand) is read as is by :func:`live_dir`.
 
 >>> import tempfile, pathlib
 >>> with tempfile.TemporaryDirectory() as tmp:
@@ -38,7 +39,6 @@ hand, or a nested part such as ``bm25/`` inside a generation) is read as is by
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
@@ -49,28 +49,19 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
-from llama_index_car._errors import CarError, IndexPersistError, UntrustedFileError
-
-__all__ = [
-    "CURRENT_NAME",
-    "LOCK_NAME",
-    "MANIFEST_NAME",
-    "fsync_write",
-    "live_dir",
-    "load_live",
-    "open_regular",
-    "read_json",
-    "read_manifest",
-    "read_npy",
-    "read_owned_file",
-    "write_cause",
-    "write_error",
-    "replace_dir",
-    "write_json",
-    "write_manifest",
-]
+from llama_index_car._errors import CarError, IndexPersistError
+from llama_index_car._files import (
+    MAX_MANIFEST_BYTES,
+    fsync_dir,
+    fsync_write,
+    parse_json,
+    read_bounded,
+    read_json,
+    sha256_file,
+    write_error,
+)
 
 T = TypeVar("T")
 
@@ -81,270 +72,11 @@ LOCK_NAME = ".lock"
 MANIFEST_NAME = "manifest.json"
 _GEN_PREFIX = "gen-"
 _GEN_RE = re.compile(r"^gen-[0-9a-f]{32}$")
-_HASH_CHUNK = 1 << 22
 #: Largest ``CURRENT`` read (it holds two generation names, ~100 bytes).
 MAX_CURRENT_BYTES = 4096
-#: Largest ``manifest.json`` read (one ~100-byte entry per file of a generation).
-MAX_MANIFEST_BYTES = 64 << 20
 #: Called with the path of every ``manifest.json`` :func:`read_manifest` reads (e.g. a test
 #: counting how many manifests a load reads); empty by default.
 MANIFEST_OBSERVERS: list[Callable[[Path], None]] = []
-#: Deepest JSON nesting read from an index folder (the formats use at most 4).
-MAX_JSON_DEPTH = 32
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(
-    os, "O_NOCTTY", 0
-)
-
-
-# ----------------------------------------------------------------------------- files
-def write_cause(path: str | os.PathLike[str], exc: OSError) -> str:
-    """The cause of a failed write as a short phrase: ``"no space left on device"`` for a full
-    disk or quota, ``"read-only file system"``, ``"permission denied"``, else the system's
-    message. numpy's ``tofile`` reports a short write without an errno; it is recognised from
-    the free space left in ``path``'s folder.
-
-    >>> write_cause("/x", OSError(errno.ENOSPC, "No space left on device"))
-    'no space left on device'
-    """
-    code = exc.errno
-    if code is None:
-        with contextlib.suppress(OSError):
-            st = os.statvfs(Path(path).parent)
-            if st.f_bavail == 0 or st.f_favail == 0:
-                code = errno.ENOSPC
-    if code in (errno.ENOSPC, errno.EDQUOT):
-        return "no space left on device"
-    if code == errno.EROFS:
-        return "read-only file system"
-    if code in (errno.EACCES, errno.EPERM):
-        return "permission denied"
-    return exc.strerror or str(exc)
-
-
-def write_error(path: str | os.PathLike[str], exc: OSError) -> IndexPersistError:
-    """An :class:`IndexPersistError` naming ``path`` and the cause of a failed write
-    (:func:`write_cause`), with the fix: a full disk says "no space left on device", a
-    read-only mount "read-only file system"."""
-    cause = write_cause(path, exc)
-    fix = {
-        "no space left on device": "free some space or write the index elsewhere",
-        "read-only file system": "write the index to a writable directory",
-        "permission denied": "write the index to a directory you can write",
-    }.get(cause, "check the directory and retry")
-    return IndexPersistError(f"cannot write {path}: {cause}; {fix}")
-
-
-def fsync_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` and fsync it before returning.
-
-    Raises:
-        IndexPersistError: the write failed (see :func:`write_error`).
-    """
-    try:
-        with open(path, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except IndexPersistError:
-        raise
-    except OSError as exc:
-        raise write_error(path, exc) from exc
-
-
-def read_bounded(path: Path, max_bytes: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``max_bytes`` of them.
-
-    The file is opened non-blocking (a FIFO cannot hang the reader) and checked with
-    ``fstat`` on the open descriptor before anything is read: a FIFO, a device (a symlink to
-    ``/dev/zero``), a directory or a file larger than ``max_bytes`` is refused.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        IndexPersistError: anything else, naming ``path``.
-    """
-    with open_regular(path) as fh:
-        return _read_at_most(path, fh, max_bytes)
-
-
-def _read_at_most(path: Path, fh: BinaryIO, max_bytes: int) -> bytes:
-    try:
-        st = os.fstat(fh.fileno())
-        if st.st_size > max_bytes:
-            raise IndexPersistError(
-                f"{path} is {st.st_size} bytes, more than the {max_bytes} such a file can "
-                "hold; it is not one written by llama-index-car: persist it again"
-            )
-        data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        if isinstance(exc, IndexPersistError):
-            raise
-        raise IndexPersistError(f"{path} is unreadable ({exc.strerror or exc})") from exc
-    if len(data) > max_bytes:
-        raise IndexPersistError(f"{path} grew past {max_bytes} bytes while read; persist it again")
-    return data
-
-
-def _depth_ok(obj: Any, limit: int) -> bool:
-    """Whether the parsed JSON ``obj`` nests at most ``limit`` containers (iterative)."""
-    stack = [(obj, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        if depth > limit:
-            return False
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return True
-
-
-def read_json(
-    path: str | os.PathLike[str], *, max_bytes: int = MAX_MANIFEST_BYTES, max_depth: int = MAX_JSON_DEPTH
-) -> Any:
-    """Parse the UTF-8 JSON file ``path`` of an (untrusted) index folder.
-
-    :func:`read_bounded` (regular file, at most ``max_bytes``), then JSON nested at most
-    ``max_depth`` deep; integers of more than 4,300 digits and deeper nesting are refused.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        IndexPersistError: naming ``path`` and the problem.
-    """
-    path = Path(path)
-    raw = read_bounded(path, max_bytes)
-    try:
-        obj = json.loads(raw)
-    except RecursionError as exc:
-        raise IndexPersistError(
-            f"{path} nests JSON deeper than {max_depth} levels; persist it again"
-        ) from exc
-    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, int digits limit
-        raise IndexPersistError(f"{path} is damaged ({exc}); persist it again") from exc
-    if not _depth_ok(obj, max_depth):
-        raise IndexPersistError(f"{path} nests JSON deeper than {max_depth} levels; persist it again")
-    return obj
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """:func:`fsync_write` of ``obj`` as UTF-8 JSON (non-ASCII kept)."""
-    fsync_write(path, json.dumps(obj, ensure_ascii=False).encode("utf-8"))
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - some filesystems refuse directory fsync
-        pass
-    finally:
-        os.close(fd)
-
-
-def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
-    """``path`` opened for binary reading, after checking on the open descriptor that it is
-    a regular file. The open is non-blocking, so a FIFO in an index folder cannot hang the
-    reader, and a device (a symlink to ``/dev/zero``) is refused before anything is read.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        IndexPersistError: it is unreadable or not a regular file, naming it.
-    """
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError) as exc:
-        raise IndexPersistError(f"{path} is unreadable ({exc})") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise IndexPersistError(
-                f"{path} is not a regular file (a FIFO, device or directory); "
-                "an index folder holds regular files only: persist it again"
-            )
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_owned_file(path: str | os.PathLike[str], max_bytes: int, *, size: int | None = None) -> bytes:
-    """The bytes of the cache file ``path``, trusted the way ssh trusts ``~/.ssh``.
-
-    Opened without following a symlink (``O_NOFOLLOW``) and without blocking (a FIFO cannot
-    hang the reader); then checked on the open descriptor (``fstat``), so what is read is what
-    was checked: a regular file, owned by the effective user, not writable by group or others,
-    of at most ``max_bytes`` (and of exactly ``size`` bytes when the caller knows the size it
-    recorded). Exactly that many bytes are read.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        UntrustedFileError: anything else, naming ``path`` and the reason.
-    """
-    flags = _OPEN_FLAGS | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        reason = "is a symbolic link" if exc.errno == errno.ELOOP else (
-            f"is unreadable ({exc.strerror or exc})"
-        )
-        raise UntrustedFileError(f"{path} {reason}") from exc
-    except ValueError as exc:  # a NUL byte in the name
-        raise UntrustedFileError(f"{path!r} is not a valid file name") from exc
-    with os.fdopen(fd, "rb", buffering=0) as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UntrustedFileError(f"{path} is not a regular file (a FIFO, device or directory)")
-        euid = os.geteuid() if hasattr(os, "geteuid") else None
-        if euid is not None and st.st_uid != euid:
-            raise UntrustedFileError(f"{path} is owned by uid {st.st_uid}, not by you (uid {euid})")
-        if st.st_mode & 0o022:
-            raise UntrustedFileError(
-                f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
-            )
-        want = st.st_size if size is None else size
-        if st.st_size > max_bytes or st.st_size != want:
-            raise UntrustedFileError(
-                f"{path} is {st.st_size} bytes, not the {want} recorded (at most {max_bytes})"
-            )
-        try:
-            chunks: list[bytes] = []
-            left = want + 1  # one byte more: a file that grew while read is refused
-            while left > 0 and (chunk := fh.read(min(left, _HASH_CHUNK))):
-                chunks.append(chunk)
-                left -= len(chunk)
-        except OSError as exc:
-            raise UntrustedFileError(f"{path} is unreadable ({exc.strerror or exc})") from exc
-    data = b"".join(chunks)
-    if len(data) != want:
-        raise UntrustedFileError(f"{path} changed size while read ({len(data)} bytes, not {want})")
-    return data
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """sha256 hex digest of the regular file ``path`` (see :func:`open_regular`)."""
-    h = hashlib.sha256()
-    try:
-        with open_regular(path) as fh:
-            while chunk := fh.read(_HASH_CHUNK):
-                h.update(chunk)
-    except FileNotFoundError as exc:
-        raise IndexPersistError(f"{path} is missing; persist the index again") from exc
-    except OSError as exc:
-        if isinstance(exc, IndexPersistError):
-            raise
-        raise IndexPersistError(f"{path} is unreadable ({exc})") from exc
-    return h.hexdigest()
-
-
-_sha256 = sha256_file
 
 
 def _files_under(root: Path) -> list[Path]:
@@ -361,7 +93,7 @@ def write_manifest(
     never loads. Returns the manifest. ``meta`` is stored under ``"meta"``.
     """
     files = {
-        p.relative_to(root).as_posix(): {"sha256": _sha256(p), "bytes": p.stat().st_size}
+        p.relative_to(root).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
         for p in _files_under(root)
     }
     manifest = {"kind": kind, "format_version": format_version, "files": files}
@@ -369,7 +101,7 @@ def write_manifest(
         manifest["meta"] = meta
     fsync_write(root / MANIFEST_NAME, json.dumps(manifest, ensure_ascii=False, indent=1).encode())
     for d in {root} | {(root / f).parent for f in files}:
-        _fsync_dir(d)
+        fsync_dir(d)
     return manifest
 
 
@@ -439,11 +171,36 @@ def read_manifest(
             continue
         if not path.is_file():
             raise IndexPersistError(f"{path} is missing; persist it again")
-        if path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+        if path.stat().st_size != entry["bytes"] or sha256_file(path) != entry["sha256"]:
             raise IndexPersistError(
                 f"{path} is corrupt (size or sha256 differs from {MANIFEST_NAME}); persist it again"
             )
     return manifest
+
+
+def read_bound_json(
+    root: Path, manifest: dict[str, Any], name: str, *, max_bytes: int = MAX_MANIFEST_BYTES
+) -> Any:
+    """The JSON file ``root/name`` listed in ``manifest`` (:func:`read_manifest`), read once:
+    its bytes are checked against the size and sha256 the manifest records, then parsed
+    (:func:`parse_json`) — the bytes checked are the bytes used.
+
+    Raises:
+        IndexPersistError: not listed, missing, corrupt or not JSON, naming the file.
+    """
+    entry = manifest["files"].get(name)
+    if entry is None:
+        raise IndexPersistError(f"{root / MANIFEST_NAME} does not list {name}; persist it again")
+    path = root / name
+    try:
+        raw = read_bounded(path, max_bytes)
+    except FileNotFoundError:
+        raise IndexPersistError(f"{path} is missing; persist it again") from None
+    if len(raw) != entry["bytes"] or hashlib.sha256(raw).hexdigest() != entry["sha256"]:
+        raise IndexPersistError(
+            f"{path} is corrupt (size or sha256 differs from {MANIFEST_NAME}); persist it again"
+        )
+    return parse_json(raw, path)
 
 
 # ----------------------------------------------------------------------------- generations
@@ -617,7 +374,7 @@ def replace_dir(target: str | os.PathLike[str], *, lock_timeout: float = 60.0) -
             raise write_error(gen, exc) from exc
         try:
             yield gen
-            _fsync_dir(gen)
+            fsync_dir(gen)
             pointer = {"generation": name, "previous": current}
             tmp = root / f".tmp-{uuid.uuid4().hex}"
             fsync_write(tmp, json.dumps(pointer).encode("utf-8"))
@@ -625,7 +382,7 @@ def replace_dir(target: str | os.PathLike[str], *, lock_timeout: float = 60.0) -
                 os.replace(tmp, root / CURRENT_NAME)
             except OSError as exc:
                 raise write_error(root / CURRENT_NAME, exc) from exc
-            _fsync_dir(root)
+            fsync_dir(root)
         except CarError:
             shutil.rmtree(gen, ignore_errors=True)
             raise
@@ -648,65 +405,3 @@ def _read_current_lenient(root: Path) -> str | None:
     if current is None or not (root / current["generation"]).is_dir():
         return None
     return str(current["generation"])
-
-
-#: what numpy's ``.npy`` header parser raises on a damaged header (a dict cut in the middle
-#: fails to tokenize: ``tokenize.TokenError``)
-def _npy_errors() -> tuple[type[BaseException], ...]:
-    import tokenize
-
-    return (ValueError, SyntaxError, TypeError, OverflowError, MemoryError, RecursionError,
-            EOFError, UnicodeDecodeError, tokenize.TokenError)
-
-
-def read_npy(path: str | os.PathLike[str], *, dtype: Any, ndim: int) -> Any:
-    """The C-ordered ``ndim``-dimensional ``dtype`` array in the ``.npy`` file ``path`` of an
-    (untrusted) index folder: a regular file (:func:`open_regular`) whose header parses and
-    declares exactly the file's size before anything is allocated; no pickle. Any other
-    content is an :class:`IndexPersistError` naming the file.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-    """
-    import numpy as np
-
-    fmt = np.lib.format
-    want = np.dtype(dtype)
-    with open_regular(path) as fh:
-        try:
-            version = fmt.read_magic(fh)
-            if version == (1, 0):
-                shape, fortran, found = fmt.read_array_header_1_0(fh)
-            elif version == (2, 0):
-                shape, fortran, found = fmt.read_array_header_2_0(fh)
-            else:
-                raise ValueError(f"unsupported .npy format version {version}")
-        except _npy_errors() as exc:
-            raise IndexPersistError(
-                f"{path} is not a readable .npy array (damaged header: {exc}); "
-                "rebuild the index"
-            ) from exc
-        except OSError as exc:
-            raise IndexPersistError(f"{path} is unreadable ({exc}); rebuild the index") from exc
-        if found != want or fortran or len(shape) != ndim:
-            raise IndexPersistError(
-                f"{path} holds a {found} array of shape {shape}, expected a {ndim}-D {want} "
-                "array; rebuild the index"
-            )
-        count = 1
-        for n in shape:
-            count *= int(n)
-        offset = fh.tell()
-        size = os.fstat(fh.fileno()).st_size
-        if offset + count * want.itemsize != size:
-            raise IndexPersistError(
-                f"{path}: its header declares {shape} ({offset + count * want.itemsize} bytes "
-                f"with the header), the file has {size} bytes; rebuild the index"
-            )
-        try:
-            arr = np.fromfile(fh, dtype=want, count=count)
-        except (OSError, ValueError) as exc:
-            raise IndexPersistError(f"{path} is unreadable ({exc}); rebuild the index") from exc
-    if arr.size != count:
-        raise IndexPersistError(f"{path} was truncated while read; rebuild the index")
-    return arr.reshape(shape)

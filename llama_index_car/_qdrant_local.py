@@ -13,8 +13,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["locked_qdrant_store"]
-
 _CLASS: type | None = None
 
 

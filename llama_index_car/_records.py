@@ -47,10 +47,8 @@ from typing import Any, Literal
 import numpy as np
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
+from llama_index_car._files import open_regular, read_json, write_error, write_json
 from llama_index_car._npy import open_npy, write_npy
-from llama_index_car._persist import open_regular, read_json, write_error, write_json
-
-__all__ = ["MAX_RECORD_BYTES", "RECORDS_FORMAT_VERSION", "RecordFile", "key_digest", "write_records"]
 
 RECORDS_FORMAT_VERSION = 1
 KIND = "CarRecords"

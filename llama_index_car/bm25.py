@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,17 +65,21 @@ from llama_index_car._bm25_kernels import AUTO_NUMBA_MIN_DOCS as AUTO_NUMBA_MIN_
 from llama_index_car._bm25_kernels import Backend, Scorer, check_backend
 from llama_index_car._bm25_storage import AUTO_VERIFY_BYTES as AUTO_VERIFY_BYTES
 from llama_index_car._bm25_storage import (
-    BM25_FORMAT_VERSION,
     Verify,
     index_meta,
     read_index,
     write_index,
 )
-from llama_index_car._bm25_storage import write_npy as _write_npy  # noqa: F401 - re-export
 from llama_index_car._errors import ConfigurationError, IndexPersistError
+from llama_index_car._npy import write_npy as _write_npy  # noqa: F401 - re-export
 from llama_index_car._persist import load_live, replace_dir
 
-__all__ = ["BM25_FORMAT_VERSION", "BM25Okapi", "top_k_from_scores"]
+__all__ = [
+    "BM25Okapi",
+    "lucene_bm25",
+    "okapi_term_weights",
+    "robertson_idf",
+]
 
 #: Largest ``k1`` accepted (beyond it ``k1 + 1`` swamps every count; 1e308 made every
 #: score inf). ``epsilon`` is accepted in ``[-EPSILON_MAX, EPSILON_MAX]``.
@@ -114,6 +118,56 @@ def okapi_term_weights(
     (these are the stored entries of the sparse matrix), so no 0/0 occurs for ``avgdl > 0``.
     """
     return idf * (tf * (k1 + 1) / (tf + k1 * (1 - b + b * doc_len / avgdl)))
+
+
+def lucene_bm25(
+    query: Sequence[str],
+    counts: Sequence[Mapping[str, int]],
+    lengths: Sequence[int],
+    collection: Sequence[Mapping[str, int]],
+    collection_lengths: Sequence[int],
+    k1: float = 1.5,
+    b: float = 0.75,
+) -> list[float]:
+    """Okapi BM25 of a handful of documents (``counts[i]``: term → count, ``lengths[i]``
+    tokens of document ``i``) for the distinct ``query`` terms, with the document frequencies
+    and average length of ``collection`` (term counts and lengths)::
+
+        bm25(d) = Σ_{t ∈ set(query)} idf(t) · tf(t,d)·(k1+1) / (tf(t,d) + k1·(1 − b + b·|d|/avgdl))
+        idf(t)  = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))
+
+    The idf is Robertson–Spärck Jones' in Lucene's non-negative form (``BM25Similarity``),
+    not :func:`robertson_idf` floored by ``epsilon`` (rank_bm25, :class:`BM25Okapi`): over a
+    node's few spans most terms occur in half of them or more, where the floored form gives
+    ``epsilon`` · the mean idf instead of a positive idf that still orders the spans. Used by
+    the criterion span ranker (:mod:`llama_index_car.postprocessors.criterion_spans`); pure
+    Python (a node has tens of spans). With one term in one of two equally long documents the
+    score is the idf alone (the tf part is ``(k1 + 1) / (1 + k1) = 1``): ``ln 2``.
+
+    >>> from collections import Counter
+    >>> docs = [Counter(["a", "b"]), Counter(["b", "c"])]
+    >>> [round(x, 4) for x in lucene_bm25(["a", "a"], docs, [2, 2], docs, [2, 2])]
+    [0.6931, 0.0]
+    """
+    n = len(collection)
+    if n == 0 or not counts:
+        return [0.0] * len(counts)
+    terms = list(dict.fromkeys(query))
+    avgdl = sum(collection_lengths) / n or 1.0
+    idf = {}
+    for t in terms:
+        df = sum(1 for d in collection if t in d)
+        idf[t] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+    out = []
+    for tf, dl in zip(counts, lengths, strict=True):
+        norm = k1 * (1.0 - b + b * dl / avgdl)
+        score = 0.0
+        for t in terms:
+            f = tf.get(t, 0)
+            if f:
+                score += idf[t] * f * (k1 + 1.0) / (f + norm)
+        out.append(score)
+    return out
 
 
 def _best_of(pool: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:

@@ -45,19 +45,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
-from llama_index_car._persist import read_json, write_json
+from llama_index_car._files import read_json, write_json
 from llama_index_car.bm25 import _check_params, floor_idf, robertson_idf
 
 __all__ = [
     "BM25Stats",
-    "DocRow",
     "SparseBM25",
-    "SparseBackend",
     "certified_over_fetch",
-    "doc_weights",
     "drift_bounds",
-    "parse_tf",
-    "query_weights",
 ]
 
 #: Largest term id: Milvus and Qdrant take uint32 indices (Milvus reserves 2**32 - 1).

@@ -13,7 +13,7 @@ built to stay fast at 10⁶ vectors:
   top-k of a brute-force float64 scan, ties broken by node id ascending.
 * **Filters**: ``MetadataFilters`` mean exactly what they mean on the BM25 channel
   (``_lexical.matches`` on the node's ``metadata``; checked first by
-  ``retrievers._filters.check_filters``); they are evaluated lazily, only on the rows the
+  ``_filters.check_filters``); they are evaluated lazily, only on the rows the
   search considers, in upper-bound order.
 * **Snapshots**: a :class:`FlatState` is immutable; ``add``/``delete``/``delete_nodes`` build a
   new state (appended rows in memory, a new alive mask) and swap it in under one writer lock,
@@ -61,6 +61,7 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_car import _flat_math as fm
 from llama_index_car._errors import ConfigurationError, IndexPersistError
+from llama_index_car._filters import check_filters, matches
 from llama_index_car._flat_storage import (
     MAX_DIM,
     REQUIRED,
@@ -69,16 +70,12 @@ from llama_index_car._flat_storage import (
     read_segment,
     write_state,
 )
-from llama_index_car._lexical import matches
-from llama_index_car._persist import (
-    live_dir,
-    read_manifest,
-    replace_dir,
-    write_manifest,
-)
-from llama_index_car.retrievers._filters import check_filters
+from llama_index_car._persist import live_dir, read_manifest, replace_dir, write_manifest
 
-__all__ = ["FLAT_FORMAT_VERSION", "FlatState", "FlatVectorStore"]
+__all__ = [
+    "FlatState",
+    "FlatVectorStore",
+]
 
 FLAT_FORMAT_VERSION = 1
 KIND = "FlatVectorStore"

@@ -32,25 +32,14 @@ from typing import Literal
 from llama_index_car._errors import ConfigurationError
 
 __all__ = [
-    "PAPER_PLAN_TOKENS",
     "PLAN_LEXICON",
     "STANDARD_LEXICON",
-    "NEUTRAL_SUBSTITUTIONS",
-    "EXTRA_NEUTRAL_SUBSTITUTIONS",
-    "DEFAULT_CRITERION_HEADS",
-    "PROBE_MAX_CHARS",
     "TitleFrame",
-    "ReframeForm",
     "classify_title",
-    "plan_tokens",
-    "strip_plan_tokens",
-    "neutralize_plan_tokens",
     "extract_criteria",
-    "criterion_frequencies",
-    "reframe_title",
-    "format_section",
     "make_probe_variants",
-    "probe_query",
+    "reframe_title",
+    "strip_plan_tokens",
 ]
 
 TitleFrame = Literal["plan", "standard", "mixed", "neither"]

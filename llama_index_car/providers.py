@@ -19,7 +19,7 @@ resolve_reranker   ``none`` (default) → ``None``               —            
                    ``cohere`` → ``rerank-multilingual-v3.0``   ``COHERE_API_KEY``     ``cohere``
 =================  =========================================  =====================  ==========
 
-``name=None`` reads ``CAR_EMBED_MODEL`` / ``CAR_LLM`` / ``CAR_RERANKER`` (for the embedding,
+``name=None`` reads ``LLAMA_CAR_EMBED_MODEL`` / ``LLAMA_CAR_LLM`` / ``LLAMA_CAR_RERANKER`` (for the embedding,
 LlamaIndex's ``Settings.embed_model`` comes first when the application set it); every ``llama-car``
 subcommand and every library default (``CriterionAwareRetriever.from_defaults``, the corpus
 hypothesizer, ``build_index``) resolves the embedding through :func:`resolve_embed_model`, so
@@ -39,8 +39,9 @@ True
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from llama_index_car._env import env, env_name
 from llama_index_car._errors import ConfigurationError, MissingCredentialsError, require
 
 if TYPE_CHECKING:
@@ -51,14 +52,10 @@ if TYPE_CHECKING:
 __all__ = [
     "EMBED_MODELS",
     "LLMS",
-    "CLI_LLMS",
     "RERANKERS",
-    "DEFAULT_ANTHROPIC_MODEL",
-    "DEFAULT_OPENAI_EMBED_MODEL",
-    "DEFAULT_OPENAI_DIMENSIONS",
-    "DEFAULT_COHERE_RERANK_MODEL",
-    "DEFAULT_EMBED_MODEL",
     "embed_provider",
+    "embed_spec",
+    "query_embedding",
     "resolve_embed_model",
     "resolve_llm",
     "resolve_reranker",
@@ -78,12 +75,14 @@ DEFAULT_OPENAI_DIMENSIONS = 1536
 DEFAULT_COHERE_RERANK_MODEL = "rerank-multilingual-v3.0"
 
 
-def _choose(name: str | None, env: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = name if name is not None else os.environ.get(env) or default
+def _choose(name: str | None, var: str, default: str, allowed: tuple[str, ...]) -> str:
+    """``name``, else ``$LLAMA_CAR_<var>`` (:func:`~llama_index_car._env.env`), else
+    ``default``, normalised and checked against ``allowed``."""
+    value = name if name is not None else env(var) or default
     choice = value.strip().lower()
     if choice not in allowed:
         raise ConfigurationError(
-            f"unknown provider {value!r} (from {'argument' if name is not None else env}); "
+            f"unknown provider {value!r} (from {'argument' if name is not None else env_name(var)}); "
             f"choose one of {', '.join(allowed)}"
         )
     return choice
@@ -101,12 +100,12 @@ def _key(*names: str, provider: str, offline: str) -> str:
 
 def embed_provider(name: str | None = None) -> str:
     """The embedding provider name ``name`` stands for: ``name`` itself (normalised), else
-    ``$CAR_EMBED_MODEL``, else ``e5``.
+    ``$LLAMA_CAR_EMBED_MODEL``, else ``e5``.
 
     Raises:
         ConfigurationError: unknown name (the message lists :data:`EMBED_MODELS`).
     """
-    return _choose(name, "CAR_EMBED_MODEL", DEFAULT_EMBED_MODEL, EMBED_MODELS)
+    return _choose(name, "EMBED_MODEL", DEFAULT_EMBED_MODEL, EMBED_MODELS)
 
 
 def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
@@ -114,7 +113,7 @@ def resolve_embed_model(name: str | None = None, *, timeout: float = 60.0,
     """The dense embedding for ``name``.
 
     ``name=None``: LlamaIndex's ``Settings.embed_model`` when the application has set one,
-    else :func:`embed_provider` (``$CAR_EMBED_MODEL``, else ``e5``).
+    else :func:`embed_provider` (``$LLAMA_CAR_EMBED_MODEL``, else ``e5``).
 
     ``e5`` (default) → :class:`~llama_index_car.embeddings.e5.MultilingualE5Embedding`
     (multilingual-e5-small, 4-bit, offline, 384 dims; ``query:``/``passage:`` roles);
@@ -180,7 +179,7 @@ def resolve_llm(name: str | None = None, *, model: str | None = None,
         ConfigurationError: unknown name. MissingCredentialsError: no ``ANTHROPIC_API_KEY``.
         MissingDependencyError: ``pip install 'llama-index-car[anthropic]'`` needed.
     """
-    choice = _choose(name, "CAR_LLM", "none", LLMS)
+    choice = _choose(name, "LLM", "none", LLMS)
     if choice == "none":
         return None
     if choice == "mock":
@@ -211,7 +210,7 @@ def resolve_reranker(name: str | None = None, top_n: int = 10, *,
         ConfigurationError: unknown name or ``top_n < 1``. MissingCredentialsError: no key.
         MissingDependencyError: ``pip install 'llama-index-car[cohere]'`` needed.
     """
-    choice = _choose(name, "CAR_RERANKER", "none", RERANKERS)
+    choice = _choose(name, "RERANKER", "none", RERANKERS)
     if choice == "none":
         return None
     if top_n < 1:
@@ -229,3 +228,63 @@ def resolve_reranker(name: str | None = None, top_n: int = 10, *,
         base_url=os.environ.get("CO_API_URL") or None,
         max_retries=max_retries,
     )
+
+
+# ----------------------------------------------------------------------------- embedding spec
+#: embedding class name -> the provider name that recreates it (others: ``custom``)
+PROVIDER_OF_CLASS = {
+    "MultilingualE5Embedding": "e5",
+    "UniversalSentenceEncoderEmbedding": "use",
+    "OpenAIEmbedding": "openai",
+}
+
+
+def embed_spec(embed_model: Any, dimensions: int | None = None) -> dict[str, Any]:
+    """What an index records of its embedding so a later load can recreate and check it:
+    ``provider`` (:data:`PROVIDER_OF_CLASS`, else ``custom``), ``class_name``,
+    ``model_name``, ``dimensions`` (given, else the model's own) and ``engine`` (its
+    ``engine_id``, e.g. the e5 ONNX engine).
+
+    >>> from llama_index.core.embeddings import MockEmbedding
+    >>> embed_spec(MockEmbedding(embed_dim=3), 3)["provider"]
+    'custom'
+    """
+    name = embed_model.class_name()
+    return {
+        "provider": PROVIDER_OF_CLASS.get(name, "custom"),
+        "class_name": name,
+        "model_name": getattr(embed_model, "model_name", ""),
+        "dimensions": dimensions if dimensions is not None else getattr(
+            embed_model, "dimensions", None),
+        "engine": getattr(embed_model, "engine_id", None),
+    }
+
+
+def query_embedding(recorded: dict[str, Any], given: Any, where: object) -> Any:
+    """The query embedding of an index whose embedding spec is ``recorded``
+    (:func:`embed_spec`): ``given`` when one is passed, checked against the recorded model
+    name; else the recorded provider's (``$LLAMA_CAR_EMBED_MODEL`` and LlamaIndex's
+    ``Settings`` do not apply: an index is queried with the embedding it was built with).
+    Every load path (``CriterionAwareIndex.load``, the folder's ``load_index``, the CLI)
+    resolves through here. ``where`` names the index in messages.
+
+    Raises:
+        ConfigurationError: the index was built with a custom embedding and none is given, or
+            ``given`` is another model than the recorded one (one line each).
+    """
+    if given is None:
+        provider = str(recorded.get("provider", "use"))
+        if provider == "custom":
+            raise ConfigurationError(
+                f"{where} was built with a custom embedding "
+                f"({recorded.get('class_name')}, {recorded.get('model_name')!r}); "
+                "pass the same embed_model to load it"
+            )
+        given = resolve_embed_model(provider)
+    name = getattr(given, "model_name", "")
+    if recorded.get("model_name") and name != recorded["model_name"]:
+        raise ConfigurationError(
+            f"{where} was indexed with embedding {recorded['model_name']!r} but the query "
+            f"embedding is {name!r}; use the same model (--embed {recorded.get('provider')})"
+        )
+    return given

@@ -17,7 +17,7 @@ embedding:
 * a query that is not a ``str`` raises :class:`QueryError`.
 
 The limit. ``max_chars`` defaults to :data:`DEFAULT_MAX_QUERY_CHARS` (2000 characters — a
-question, not a document), or to the environment variable ``CAR_MAX_QUERY_CHARS`` when set.
+question, not a document), or to the environment variable ``LLAMA_CAR_MAX_QUERY_CHARS`` when set.
 Raise it per retriever with ``retriever.query_limits = QueryLimits(max_chars=10_000)``.
 Nested retrievals (the channels a fusion retriever calls with the query plus its expansion)
 are not checked again.
@@ -29,7 +29,7 @@ are not checked again.
 >>> clean_query("x" * 3001, QueryLimits(max_chars=3000))
 Traceback (most recent call last):
 ...
-llama_index_car._errors.QueryError: the query has 3001 characters; the limit is 3000 (QueryLimits.max_chars; raise it with retriever.query_limits = QueryLimits(max_chars=...) or $CAR_MAX_QUERY_CHARS)
+llama_index_car._errors.QueryError: the query has 3001 characters; the limit is 3000 (QueryLimits.max_chars; raise it with retriever.query_limits = QueryLimits(max_chars=...) or $LLAMA_CAR_MAX_QUERY_CHARS)
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -48,25 +47,25 @@ from llama_index_car._errors import ConfigurationError, QueryError
 from llama_index_car.hypothesizers.base import sanitize_text
 
 __all__ = [
-    "DEFAULT_MAX_QUERY_CHARS",
-    "MAX_QUERY_CHARS_ENV",
     "QueryLimits",
     "clean_query",
-    "guard_query_bundle",
     "guarded_retrieve",
 ]
 
 #: default longest query, in characters
 DEFAULT_MAX_QUERY_CHARS = 2000
 #: environment variable overriding :data:`DEFAULT_MAX_QUERY_CHARS`
-MAX_QUERY_CHARS_ENV = "CAR_MAX_QUERY_CHARS"
+MAX_QUERY_CHARS_ENV = "LLAMA_CAR_MAX_QUERY_CHARS"
 
 _GUARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("car_query_guarded", default=False)
 
 
 def default_max_query_chars() -> int:
-    """``$CAR_MAX_QUERY_CHARS`` if set (an integer >= 1), else :data:`DEFAULT_MAX_QUERY_CHARS`."""
-    raw = os.environ.get(MAX_QUERY_CHARS_ENV, "").strip()
+    """``$LLAMA_CAR_MAX_QUERY_CHARS`` if set (an integer >= 1), else
+    :data:`DEFAULT_MAX_QUERY_CHARS`."""
+    from llama_index_car._env import env
+
+    raw = (env("MAX_QUERY_CHARS") or "").strip()
     if not raw:
         return DEFAULT_MAX_QUERY_CHARS
     try:

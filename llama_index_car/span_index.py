@@ -3,7 +3,7 @@
 The spans are :func:`llama_index_car.spans.node_spans` (body segments and table rows, with
 offsets and cell coordinates), embedded once with the index's embedding in the passage role
 (``get_text_embedding_batch``) — through the embedding cache when the index is built by
-:mod:`llama_index_car.pipeline`. The index is never searched on its own: a re-ranker reads
+:mod:`llama_index_car.folder`. The index is never searched on its own: a re-ranker reads
 the spans of the ≤ 100 nodes of a retriever's pool (:meth:`SpanIndex.best_spans`), so the
 vectors live beside the index (its folder), not in a vector store.
 
@@ -32,7 +32,9 @@ import numpy as np
 from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car.spans import Span, node_spans
 
-__all__ = ["SPAN_FORMAT_VERSION", "SpanHit", "SpanIndex"]
+__all__ = [
+    "SpanIndex",
+]
 
 SPAN_FORMAT_VERSION = 1
 RECORDS_NAME = "spans.json"
@@ -306,7 +308,7 @@ class SpanIndex:
     ) -> None:
         """Write ``spans.json`` and ``vectors.npy`` (or the two ``names``) into ``folder``
         (created; files fsynced by the caller's generation, see :mod:`llama_index_car._persist`)."""
-        from llama_index_car._persist import fsync_write, write_json
+        from llama_index_car._files import fsync_write, write_json
 
         records_name, vectors_name = names
         out = Path(folder)
@@ -332,7 +334,7 @@ class SpanIndex:
         cls, folder: str | os.PathLike[str], *, names: tuple[str, str] = (RECORDS_NAME, VECTORS_NAME)
     ) -> SpanIndex:
         """Read what :meth:`persist` wrote; every field is checked (module docstring)."""
-        from llama_index_car._persist import read_json
+        from llama_index_car._files import read_json
 
         root = Path(folder)
         records_path = root / names[0]
@@ -386,12 +388,10 @@ def _record(r: Any, path: Path) -> Span:
 
 
 def _load_vectors(path: Path, n: int, dim: int) -> np.ndarray:
-    from llama_index_car._persist import read_npy
+    from llama_index_car._npy import open_npy
 
-    try:  # the header must declare the file's size: nothing is allocated before that check
-        arr = read_npy(path, dtype=np.float16, ndim=2)
-    except FileNotFoundError as exc:
-        raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
+    # the header must declare the file's size: nothing is allocated before that check
+    arr = open_npy(path, dtypes=(np.float16,), ndim=2, mmap=False, fix="rebuild the index")
     if arr.shape[0] != n or (n and arr.shape[1] != dim):
         raise IndexPersistError(
             f"{path} holds {arr.dtype} {arr.shape}, expected float16 ({n}, {dim})"

@@ -35,14 +35,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 __all__ = [
-    "MAX_CHARS",
-    "MAX_HEADER_ROWS",
-    "MAX_HEADER_SKIP",
-    "MIN_CHARS",
     "Span",
     "TableHeader",
-    "cell_offsets",
-    "locate_rows",
     "node_spans",
     "table_header",
     "table_row_spans",

@@ -54,17 +54,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 __all__ = [
-    "STORE_FILES",
     "STORE_KINDS",
-    "check_confined",
-    "check_local_store",
-    "client_errors",
     "close_vector_store",
     "fetch_embeddings",
     "open_vector_store",
-    "store_fingerprint",
-    "store_error",
-    "store_kind",
 ]
 
 STORE_KINDS: tuple[str, ...] = ("milvus", "postgresql", "pgserver", "qdrant", "chroma")

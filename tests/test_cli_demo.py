@@ -170,7 +170,7 @@ def oracle_data(demo: dict[str, Any]) -> dict[str, Any]:
     from llama_index.core.schema import MetadataMode
 
     keep: Path = demo["keep"]
-    from llama_index_car.pipeline import read_vectors
+    from llama_index_car.folder.load import read_vectors
 
     stored = read_vectors(keep)
     vectors = {"embedding_dict": stored}
@@ -270,7 +270,7 @@ def test_demo_dense_bm25_hybrid_ranks_match_oracles(
 
 
 def _best_spans(data: dict[str, Any], question: str, head: list[str]) -> dict[str, float]:
-    """Each node's best span cosine (numpy over the folder's ``spans/vectors.npy`` rows of
+    """Each node's best span cosine (numpy over the folder's ``span_vectors.npy`` rows of
     that node); nodes without spans are absent."""
     from llama_index_car.embeddings.e5 import MultilingualE5Embedding
 

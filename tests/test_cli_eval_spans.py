@@ -100,7 +100,7 @@ def test_spans_figures_recomputed(spans_run: dict[str, object]) -> None:
     """Best sets from the answers' morphemes, rankings from the postprocessor, rates from both."""
     from llama_index.core.schema import NodeWithScore, QueryBundle
 
-    from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache
+    from llama_index_car.embeddings.cache import CachedEmbedding, EmbeddingCache
     from llama_index_car.evaluation.overlap import surface_content_morphemes
     from llama_index_car.evaluation.runner import load_eval_data
     from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor

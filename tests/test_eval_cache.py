@@ -10,7 +10,7 @@ import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from llama_index_car._errors import CacheWarning
-from llama_index_car.evaluation.cache import EmbeddingCache
+from llama_index_car.embeddings.cache import EmbeddingCache
 
 
 class CountingEmbedding(BaseEmbedding):

@@ -45,7 +45,7 @@ FAST = {"02_simple_directory_reader.py"}
 def _env() -> dict[str, str]:
     """The user's environment minus API keys and provider overrides (the offline path)."""
     env = {k: v for k, v in os.environ.items() if k not in KEY_VARS}
-    for var in ("CAR_LLM", "CAR_EMBED_MODEL", "CAR_RERANKER"):
+    for var in ("LLAMA_CAR_LLM", "LLAMA_CAR_EMBED_MODEL", "LLAMA_CAR_RERANKER"):
         env.pop(var, None)
     paths = [str(REPO), str(REPO / "readers" / "llama-index-readers-hwpx")]
     env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])

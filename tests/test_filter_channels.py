@@ -3,7 +3,7 @@
 Differential: for each real store (Milvus Lite, Qdrant local, Chroma, pgserver) and the
 in-memory index, every filter of a grid is either refused with a ``ConfigurationError``
 naming it, or the dense channel returns exactly the nodes that
-:func:`~llama_index_car.retrievers._filters.matches` accepts — the oracle, and what the BM25
+:func:`~llama_index_car._filters.matches` accepts — the oracle, and what the BM25
 channel returns with the same filter. Before: Chroma raised an untyped ``ValueError`` on
 ``text_match``, Milvus a raw ``MilvusException`` on ``10**30``, and Milvus answered
 ``text_match "%"`` with 3 hits where BM25 gave none; PGVectorStore put a quote of a value
@@ -27,8 +27,8 @@ from llama_index.core.vector_stores.types import MetadataFilter as F
 from llama_index.core.vector_stores.types import MetadataFilters as FS
 
 from llama_index_car._errors import ConfigurationError
+from llama_index_car._filters import matches
 from llama_index_car.indices import CriterionAwareIndex
-from llama_index_car.retrievers._filters import matches
 from tests.fakes.embeddings import HashedBigramEmbedding
 
 META: list[dict[str, Any]] = [
@@ -137,7 +137,7 @@ def _ids(hits: Any) -> set[str]:
 def test_every_filter_means_the_same_on_every_channel_or_is_refused(
     index: CriterionAwareIndex,
 ) -> None:
-    from llama_index_car.retrievers._filters import store_rules
+    from llama_index_car._filters import store_rules
 
     nodes = _nodes()
     k = len(nodes)
@@ -178,7 +178,7 @@ def test_every_filter_means_the_same_on_every_channel_or_is_refused(
 
 def test_filters_out_of_every_channel_range_are_refused_everywhere() -> None:
     """Integers beyond 64 bits: refused on every channel, BM25 included."""
-    from llama_index_car.retrievers._filters import check_filters
+    from llama_index_car._filters import check_filters
 
     for value in (10**30, -(2**63) - 1):
         with pytest.raises(ConfigurationError, match="64-bit"):

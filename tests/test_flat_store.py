@@ -20,7 +20,7 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_car import _flat_math as fm
 from llama_index_car._errors import ConfigurationError, IndexPersistError
-from llama_index_car._lexical import matches
+from llama_index_car._filters import matches
 from llama_index_car._persist import live_dir
 from llama_index_car.flat_store import FlatVectorStore, resolve_scan
 

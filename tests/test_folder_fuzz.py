@@ -36,12 +36,12 @@ VALUES: tuple[Any, ...] = (
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from llama_index_car.pipeline import build_index
+    from llama_index_car.folder import BuildOptions, build_index
 
     src = tmp_path_factory.mktemp("src")
     shutil.copy(DEMO_CORPUS_DIR / "dg2012_tunnel.hwpx", src)
     out = tmp_path_factory.mktemp("fuzz") / "base"
-    build_index(src, out, embed_model=HashedBigramEmbedding(), use_cache=False)
+    build_index(src, out, BuildOptions(embed_model=HashedBigramEmbedding(), use_cache=False))
     return out
 
 
@@ -86,7 +86,7 @@ def _hostile(base: Path, tmp: Path, name: str, content: bytes) -> Path:
 
 def _open_and_query(folder: Path) -> None:
     """What a user does with a folder: load it, query every kind."""
-    from llama_index_car.pipeline import load_index
+    from llama_index_car.folder import load_index
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -185,7 +185,7 @@ def test_span_offsets_beyond_int64_are_named(
 def test_an_npy_header_cut_mid_dict_is_named(base: Path, tmp_path: Path, name: str) -> None:
     """The header's declared length is kept and its dict cut in the middle: numpy's parser
     raised ``tokenize.TokenError``. Every other cut through the header as well."""
-    from llama_index_car.pipeline import read_vectors
+    from llama_index_car.folder.load import read_vectors
 
     raw = (_persist.live_dir(base) / name).read_bytes()
     length = int.from_bytes(raw[8:10], "little")
@@ -205,7 +205,7 @@ def test_an_npy_header_declaring_more_than_the_file_holds_is_refused_before_read
 ) -> None:
     import numpy as np
 
-    from llama_index_car._persist import read_npy
+    from llama_index_car._npy import open_npy
 
     path = tmp_path / "big.npy"
     header = {"descr": "<f4", "fortran_order": False, "shape": (10**12, 384)}
@@ -213,4 +213,4 @@ def test_an_npy_header_declaring_more_than_the_file_holds_is_refused_before_read
         np.lib.format.write_array_header_1_0(fh, header)
         fh.write(b"\0" * 64)
     with pytest.raises(IndexPersistError, match="declares"):
-        read_npy(path, dtype=np.float32, ndim=2)
+        open_npy(path, dtypes=(np.float32,), ndim=2, mmap=False)

@@ -13,11 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llama_index_car._errors import IndexPersistError
+from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car._persist import live_dir
 from llama_index_car.cli import main
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
-from llama_index_car.pipeline import load_index, read_manifest
+from llama_index_car.folder import load_index
+from llama_index_car.folder.record import read_record
+from llama_index_car.indices._layout import FORMAT_VERSION
 from llama_index_car.spans import node_spans
 
 FIRST = ("dg2012_tunnel.hwpx", "dg2015_rest.hwpx", "dg2016_slope.hwpx")
@@ -66,7 +68,7 @@ def test_folder_spans_cover_every_node_and_car_ranks_with_them(
     for n in local.nodes:  # the spans of each node are node_spans(node), in order
         assert [s.text for s in local.spans.spans_of(n.node_id)] == [
             s.text for s in node_spans(n)]
-    manifest = read_manifest(idx)
+    manifest = read_record(idx)
     assert manifest["spans"] == {"spans": local.spans.n_spans, "dim": 512}
     car = local.as_retriever("car", similarity_top_k=5)
     assert car.span_index is local.spans and car.span_weight > 0
@@ -99,7 +101,7 @@ def test_update_keeps_spans_equal_to_a_fresh_build(
     a, b = _scores(idx, q), _scores(fresh, q)
     assert a.keys() == b.keys()
     np.testing.assert_allclose([a[k] for k in a], [b[k] for k in a], rtol=0, atol=1e-6)
-    assert read_manifest(idx)["spans"] == read_manifest(fresh)["spans"]
+    assert read_record(idx)["spans"] == read_record(fresh)["spans"]
 
 
 def test_no_spans_builds_none_and_update_keeps_that(
@@ -107,16 +109,19 @@ def test_no_spans_builds_none_and_update_keeps_that(
 ) -> None:
     idx = tmp_path / "idx"
     _index(capsys, src, idx, "--embed", "use", "--no-spans")
-    assert read_manifest(idx)["spans"] is None
+    assert read_record(idx)["spans"] is None
     assert not (live_dir(idx) / "spans.json").exists()
     local = load_index(idx)
     assert local.spans is None
     car = local.as_retriever("car")
     assert car.span_index is None and car.span_weight == 0
     assert car.retrieve(QUESTIONS[0])
+    for kind in ("bm25", "dense", "hybrid"):  # spans asked of a folder without: one line
+        with pytest.raises(ConfigurationError, match="criterion_spans=2 needs a span index"):
+            local.as_retriever(kind, criterion_spans=2)
     shutil.copy(DEMO_CORPUS_DIR / "dg2018_bridge.hwpx", src / "dg2018_bridge.hwpx")
     _index(capsys, src, idx, "--update")
-    assert load_index(idx).spans is None and read_manifest(idx)["spans"] is None
+    assert load_index(idx).spans is None and read_record(idx)["spans"] is None
 
 
 def test_store_backed_folder_keeps_its_spans_in_the_folder(
@@ -157,7 +162,7 @@ def test_spans_of_other_nodes_are_refused_on_load(
 
     def rebind() -> None:  # a consistent generation, as a buggy tool could write one
         (gen / "manifest.json").unlink()
-        _persist.write_manifest(gen, kind="CriterionAwareIndex", format_version=4)
+        _persist.write_manifest(gen, kind="CriterionAwareIndex", format_version=FORMAT_VERSION)
 
     fewer.persist(gen, names=SPAN_NAMES)
     spec = json.loads((gen / "index.json").read_text(encoding="utf-8"))

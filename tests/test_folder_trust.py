@@ -183,7 +183,7 @@ def test_a_folder_cannot_choose_where_a_query_writes(
 
 
 def test_a_user_given_store_must_be_the_recorded_one(tmp_path: Path) -> None:
-    from llama_index_car.pipeline import store_record, store_uri_for
+    from llama_index_car.folder.store import store_record, store_uri_for
 
     pg = store_record("postgresql://u:pw@db.example:5432/car")
     assert pg is not None and "pw" not in json.dumps(pg) and "db.example" not in json.dumps(pg)

@@ -27,7 +27,7 @@ import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from llama_index_car._errors import CacheWarning
-from llama_index_car.evaluation.cache import EmbeddingCache
+from llama_index_car.embeddings.cache import EmbeddingCache
 
 TEXTS = ["배수시설 설치기준", "콘크리트 양생", "측구 간격 50 m", "방수층 함수율"]
 #: watchdog for an operation that must not block (a FIFO): generous, it only ends a hang

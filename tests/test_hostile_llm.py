@@ -398,7 +398,7 @@ def run_cli(
     env.update(
         ANTHROPIC_API_KEY="sk-ant-fake", ANTHROPIC_BASE_URL=server.url, PYTHONIOENCODING="utf-8"
     )
-    env.pop("CAR_LLM", None)
+    env.pop("LLAMA_CAR_LLM", None)
     return subprocess.run(
         [sys.executable, "-m", "llama_index_car", *argv],
         env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO,

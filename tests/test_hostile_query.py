@@ -139,7 +139,7 @@ def test_a_megabyte_query_is_refused_with_the_limit_named(
     huge = "배수시설 설치기준 " * 100_000
     with pytest.raises(QueryError, match=f"the limit is {DEFAULT_MAX_QUERY_CHARS}"):
         retrievers[kind].retrieve(huge)
-    with pytest.raises(QueryError, match="CAR_MAX_QUERY_CHARS"):
+    with pytest.raises(QueryError, match="LLAMA_CAR_MAX_QUERY_CHARS"):
         asyncio.run(retrievers[kind].aretrieve(huge))
 
 
@@ -175,9 +175,9 @@ def test_the_limit_is_configurable(
     bm25 = retrievers["bm25"]
     with pytest.raises(QueryError):
         bm25.retrieve(long_query)
-    monkeypatch.setenv("CAR_MAX_QUERY_CHARS", "5000")
+    monkeypatch.setenv("LLAMA_CAR_MAX_QUERY_CHARS", "5000")
     assert bm25.retrieve(long_query)
-    monkeypatch.delenv("CAR_MAX_QUERY_CHARS")
+    monkeypatch.delenv("LLAMA_CAR_MAX_QUERY_CHARS")
     car = retrievers["car"]
     car.query_limits = QueryLimits(max_chars=4000)  # type: ignore[attr-defined]
     try:
@@ -203,7 +203,7 @@ class Utf8Embedding(CharEmbedding):
 @pytest.fixture(scope="module")
 def index_views(nodes: list[TextNode]) -> tuple[Utf8Embedding, dict[str, BaseRetriever]]:
     from llama_index_car.indices import CriterionAwareIndex
-    from llama_index_car.indices.criterion_aware import RETRIEVER_KINDS
+    from llama_index_car.retrievers.views import RETRIEVER_KINDS
 
     emb = Utf8Embedding()
     index = CriterionAwareIndex.from_defaults(nodes, embed_model=emb)
@@ -256,8 +256,8 @@ def test_bad_limit_in_the_environment_is_a_configuration_error(
 ) -> None:
     from llama_index_car._errors import ConfigurationError
 
-    monkeypatch.setenv("CAR_MAX_QUERY_CHARS", "lots")
-    with pytest.raises(ConfigurationError, match="CAR_MAX_QUERY_CHARS"):
+    monkeypatch.setenv("LLAMA_CAR_MAX_QUERY_CHARS", "lots")
+    with pytest.raises(ConfigurationError, match="LLAMA_CAR_MAX_QUERY_CHARS"):
         QueryLimits()
 
 

@@ -21,7 +21,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from llama_index_car import _persist
+from llama_index_car import _files, _persist
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
 from llama_index_car._persist import live_dir
 from llama_index_car.indices import CriterionAwareIndex
@@ -269,7 +269,7 @@ def test_persist_roundtrip(tmp_path: Path, retriever: KiwiBM25Retriever) -> None
         "index.json", "manifest.json", "nodes.json",
     ]
     spec = json.loads((gen / "index.json").read_text(encoding="utf-8"))
-    assert spec["format_version"] == storage.FORMAT_VERSION == 4
+    assert spec["format_version"] == storage.FORMAT_VERSION == 5
     assert spec["tokenizer"]["spec_hash"] == retriever.tokenizer.spec_hash
     assert spec["vectors"] == "none"  # BM25 only: no vector store bound
     loaded = load(d)
@@ -355,7 +355,7 @@ def test_crash_mid_persist_keeps_old_index(
     before = all_scores(load(d), "배수시설")
     other = KiwiBM25Retriever.from_defaults(nodes=make_nodes()[:4], tokenizer=tokenizer)
     calls = {"n": 0}
-    real = _persist.fsync_write
+    real = _files.fsync_write
 
     def flaky(path: Path, data: bytes) -> None:
         calls["n"] += 1
@@ -363,7 +363,7 @@ def test_crash_mid_persist_keeps_old_index(
             raise OSError("disk full (simulated)")
         real(path, data)
 
-    monkeypatch.setattr(_persist, "fsync_write", flaky)
+    monkeypatch.setattr(_files, "fsync_write", flaky)
     with pytest.raises(OSError, match="simulated"):
         other.index.persist(d)
     monkeypatch.undo()

@@ -34,7 +34,7 @@ def test_mcp_tools_over_stdio_return_hits_cells_and_answers(
 ) -> None:
     from mcp import Client, StdioServerParameters
 
-    from llama_index_car.pipeline import load_index
+    from llama_index_car.folder import load_index
 
     folder = shared_folder(tmp_path_factory)[1]
     env = {"PYTHONPATH": os.pathsep.join(

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from llama_index_car._errors import IndexPersistError
+from llama_index_car._files import write_json
 from llama_index_car._persist import (
     CURRENT_NAME,
     MANIFEST_NAME,
@@ -22,7 +23,6 @@ from llama_index_car._persist import (
     load_live,
     read_manifest,
     replace_dir,
-    write_json,
     write_manifest,
 )
 
@@ -233,7 +233,8 @@ def test_reader_retries_when_writers_swap_under_it(tmp_path: Path) -> None:
 _WRITER = """
 import json, sys
 from pathlib import Path
-from llama_index_car._persist import replace_dir, write_json, write_manifest
+from llama_index_car._persist import replace_dir, write_manifest
+from llama_index_car._files import write_json
 target = Path(sys.argv[1])
 i = 1000
 while True:

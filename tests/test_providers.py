@@ -16,8 +16,8 @@ from llama_index_car._errors import (
 from llama_index_car.providers import resolve_embed_model, resolve_llm, resolve_reranker
 
 ENV_VARS = (
-    "CAR_EMBED_MODEL", "CAR_LLM", "CAR_RERANKER", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-    "OPENAI_API_BASE", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "COHERE_API_KEY",
+    "LLAMA_CAR_EMBED_MODEL", "LLAMA_CAR_LLM", "LLAMA_CAR_RERANKER", "CAR_EMBED_MODEL", "CAR_LLM",
+    "CAR_RERANKER", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "COHERE_API_KEY",
     "CO_API_KEY", "CO_API_URL",
 )
 
@@ -34,6 +34,27 @@ def one_line(exc: BaseException) -> str:
     return text
 
 
+def test_one_prefix_and_the_old_one_as_a_deprecated_alias(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``LLAMA_CAR_*`` is read; the older ``CAR_*`` name still works when the new one is
+    unset, with one DeprecationWarning line naming the new variable; the new one wins."""
+    monkeypatch.setenv("CAR_EMBED_MODEL", "use")
+    with pytest.warns(DeprecationWarning, match=r"^CAR_EMBED_MODEL is deprecated; set "
+                      r"LLAMA_CAR_EMBED_MODEL instead$"):
+        assert providers.embed_provider() == "use"
+    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "openai")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert providers.embed_provider() == "openai"
+    monkeypatch.setenv("CAR_LLM", "bogus")
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigurationError,
+                                                          match="LLAMA_CAR_LLM"):
+        resolve_llm()
+
+
 def test_doctests() -> None:
     import doctest
 
@@ -44,7 +65,7 @@ def test_embed_default_is_offline_e5(monkeypatch: pytest.MonkeyPatch) -> None:
     assert type(resolve_embed_model()).__name__ == "MultilingualE5Embedding"
     assert type(resolve_embed_model(" E5 ")).__name__ == "MultilingualE5Embedding"
     assert type(resolve_embed_model(" USE ")).__name__ == "UniversalSentenceEncoderEmbedding"
-    monkeypatch.setenv("CAR_EMBED_MODEL", "use")
+    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "use")
     assert type(resolve_embed_model()).__name__ == "UniversalSentenceEncoderEmbedding"
     assert type(resolve_embed_model("e5")).__name__ == "MultilingualE5Embedding"  # flag wins
 
@@ -53,7 +74,7 @@ def test_embed_openai(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(MissingCredentialsError) as info:
         resolve_embed_model("openai")
     assert "OPENAI_API_KEY" in one_line(info.value)
-    monkeypatch.setenv("CAR_EMBED_MODEL", "openai")
+    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "openai")
     with pytest.raises(MissingCredentialsError, match="OPENAI_API_KEY"):
         resolve_embed_model()  # from the environment
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
@@ -75,7 +96,7 @@ def test_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "export ANTHROPIC_API_KEY=" in one_line(info.value)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("CAR_LLM", "anthropic")
+    monkeypatch.setenv("LLAMA_CAR_LLM", "anthropic")
     llm: Any = resolve_llm(timeout=7.0, max_retries=0)
     from llama_index.llms.anthropic import Anthropic
 
@@ -123,7 +144,7 @@ def test_reranker(monkeypatch: pytest.MonkeyPatch) -> None:
         (lambda: resolve_embed_model("bert"), None),
         (lambda: resolve_llm("gpt"), None),
         (lambda: resolve_reranker("jina"), None),
-        (lambda: resolve_llm(), "CAR_LLM"),
+        (lambda: resolve_llm(), "LLAMA_CAR_LLM"),
     ],
 )
 def test_unknown_names(call: Any, env: str | None, monkeypatch: pytest.MonkeyPatch) -> None:

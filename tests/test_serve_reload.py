@@ -1,7 +1,7 @@
 """A folder update published while ``llama-car serve`` is under load: the service notices the
 new generation, swaps it in atomically and finishes the requests in flight on the old one.
 
-The writer is :func:`llama_index_car.pipeline.update_index` (what ``llama-car index --update``
+The writer is :func:`llama_index_car.folder.update_index` (what ``llama-car index --update``
 runs) on its own loaded copy of the folder; the service sees only the folder's ``CURRENT``.
 Oracle for "atomic": every response's top hit is the new document exactly when the response
 names the new generation, and each client sees the generations in order (old, then new).
@@ -31,7 +31,7 @@ def test_an_update_is_swapped_in_under_load_and_in_flight_requests_finish_on_the
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, fake: Any
 ) -> None:
     from llama_index_car.demo.loader import DEMO_CORPUS_DIR
-    from llama_index_car.pipeline import update_index
+    from llama_index_car.folder import update_index
     from llama_index_car.providers import resolve_llm
     from llama_index_car.serve import FolderEngine, ServeSettings, create_app
     from tests.fakes.provider_server import Reply

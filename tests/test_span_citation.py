@@ -28,12 +28,12 @@ from llama_index.readers.hwpx import node_cells
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.demo import demo_corpus_dir
+from llama_index_car.folder import BuildOptions, build_index, load_index
 from llama_index_car.hypothesizers.base import sanitize_text
 from llama_index_car.indices import CriterionAwareIndex as LocalIndex
 from llama_index_car.llms import BoundedAnthropic
-from llama_index_car.pipeline import build_index, load_index
 from llama_index_car.query_engines import Citation, SpanCitationQueryEngine
-from llama_index_car.query_engines.span_citation import (
+from llama_index_car.query_engines._citations import (
     DEFAULT_MAX_ANSWER_CHARS,
     MAX_INVALID_CITATIONS,
     NO_SOURCE_ANSWER,
@@ -58,7 +58,7 @@ def _ws(text: Any) -> str:
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> LocalIndex:
     folder = tmp_path_factory.mktemp("cite") / "index"
-    build_index(demo_corpus_dir(), folder, embed_model=HashedBigramEmbedding(), use_cache=False)
+    build_index(demo_corpus_dir(), folder, BuildOptions(embed_model=HashedBigramEmbedding(), use_cache=False))
     return load_index(folder, embed_model=HashedBigramEmbedding())
 
 
@@ -432,8 +432,7 @@ def test_hybrid_with_the_span_postprocessor_and_a_folder_without_spans(
     fake.anthropic_text = "답 [1]"
     hybrid = local.as_citation_engine(_llm(fake), kind="hybrid").query(Q_CELL)
     assert {s.node.metadata["kind"] for s in hybrid.source_nodes} <= {"sentence", "row", "cell"}
-    build_index(demo_corpus_dir(), tmp_path / "plain", embed_model=HashedBigramEmbedding(),
-                use_cache=False, spans=False)
+    build_index(demo_corpus_dir(), tmp_path / "plain", BuildOptions(embed_model=HashedBigramEmbedding(), use_cache=False, spans=False))
     plain = load_index(tmp_path / "plain", embed_model=HashedBigramEmbedding())
     response = plain.as_citation_engine(_llm(fake)).query(Q_CELL)
     assert {s.node.metadata["kind"] for s in response.source_nodes} == {"section"}

@@ -62,7 +62,7 @@ def _skip_unless_installed(kind: str) -> None:
 
 @pytest.fixture(scope="module")
 def corpus_nodes(shared_dir: Path) -> list[Any]:
-    from llama_index_car.pipeline import parse_nodes, read_documents
+    from llama_index_car.folder.sources import parse_nodes, read_documents
 
     files = sorted((shared_dir / "corpus" / "hwpx").glob("*.hwpx"))
     if not files:

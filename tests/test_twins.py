@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from llama_index_car.pipeline import build_index, load_index, read_manifest, update_index
+from llama_index_car.folder import BuildOptions, build_index, load_index, update_index
+from llama_index_car.folder.record import read_record
+from llama_index_car.indices._layout import FORMAT_VERSION
 from tests.fakes.embeddings import HashedBigramEmbedding
 
 
@@ -41,17 +43,17 @@ TUNNEL = "터널 조명은 입구부 휘도를 기준으로 설계한다. 비상
 
 
 def _build(src: Path, out: Path) -> Any:
-    return build_index(src, out, embed_model=HashedBigramEmbedding(), use_cache=False)
+    return build_index(src, out, BuildOptions(embed_model=HashedBigramEmbedding(), use_cache=False))
 
 
 def _update(src: Path, out: Path) -> Any:
-    return update_index(src, out, embed_model=HashedBigramEmbedding(), use_cache=False)
+    return update_index(src, out, BuildOptions(embed_model=HashedBigramEmbedding(), use_cache=False))
 
 
 def _same_as_fresh(src: Path, idx: Path, tmp: Path) -> dict[str, Any]:
     fresh = tmp / f"fresh-{len(list(tmp.glob('fresh-*')))}"
     _build(src, fresh)
-    got, want = read_manifest(idx), read_manifest(fresh)
+    got, want = read_record(idx), read_record(fresh)
     assert got["sources"] == want["sources"]
     assert (got["documents"], got["nodes"]) == (want["documents"], want["nodes"])
     assert {n.node_id for n in load_index(idx, embed_model=HashedBigramEmbedding()).nodes} == {
@@ -65,7 +67,7 @@ def test_a_document_in_two_formats_is_indexed_once(tmp_path: Path) -> None:
     _write(src / "drain.hml", DRAIN, "hml")
     _write(src / "tunnel.hwpx", TUNNEL, "hwpx")
     summary = _build(src, tmp_path / "idx")
-    sources = read_manifest(tmp_path / "idx")["sources"]
+    sources = read_record(tmp_path / "idx")["sources"]
     assert sources["drain.hml"]["alias_of"] == "drain.hwpx"
     assert sources["drain.hml"]["node_ids"] == [] and sources["drain.hwpx"]["node_ids"]
     assert "alias_of" not in sources["drain.hwpx"] and "alias_of" not in sources["tunnel.hwpx"]
@@ -131,9 +133,9 @@ def test_a_hostile_alias_is_a_typed_error(tmp_path: Path) -> None:
         bad = json.loads(json.dumps(record))
         bad["sources"]["drain.hwpx"]["alias_of"] = alias
         (gen / "car_index.json").write_text(json.dumps(bad), encoding="utf-8")
-        _persist.write_manifest(gen, kind="CriterionAwareIndex", format_version=4)
+        _persist.write_manifest(gen, kind="CriterionAwareIndex", format_version=FORMAT_VERSION)
         with pytest.raises(IndexPersistError, match="sources"):
-            read_manifest(idx)
+            read_record(idx)
 
 
 @pytest.mark.corpus
@@ -147,7 +149,7 @@ def test_real_hwp_and_hwpx_twins(shared_dir: Path, tmp_path: Path) -> None:
         shutil.copy(shared_dir / "corpus" / "hwp" / f"{name}.hwp", src / f"{name}.hwp")
         shutil.copy(shared_dir / "corpus" / "hwp" / "twins" / f"{name}.hwpx", src / f"{name}.hwpx")
     summary = _build(src, tmp_path / "idx")
-    sources = read_manifest(tmp_path / "idx")["sources"]
+    sources = read_record(tmp_path / "idx")["sources"]
     assert {k: v.get("alias_of") for k, v in sources.items() if k.endswith(".hwp")} == {
         f"{n}.hwp": f"{n}.hwpx" for n in pairs}
     assert summary.duplicates == len(pairs) and summary.documents == len(pairs)

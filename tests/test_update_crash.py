@@ -34,7 +34,7 @@ QUESTIONS = ("터널 조명", "비탈면 경사", "배수 기준")
 _CHILD = r"""
 import shutil, sys, time
 from pathlib import Path
-from llama_index_car.pipeline import update_index
+from llama_index_car.folder import BuildOptions, update_index
 from llama_index_car.providers import resolve_embed_model
 
 src, idx, corpus = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
@@ -48,7 +48,7 @@ for i in range(rounds):
     (src / have).unlink()
     print("start", flush=True)
     t0 = time.perf_counter()
-    update_index(src, idx, embed_model=model)
+    update_index(src, idx, BuildOptions(embed_model=model))
     print("done", time.perf_counter() - t0, flush=True)
 """
 
@@ -64,7 +64,8 @@ def _child(src: Path, idx: Path, rounds: int) -> subprocess.Popen[str]:
 
 def _check(idx: Path, model: object, states: list[set[str]]) -> dict[str, int]:
     """Load ``idx`` and check its channels agree; returns store/folder counts."""
-    from llama_index_car.pipeline import PENDING_NAME, load_index
+    from llama_index_car.folder import load_index
+    from llama_index_car.folder.update import PENDING_NAME
     from llama_index_car.stores import close_vector_store, fetch_embeddings
 
     local = load_index(idx, embed_model=model)  # type: ignore[arg-type]

@@ -16,27 +16,15 @@ argparse.ArgumentTypeError: '-5' is not an integer >= 1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
-import os
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-__all__ = [
-    "OneLineParser",
-    "existing_dir",
-    "existing_file",
-    "existing_path",
-    "int_at_least",
-    "output_dir",
-    "nonneg_int",
-    "positive_int",
-    "positive_seconds",
-    "query_text",
-    "store_uri",
-    "unit_float",
-]
+from llama_index_car.providers import EMBED_MODELS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -156,7 +144,7 @@ def existing_path(value: str) -> str:
 
 
 def query_text(value: str) -> str:
-    """A question: valid UTF-8, not blank, at most ``$CAR_MAX_QUERY_CHARS`` characters
+    """A question: valid UTF-8, not blank, at most ``$LLAMA_CAR_MAX_QUERY_CHARS`` characters
     (default 2000, the library's :class:`~llama_index_car.query_guard.QueryLimits`)."""
     bad = _undecodable(value)
     if bad is not None:
@@ -165,12 +153,14 @@ def query_text(value: str) -> str:
         )
     if not value.strip():
         raise argparse.ArgumentTypeError("the question is empty; pass a question in quotes")
-    raw = os.environ.get("CAR_MAX_QUERY_CHARS", "").strip()
+    from llama_index_car._env import env
+
+    raw = (env("MAX_QUERY_CHARS") or "").strip()
     limit = int(raw) if raw.isdigit() and int(raw) > 0 else 2000
     if len(value) > limit:
         raise argparse.ArgumentTypeError(
             f"the question has {len(value)} characters; the limit is {limit} "
-            "(raise it with CAR_MAX_QUERY_CHARS)"
+            "(raise it with LLAMA_CAR_MAX_QUERY_CHARS)"
         )
     return value
 
@@ -199,3 +189,92 @@ def store_uri(value: str) -> str:
     if scheme.lower() == "milvus" and not rest.split("?", 1)[0].endswith(".db"):
         raise argparse.ArgumentTypeError(f"{value!r}: a Milvus Lite file must end in .db")
     return value
+
+
+# ----------------------------------------------------------------------------- shared options
+def add_cache_and_progress_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--cache-dir DIR`` (embedding cache) and ``--no-progress``/``--quiet``, shared by
+    the subcommands that embed a corpus (``index``, ``demo``, ``eval``, ``probe``).
+
+    Progress bars go to stderr and are shown only when stderr is a terminal
+    (:func:`show_progress`)."""
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="embedding cache, reused across runs (default: $LLAMA_CAR_CACHE or "
+                   "~/.cache/llama-index-car/embeddings)")
+    p.add_argument("--no-progress", "--quiet", dest="no_progress", action="store_true",
+                   help="hide progress bars (they are off anyway when stderr is not a terminal)")
+
+
+def add_embed_option(p: argparse.ArgumentParser) -> None:
+    """Add ``--embed {e5,use,openai}`` whose default (``None``) resolves through
+    :func:`llama_index_car.providers.embed_provider`: ``$LLAMA_CAR_EMBED_MODEL``, else ``e5``."""
+    p.add_argument(
+        "--embed",
+        choices=EMBED_MODELS,
+        default=None,
+        help="dense embedding: e5 = offline multilingual-e5-small (default; or "
+        "$LLAMA_CAR_EMBED_MODEL), use = offline multilingual USE v3, "
+        "openai = text-embedding-3-large (needs OPENAI_API_KEY)",
+    )
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether a subcommand shows progress bars: not ``--no-progress``/``--quiet`` and stderr
+    is a terminal (bars are written to stderr, so logs and pipes stay clean)."""
+    if getattr(args, "no_progress", False):
+        return False
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one printable line (whitespace collapsed; characters the terminal's
+    encoding cannot show, e.g. lone surrogates, as backslash escapes)."""
+    text = " ".join(str(exc).split())
+    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+    return text.encode(encoding, "backslashreplace").decode(encoding, "replace")
+
+
+def _is_reader_warning(category: type[Warning]) -> bool:
+    """``category`` is the reader's ``HWPXReadWarning`` (or a subclass), recognised without
+    importing the reader (a no-op ``--update`` never loads it)."""
+    return any(c.__name__ == "HWPXReadWarning" and c.__module__.startswith(
+        "llama_index.readers.hwpx") for c in category.__mro__)
+
+
+@contextlib.contextmanager
+def reader_warnings_to_stderr() -> Iterator[None]:
+    """While active, each ``HWPXReadWarning`` (a file read by its content rather than its
+    name, a structural oddity) is one line on stderr, ``warning: <message>``, every time it
+    happens; other warnings keep their handling (``UserWarning`` s, the reader's base, are
+    all let through; :func:`main` prints each distinct one once)."""
+    with warnings.catch_warnings():
+        previous = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: object = None, line: str | None = None) -> None:
+            if _is_reader_warning(category):
+                print(f"warning: {one_line(Exception(message))}", file=sys.stderr)
+            else:
+                previous(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
+
+        warnings.simplefilter("always", UserWarning)
+        warnings.showwarning = show
+        yield
+
+
+def subcommand(
+    subparsers: Any, name: str, *, help: str, epilog: str, doc: str | None = None,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name`` with its one-line ``help`` and its ``epilog``
+    (examples, printed as written); the description is ``description``, else the first line
+    of the module docstring ``doc`` after its ``llama-car NAME: ``."""
+    if description is None:
+        description = doc.splitlines()[0].split(": ", 1)[-1] if doc else None
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=help, description=description, epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(command=name)
+    return parser

@@ -27,8 +27,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
-from llama_index_car.cli._args import existing_dir, existing_file, output_dir, positive_int
+from llama_index_car.cli._args import (
+    add_cache_and_progress_options,
+    add_embed_option,
+    existing_dir,
+    existing_file,
+    output_dir,
+    positive_int,
+    show_progress,
+    subcommand,
+)
 from llama_index_car.providers import CLI_LLMS
 
 EPILOG = """examples:
@@ -45,12 +53,11 @@ SPAN_CHARS = 100
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``demo`` on the ``llama-car`` subparsers."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "demo",
+    p = subcommand(
+        subparsers, "demo",
         help="index the bundled sample corpus and compare dense, BM25, hybrid and CAR",
-        description=__doc__.splitlines()[0].split(": ", 1)[-1],
+        doc=__doc__,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--corpus",
@@ -79,13 +86,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--llm",
         choices=CLI_LLMS,
         default=None,
-        help="CAR hypothesis writer: none = offline CAR, no hypothesis (default; or $CAR_LLM), "
+        help="CAR hypothesis writer: none = offline CAR, no hypothesis (default; or $LLAMA_CAR_LLM), "
         "anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)",
     )
     p.add_argument("--explain", action="store_true", help="print CAR's hypothesis per question")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     add_cache_and_progress_options(p)
-    p.set_defaults(command="demo")
     return p
 
 
@@ -199,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
 
     from llama_index_car._errors import ConfigurationError
     from llama_index_car.demo.loader import demo_corpus_dir, load_demo_questions
-    from llama_index_car.pipeline import MANIFEST_NAME, build_index, load_index
+    from llama_index_car.folder import BuildOptions, build_index, load_index
+    from llama_index_car.folder.record import RECORD_NAME
 
     start = time.perf_counter()
     if args.hit_k < 1:
@@ -208,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
     corpus = Path(args.corpus) if args.corpus else demo_corpus_dir()
     from llama_index_car.providers import resolve_llm
 
-    llm = resolve_llm(args.llm)  # None unless --llm anthropic (or $CAR_LLM)
+    llm = resolve_llm(args.llm)  # None unless --llm anthropic (or $LLAMA_CAR_LLM)
     hypothesizer = None
     if llm is not None:
         from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
@@ -218,22 +225,20 @@ def run(args: argparse.Namespace) -> int:
 
     keep = Path(args.keep) if args.keep else None
     if keep is not None and keep.is_dir() and any(keep.iterdir()):
-        if not (keep / MANIFEST_NAME).is_file():
+        if not (keep / RECORD_NAME).is_file():
             raise ConfigurationError(
                 f"--keep {keep} is a non-empty folder that is not an index; choose a new folder"
             )
     with tempfile.TemporaryDirectory(prefix="llama-car-demo-") as tmp:
         persist = keep if keep is not None else Path(tmp)
         print(f"indexing {corpus} …", file=log, flush=True)
-        built = build_index(
-            corpus,
-            persist,
+        built = build_index(corpus, persist, BuildOptions(
             embed=args.embed,
             overwrite=keep is not None,
             show_progress=show_progress(args),
             cache_dir=args.cache_dir,
             on_error=lambda f: print(f"skipped {f.path}: {f.error}", file=sys.stderr),
-        )
+        ))
         index_seconds = time.perf_counter() - start
         print(built.line(), file=log, flush=True)
         local = load_index(persist)

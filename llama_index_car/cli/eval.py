@@ -7,14 +7,17 @@ import shlex
 import sys
 from typing import Any
 
-from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
 from llama_index_car.cli._args import (
+    add_cache_and_progress_options,
+    add_embed_option,
     existing_dir,
     existing_file,
     int_at_least,
     nonneg_int,
     output_dir,
     positive_int,
+    show_progress,
+    subcommand,
     unit_float,
 )
 from llama_index_car.providers import CLI_LLMS, RERANKERS
@@ -36,13 +39,12 @@ outputs: DIR/results.json DIR/runs/<system>.trec DIR/report.md DIR/*.png DIR/per
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``eval`` on the ``llama-car`` subparsers."""
-    p = subparsers.add_parser(
-        "eval",
+    p = subcommand(
+        subparsers, "eval",
         help="evaluate retrieval systems (MRR, Recall, nDCG by overlap stratum, paired tests)",
         description="Run named retrieval systems over a BEIR folder (or an HWPX folder plus a "
         "QA file) and write results.json, TREC runs, a markdown report and figures.",
         epilog=EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("data", metavar="DATA", type=existing_dir, help="BEIR folder, or HWPX folder with --qa")
     p.add_argument("--qa", metavar="FILE", type=existing_file, default=None,
@@ -159,7 +161,7 @@ def _span_outputs(
     import json
     from pathlib import Path
 
-    from llama_index_car.evaluation.cache import (
+    from llama_index_car.embeddings.cache import (
         CachedEmbedding,
         EmbeddingCache,
         default_cache_dir,

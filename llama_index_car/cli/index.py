@@ -16,7 +16,7 @@ Reads every ``*.hwp`` (binary HWP 5), ``*.hwpx`` and ``*.hml`` (HWPML) under ``S
 content, with one warning), splits it into section, paragraph
 and table nodes, embeds them (offline multilingual-e5-small by default, through the
 shared embedding cache so a rebuild re-embeds nothing) and writes the vector store, the Kiwi
-BM25 index and the criterion hypothesizer into ``DIR`` (see :mod:`llama_index_car.pipeline`).
+BM25 index and the criterion hypothesizer into ``DIR`` (see :mod:`llama_index_car.folder`).
 Files that fail to parse are reported on stderr and skipped; the summary counts them.
 
 Exit codes: 0 indexed (even with some failed files), 1 nothing could be indexed,
@@ -29,18 +29,17 @@ import argparse
 import sys
 from typing import Any
 
-from llama_index_car.cli import (
+from llama_index_car.cli._args import (
     add_cache_and_progress_options,
     add_embed_option,
-    reader_warnings_to_stderr,
-    show_progress,
-)
-from llama_index_car.cli._args import (
     existing_path,
     nonneg_int,
     output_dir,
     positive_int,
+    reader_warnings_to_stderr,
+    show_progress,
     store_uri,
+    subcommand,
 )
 
 EPILOG = """example:
@@ -54,12 +53,11 @@ EPILOG = """example:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``index`` on the ``llama-car`` subparsers."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "index",
+    p = subcommand(
+        subparsers, "index",
         help="index a folder of HWP, HWPX and HML files into a local index folder",
-        description=__doc__.splitlines()[0].split(": ", 1)[-1],
+        doc=__doc__,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "source", metavar="SOURCE_DIR", type=existing_path,
@@ -91,9 +89,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--no-spans", dest="spans", action="store_false",
-        help="skip the span index (spans/: sentences and table rows, embedded; about as many "
-        "characters again as the nodes) that the offline car re-ranks with (--update: the "
-        "folder's choice)",
+        help="skip the span index (spans.json, span_vectors.npy: sentences and table rows, "
+        "embedded; about as many characters again as the nodes) that the offline car re-ranks "
+        "with (--update: the folder's choice)",
     )
     p.add_argument(
         "--ray", metavar="ADDRESS", nargs="?", const="local", default=None,
@@ -101,7 +99,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "cluster on this machine; 'auto' or 'ray://HOST:10001' = join that cluster",
     )
     add_cache_and_progress_options(p)
-    p.set_defaults(command="index")
     return p
 
 
@@ -119,21 +116,35 @@ def check_args(args: argparse.Namespace) -> None:
             f"--chunk-overlap {overlap} must be smaller than --chunk-size {size}"
         )
     if args.update:
-        from llama_index_car.pipeline import read_manifest
+        from llama_index_car.folder.record import read_record
 
-        read_manifest(args.persist)  # --update needs an existing, intact index folder
+        read_record(args.persist)  # --update needs an existing, intact index folder
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the index; print failures to stderr as they happen and a summary to stdout."""
-    from llama_index_car.pipeline import FileFailure, NothingToIndexError, build_index
+    from llama_index_car._errors import NothingToIndexError
+    from llama_index_car.folder.build import build_index
+    from llama_index_car.folder.options import BuildOptions
+    from llama_index_car.folder.sources import FileFailure
 
     def report(failure: FileFailure) -> None:
         print(f"skipped {failure.path}: {failure.error}", file=sys.stderr)
 
     build: Any = build_index
-    if args.ray is not None:  # same arguments, per-file work on Ray
-        from llama_index_car.distributed import ray_builder
+    if args.update:
+        if args.ray is not None:  # Ray builds a new folder; an update embeds what changed
+            from llama_index_car._errors import ConfigurationError
+
+            raise ConfigurationError(
+                "--ray cannot be combined with --update yet; index without --ray, or without "
+                "those options"
+            )
+        from llama_index_car.folder.update import update_index
+
+        build = update_index
+    elif args.ray is not None:  # same arguments, per-file work on Ray
+        from llama_index_car.folder.ray import ray_builder
 
         build = ray_builder(args.ray)
     try:
@@ -141,16 +152,17 @@ def run(args: argparse.Namespace) -> int:
             summary = build(
                 args.source,
                 args.persist,
-                embed=args.embed,
-                chunk_size=args.chunk_size,
-                chunk_overlap=args.chunk_overlap,
-                show_progress=show_progress(args),
-                cache_dir=args.cache_dir,
-                overwrite=args.overwrite,
-                on_error=report,
-                store=args.store,
-                update=args.update,
-                **({} if args.spans else {"spans": False}),
+                BuildOptions(
+                    embed=args.embed,
+                    chunk_size=args.chunk_size,
+                    chunk_overlap=args.chunk_overlap,
+                    spans=args.spans,
+                    store=args.store,
+                    cache_dir=args.cache_dir,
+                    overwrite=args.overwrite,
+                    show_progress=show_progress(args),
+                    on_error=report,
+                ),
             )
     except NothingToIndexError as exc:
         print(f"llama-car index: {exc}", file=sys.stderr)

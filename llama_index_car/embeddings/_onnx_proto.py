@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["GraphWriter"]
-
 #: TensorProto.DataType codes
 _DTYPES = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8): 3, np.dtype(np.int64): 7}
 _ATTR_FLOAT, _ATTR_INT, _ATTR_INTS = 1, 2, 7

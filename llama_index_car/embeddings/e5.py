@@ -47,14 +47,6 @@ FP32_ENGINE_ID = "fp32-v1"
 ONNX_PRECISION = {"onnx": "mixed", "fp32": "fp32"}
 ENGINE_ENV = "LLAMA_CAR_E5_ENGINE"
 
-__all__ = [
-    "DEFAULT_E5_MODEL",
-    "ENGINES",
-    "ENGINE_ENV",
-    "MultilingualE5Embedding",
-    "length_buckets",
-    "resolve_engine",
-]
 
 #: one lock per engine handle: the C engine's thread-safety is not documented
 _ENGINE_LOCKS: dict[int, threading.Lock] = {}

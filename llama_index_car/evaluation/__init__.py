@@ -5,7 +5,6 @@ each module's docstring for formulas and defaults. Heavy modules (runner, system
 plots, probe) are imported from their own module paths.
 """
 
-from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache
 from llama_index_car.evaluation.io import (
     BeirDataset,
     load_beir,
@@ -29,8 +28,6 @@ __all__ = [
     "DEFAULT_METRICS",
     "STRATA",
     "BeirDataset",
-    "CachedEmbedding",
-    "EmbeddingCache",
     "Evaluation",
     "PairedTest",
     "bootstrap_ci",

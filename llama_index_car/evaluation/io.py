@@ -40,21 +40,6 @@ from llama_index_car._jsonl import iter_jsonl, nonblank_lines
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
 
-__all__ = [
-    "BeirDataset",
-    "Qrels",
-    "Run",
-    "load_beir",
-    "read_jsonl",
-    "read_qrels_tsv",
-    "read_trec_qrels",
-    "read_trec_run",
-    "rank_items",
-    "strictly_decreasing_scores",
-    "write_trec_qrels",
-    "write_trec_run",
-]
-
 
 @dataclass(frozen=True)
 class BeirDataset:

@@ -37,19 +37,6 @@ from dataclasses import dataclass
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.evaluation.io import rank_items
 
-__all__ = [
-    "DEFAULT_METRICS",
-    "Evaluation",
-    "evaluate",
-    "hit_at_k",
-    "mean",
-    "mrr",
-    "ndcg_at_k",
-    "parse_metric",
-    "per_query",
-    "recall_at_k",
-]
-
 #: the metrics written to ``results.json`` (the paper's §4.5 set)
 DEFAULT_METRICS: tuple[str, ...] = ("mrr", "mrr@10", "recall@10", "recall@50", "ndcg@10")
 

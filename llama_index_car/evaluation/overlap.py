@@ -30,17 +30,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
-__all__ = [
-    "OVERLAP_TAGS",
-    "STRATA",
-    "QueryOverlap",
-    "compute_overlaps",
-    "overlap",
-    "stratify",
-    "stratum",
-    "stratum_of",
-    "surface_content_morphemes",
-]
 
 #: stratum names in the paper's table order (high to low)
 STRATA: tuple[str, ...] = ("high", "mid", "low")

@@ -34,8 +34,6 @@ from llama_index_car.evaluation.preservation import (
     summarize,
 )
 
-__all__ = ["run_preservation", "render_preservation_report", "write_preservation_outputs"]
-
 Grid = list[list[str]]
 ROBUSTNESS_MIN_CHARS: tuple[int, ...] = (2, 3)
 

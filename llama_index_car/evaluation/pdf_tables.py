@@ -28,8 +28,6 @@ from llama_index_car._errors import (
     require,
 )
 
-__all__ = ["ENGINES", "PDFTable", "PDFTableError", "extract_pdf_tables", "stitch_pages"]
-
 #: engine name -> (import name, PyPI package)
 ENGINES: dict[str, tuple[str, str]] = {
     "pymupdf": ("pymupdf", "PyMuPDF"),

@@ -20,13 +20,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "plot_alpha_sweep",
-    "plot_mrr_by_stratum",
-    "plot_preservation",
-    "plot_probe_conditions",
-]
-
 STRATUM_ORDER: tuple[str, ...] = ("all", "high", "mid", "low")
 
 

@@ -39,20 +39,6 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-__all__ = [
-    "GTTable",
-    "TableScore",
-    "Summary",
-    "normalize",
-    "ground_truth",
-    "table_text",
-    "overlap",
-    "align",
-    "score_document",
-    "summarize",
-    "SCOPES",
-]
-
 SCOPES: tuple[str, ...] = ("2x2", "all")
 DETECTION_THRESHOLD = 0.5
 PERFECT_THRESHOLD = 0.99

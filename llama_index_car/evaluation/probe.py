@@ -46,21 +46,8 @@ from typing import Any
 import numpy as np
 
 from llama_index_car._errors import EvaluationDataError
-from llama_index_car.evaluation.cache import EmbeddingCache
+from llama_index_car.embeddings.cache import EmbeddingCache
 from llama_index_car.evaluation.stats import PairedTest, holm, paired_test, wilcoxon_greater
-
-__all__ = [
-    "CONTRASTS",
-    "VARIANTS",
-    "ProbeCase",
-    "ProbeResult",
-    "ProbeSection",
-    "eligible_cases",
-    "load_sections",
-    "load_sections_folder",
-    "load_sections_jsonl",
-    "run_probe",
-]
 
 #: the six variants of Table 2
 VARIANTS: tuple[str, ...] = ("orig", "cf", "cfp", "cfn", "cfb", "cfs")
@@ -171,14 +158,14 @@ def load_sections_folder(folder: str | os.PathLike[str]) -> list[ProbeSection]:
     (recursively, sorted).
 
     Each file is read by the reader of its suffix
-    (:func:`~llama_index_car.pipeline.load_source_file`) and split with ``HWPXNodeParser``;
+    (:func:`~llama_index_car.folder.sources.load_source_file`) and split with ``HWPXNodeParser``;
     consecutive nodes sharing a ``section_title`` form one section whose body is their texts
     joined by newlines. Files the reader rejects (encrypted, damaged) are skipped.
     """
     from llama_index.readers.hwpx import HWPXNodeParser
 
     from llama_index_car._errors import ConfigurationError
-    from llama_index_car.pipeline import (
+    from llama_index_car.folder.sources import (
         file_extractor,
         find_source_files,
         load_source_file,
@@ -342,7 +329,7 @@ def run_probe(
         counts: eligibility counts to carry into the result.
         frames: the title frames that were eligible (reported).
     """
-    from llama_index_car.evaluation.cache import default_cache_dir
+    from llama_index_car.embeddings.cache import default_cache_dir
     from llama_index_car.framing import format_section
 
     if not cases:

@@ -25,8 +25,6 @@ from typing import Any
 from llama_index_car.evaluation.io import write_trec_qrels, write_trec_run
 from llama_index_car.evaluation.runner import STRATA_KEYS, EvalOutcome
 
-__all__ = ["render_report", "write_outputs"]
-
 _LABEL = {
     "all": "All",
     "high": "High (>0.50)",

@@ -48,18 +48,6 @@ from llama_index_car.evaluation.overlap import QueryOverlap, compute_overlaps, s
 from llama_index_car.evaluation.stats import bootstrap_ci, holm, paired_test
 from llama_index_car.evaluation.systems import SystemSpec, parse_system
 
-__all__ = [
-    "DEFAULT_ALPHAS",
-    "EvalConfig",
-    "EvalData",
-    "EvalOutcome",
-    "beir_to_eval_data",
-    "declare_tests",
-    "load_eval_data",
-    "load_hwpx_eval",
-    "run_evaluation",
-]
-
 STRATA_KEYS: tuple[str, ...] = ("all", "high", "mid", "low")
 DEFAULT_ALPHAS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 BASELINES: tuple[str, ...] = ("bm25", "dense", "hybrid")
@@ -189,12 +177,16 @@ def load_hwpx_eval(
     folder: str | os.PathLike[str], qa_file: str | os.PathLike[str], *, show_progress: bool = False
 ) -> EvalData:
     """A folder of Hangul documents (every ``*.hwp``, ``*.hwpx``, ``*.hml``, recursively; see
-    :func:`~llama_index_car.pipeline.find_source_files`) plus a QA JSONL file (module
+    :func:`~llama_index_car.folder.sources.find_source_files`) plus a QA JSONL file (module
     docstring)."""
     from llama_index.readers.hwpx import HWPXError, HWPXNodeParser
 
     from llama_index_car._errors import ConfigurationError
-    from llama_index_car.pipeline import file_extractor, find_source_files, load_source_file
+    from llama_index_car.folder.sources import (
+        file_extractor,
+        find_source_files,
+        load_source_file,
+    )
 
     root = Path(folder)
     try:
@@ -287,7 +279,7 @@ def load_eval_data(
 ) -> EvalData:
     """A BEIR folder, or an HWPX folder when ``qa_file`` is given."""
     from llama_index_car.evaluation.io import load_beir
-    from llama_index_car.pipeline import SOURCE_SUFFIXES
+    from llama_index_car.folder.sources import SOURCE_SUFFIXES
 
     if qa_file is not None:
         return load_hwpx_eval(data, qa_file, show_progress=show_progress)
@@ -443,7 +435,7 @@ def run_evaluation(
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> EvalOutcome:
     """Run every system of ``config`` on ``data`` and score it (see the module docstring)."""
-    from llama_index_car.evaluation.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
+    from llama_index_car.embeddings.cache import CachedEmbedding, EmbeddingCache, default_cache_dir
     from llama_index_car.evaluation.systems import SystemFactory
 
     if config.depth < 1:

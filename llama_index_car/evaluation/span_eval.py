@@ -36,18 +36,6 @@ from llama_index_car.evaluation.span_hits import (
     summarize,
 )
 
-__all__ = [
-    "ANSWER_KEY",
-    "DEFAULT_SPAN_K",
-    "SKIPS",
-    "SpanRanker",
-    "answers_of",
-    "evaluate_spans",
-    "gold_in_top",
-    "markdown_table",
-    "per_query_skips",
-]
-
 #: the query-metadata key holding the reference answer
 ANSWER_KEY = "answer"
 #: the gold passage counts when it is in a system's top ``k``

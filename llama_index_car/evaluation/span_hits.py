@@ -57,20 +57,6 @@ from typing import Any
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = [
-    "SpanQuery",
-    "best_rank",
-    "best_set",
-    "first_span_test",
-    "hit_at",
-    "overlap_shares",
-    "random_hit_expectation",
-    "random_order_test",
-    "random_rr_expectation",
-    "record",
-    "summarize",
-]
-
 #: the ``k`` of the top-k hit rates reported
 TOP_KS: tuple[int, ...] = (1, 3)
 

@@ -35,15 +35,6 @@ import numpy as np
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = [
-    "PairedTest",
-    "bootstrap_ci",
-    "cohens_dz",
-    "holm",
-    "paired_test",
-    "wilcoxon_greater",
-]
-
 ZeroMethod = Literal["wilcox", "pratt", "zsplit"]
 Sample = Sequence[float] | np.ndarray
 

@@ -55,16 +55,6 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index_car._errors import ConfigurationError, HypothesisError
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
 
-__all__ = [
-    "BASES",
-    "HypothesisChannelRetriever",
-    "MemoHypothesizer",
-    "RerankRetriever",
-    "SystemFactory",
-    "SystemSpec",
-    "parse_system",
-]
-
 BASES: tuple[str, ...] = (
     "bm25", "dense", "hybrid", "dense+hyp", "bm25+exp", "car", "car-hyde", "car-auto",
 )

@@ -18,17 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = [
-    "BaseCriterionHypothesizer",
-    "CriterionHypothesis",
-    "MAX_CRITERIA",
-    "MAX_CRITERION_CHARS",
-    "MAX_HYPOTHESIS_TEXT_CHARS",
-    "sanitize_text",
-    "submit_daemon",
-    "trailing_escape_start",
-]
-
 T = TypeVar("T")
 
 

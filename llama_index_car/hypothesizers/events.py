@@ -32,8 +32,6 @@ from llama_index.core.instrumentation.events.base import BaseEvent
 
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
 
-__all__ = ["CriterionHypothesisEvent", "emit_hypothesis_event"]
-
 HypothesisSource = Literal["llm", "offline", "fallback"]
 
 

@@ -61,13 +61,6 @@ from llama_index_car.hypothesizers.base import (
 )
 from llama_index_car.hypothesizers.prompts import CRITERION_HYPOTHESIS_PROMPT, HYDE_PROMPT
 
-__all__ = [
-    "LLMCriterionHypothesizer",
-    "HyDEHypothesizer",
-    "parse_criterion_output",
-    "CACHE_FORMAT_VERSION",
-]
-
 logger = logging.getLogger(__name__)
 
 CACHE_FORMAT_VERSION = 1

@@ -20,13 +20,6 @@ from __future__ import annotations
 
 from llama_index.core.prompts import PromptTemplate
 
-__all__ = [
-    "CRITERION_HYPOTHESIS_TMPL",
-    "CRITERION_HYPOTHESIS_PROMPT",
-    "HYDE_TMPL",
-    "HYDE_PROMPT",
-]
-
 CRITERION_HYPOTHESIS_TMPL = """\
 당신은 한국 기술기준·설계지침·규정 문서의 용어에 정통한 검색 보조자입니다.
 아래 질문에 답하지 마세요. 대신 이 질문에 답하는 조항이 기준 문서 안에서 어떤 공식 용어로

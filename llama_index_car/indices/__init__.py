@@ -6,19 +6,14 @@ file names of :mod:`llama_index_car.indices._layout`) does not load LlamaIndex.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from llama_index_car._lazy import lazy_exports
 
-__all__ = ["CriterionAwareIndex", "IndexSnapshot"]
+_EXPORTS = {
+    "CriterionAwareIndex": "llama_index_car.indices.criterion_aware",
+    "IndexSnapshot": "llama_index_car.indices._snapshot",
+}
 
-
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("llama_index_car.indices.criterion_aware"), name)
-    globals()[name] = value
-    return value
+__all__ = sorted(_EXPORTS)
 
 
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

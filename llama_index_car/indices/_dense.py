@@ -6,7 +6,7 @@ running during an update saw ids vanish between the two (a ``KeyError`` in 25 of
 with four query threads). So an index whose vectors live in memory keeps them here as well,
 aligned with its BM25 nodes and replaced, never changed, by each update
 (:meth:`DenseVectors.without` / :meth:`DenseVectors.plus` return new arrays, as
-:class:`~llama_index_car._lexical.Lexical` does): the dense channel searches the snapshot it
+:class:`~llama_index_car.indices._lexical.Lexical` does): the dense channel searches the snapshot it
 pinned, whatever the writer does meanwhile.
 
 Scores are the cosine similarity of ``SimpleVectorStore``'s default mode,
@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-__all__ = ["DenseVectors", "local_vectors"]
 
 
 def local_vectors(vector_index: Any) -> dict[str, list[float]] | None:

@@ -3,13 +3,9 @@ manifest, e.g. a no-op ``--update``, needs without loading LlamaIndex)."""
 
 from __future__ import annotations
 
-__all__ = [
-    "BM25_PREFIX", "FORMAT_VERSION", "INDEX_NAME", "KIND", "NODES_NAME", "SPAN_NAMES",
-    "VECTORS_NAME",
-]
-
-#: 4: one generation of flat files bound by one manifest (BM25 arrays included)
-FORMAT_VERSION = 4
+#: 5: one generation of flat files bound by one manifest (BM25 arrays included); index.json
+#: records the embedding (its spec) along with the tokenizer
+FORMAT_VERSION = 5
 KIND = "CriterionAwareIndex"
 INDEX_NAME = "index.json"
 NODES_NAME = "nodes.json"

@@ -25,15 +25,15 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
-from llama_index_car import _persist
+from llama_index_car import _files, _persist
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
-from llama_index_car._lexical import Lexical, Tokens
 from llama_index_car.bm25 import BM25Okapi, Verify
 from llama_index_car.indices._layout import (
     BM25_PREFIX,
@@ -44,22 +44,15 @@ from llama_index_car.indices._layout import (
     SPAN_NAMES,
     VECTORS_NAME,
 )
+from llama_index_car.indices._lexical import Lexical, Tokens
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
-__all__ = [
-    "BM25_PREFIX", "FORMAT_VERSION", "INDEX_NAME", "KIND", "NODES_NAME", "SPAN_NAMES",
-    "TOKENIZER_FIELDS", "VECTORS_NAME", "read", "read_generation", "tokenizer_from_spec",
-    "write",
-]
 
 MAX_NODES_BYTES = 16 << 30
 _VECTOR_KINDS = ("none", "local", "store")
 
-#: ``bind(root, documents, embed_model, vector_index) -> (embed_model, vector_index)``: a
-#: caller's hook run once the manifest and the extra documents are read and checked
-Bind = Callable[[Path, dict[str, Any], Any, Any], tuple[Any, Any]]
 
 
 def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]) -> None:
@@ -79,7 +72,7 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
         raise ConfigurationError(f"documents may not be named {bad}")
     with _persist.replace_dir(target) as gen:
         meta = lex.bm25.write_to(gen, prefix=BM25_PREFIX, manifest=False)
-        _persist.write_json(gen / NODES_NAME, [doc_to_json(n) for n in lex.nodes])
+        _files.write_json(gen / NODES_NAME, [doc_to_json(n) for n in lex.nodes])
         if dense is not None:
             matrix = dense.matrix if ids else np.zeros((0, 0), dtype=np.float32)
             with open(gen / VECTORS_NAME, "wb") as fh:
@@ -87,8 +80,8 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
         if snap.spans is not None:
             snap.spans.persist(gen, names=SPAN_NAMES)
         for name, value in documents.items():
-            _persist.write_json(gen / name, value)
-        _persist.write_json(gen / INDEX_NAME, {
+            _files.write_json(gen / name, value)
+        _files.write_json(gen / INDEX_NAME, {
             "format_version": FORMAT_VERSION,
             "kind": KIND,
             "tokenizer": index.tokenizer.to_dict(),
@@ -97,6 +90,7 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
             "text_hashes": list(lex.hashes),
             "vectors": kind,
             "vector_store": type(getattr(index.vector_index, "vector_store", None)).__name__,
+            "embed": _embed_record(index, dense),
             "spans": None if snap.spans is None else {"spans": snap.spans.n_spans,
                                                        "dim": snap.spans.dim},
             "documents": sorted(documents),
@@ -104,92 +98,161 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
         _persist.write_manifest(gen, kind=KIND, format_version=FORMAT_VERSION)
 
 
-def read(cls: type[CriterionAwareIndex], target: Path, **kwargs: Any) -> CriterionAwareIndex:
-    """Load the live generation of ``target`` (retried across a concurrent swap)."""
+def _embed_record(index: CriterionAwareIndex, dense: Any) -> dict[str, Any] | None:
+    """The spec of the index's embedding (``None`` without one): what a load resolves the
+    query embedding from (:meth:`Generation.query_embedding`)."""
+    if index.embed_model is None:
+        return None
+    from llama_index_car.providers import embed_spec
+
+    width = None if dense is None or not dense.ids else int(dense.matrix.shape[1])
+    return embed_spec(index.embed_model, width)
+
+
+def read(
+    cls: type[CriterionAwareIndex], target: Path, *, embed_model: Any | None = None,
+    vector_index: Any | None = None, **kwargs: Any,
+) -> CriterionAwareIndex:
+    """Load the live generation of ``target`` (retried across a concurrent swap); the query
+    embedding resolved and checked by :meth:`Generation.query_embedding`."""
     if not target.is_dir():
         raise IndexPersistError(f"{target}: no such index directory")
-    index = _persist.load_live(target, lambda root: read_generation(cls, root, **kwargs))
+
+    def load(root: Path) -> CriterionAwareIndex:
+        gen = open_generation(root)
+        model = gen.query_embedding(embed_model, vector_index)
+        return gen.index(cls, embed_model=model, vector_index=vector_index, **kwargs)
+
+    index = _persist.load_live(target, load)
     index.persist_dir = target
     return index
 
 
-def read_generation(
-    cls: type[CriterionAwareIndex],
-    root: Path,
-    *,
-    vector_index: Any | None = None,
-    embed_model: Any | None = None,
-    tokenizer: Any | None = None,
-    token_cache: bool | MutableMapping[str, list[str]] | None = True,
-    verify: Verify = "auto",
-    bind: Bind | None = None,
-) -> CriterionAwareIndex:
-    """One generation directory ``root`` as an index: its manifest read and checked once.
+def _hashed_by_manifest(name: str) -> bool:
+    """Whether :func:`~llama_index_car._persist.read_manifest` hashes ``name``: not the BM25
+    arrays (:meth:`BM25Okapi.load` checks them) nor the JSON files read once with their
+    check (:func:`~llama_index_car._persist.read_bound_json`)."""
+    return not name.startswith(BM25_PREFIX) and not (
+        name.endswith(".json") and name not in SPAN_NAMES)
 
-    ``vector_index``: the ``VectorStoreIndex`` of a store-kept index (required then);
-    ``embed_model``: the query embedding (default for local vectors:
-    :func:`~llama_index_car.providers.resolve_embed_model`); ``tokenizer``: default the
-    persisted spec (another one warns :class:`TokenizerMismatchWarning`, as does another
-    kiwipiepy or model version).
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation directory with its manifest read and checked once and ``index.json``
+    and the extra ``documents`` parsed (each from the bytes its manifest entry binds);
+    :meth:`index` reads the rest."""
+
+    root: Path
+    manifest: dict[str, Any]
+    spec: dict[str, Any]
+    documents: dict[str, Any]
+
+    @property
+    def embed(self) -> dict[str, Any] | None:
+        """The embedding spec ``index.json`` records
+        (:func:`~llama_index_car.providers.embed_spec`; ``None``: built without one)."""
+        return self.spec.get("embed")  # type: ignore[no-any-return]
+
+    def query_embedding(self, given: Any = None, vector_index: Any = None) -> Any:
+        """The query embedding of this index: ``given`` (else the embedding of a given
+        ``vector_index``) checked against the recorded spec, or the recorded provider's
+        (:func:`~llama_index_car.providers.query_embedding`, the one resolution every load path
+        uses); ``given`` as it is when no embedding is recorded."""
+        if self.embed is None:
+            return given
+        if given is None and vector_index is not None:
+            given = getattr(vector_index, "_embed_model", None)
+        from llama_index_car.providers import query_embedding
+
+        return query_embedding(self.embed, given, self.root)
+
+    def index(
+        self,
+        cls: type[CriterionAwareIndex],
+        *,
+        vector_index: Any | None = None,
+        embed_model: Any | None = None,
+        tokenizer: Any | None = None,
+        token_cache: bool | MutableMapping[str, list[str]] | None = True,
+        verify: Verify = "auto",
+    ) -> CriterionAwareIndex:
+        """The index of this generation.
+
+        ``vector_index``: the ``VectorStoreIndex`` of a store-kept index (required then);
+        ``embed_model``: the query embedding (:meth:`query_embedding`); ``tokenizer``:
+        default the persisted spec (another one warns :class:`TokenizerMismatchWarning`, as
+        does another kiwipiepy or model version).
+        """
+        root, spec, manifest = self.root, self.spec, self.manifest
+        try:
+            raw = _persist.read_bound_json(root, manifest, NODES_NAME, max_bytes=MAX_NODES_BYTES)
+            nodes: list[BaseNode] = [json_to_doc(d) for d in raw]
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise IndexPersistError(f"{root / NODES_NAME} is damaged ({exc}); rebuild") from exc
+        saved = spec["tokenizer"]
+        persisted = tokenizer_from_spec(saved, root / INDEX_NAME)  # checked even if one is given
+        if tokenizer is None:
+            tokenizer = persisted
+        same_analysis = _check_spec(saved, tokenizer, root)
+        try:
+            bm25 = BM25Okapi.load(root, verify=verify, prefix=BM25_PREFIX,
+                                  bound=(manifest["files"], spec["bm25"]))
+        except IndexPersistError as exc:  # its arrays are part of this index: rebuilt with it
+            raise IndexPersistError(str(exc).replace("save the index again", "rebuild the index")
+                                    .replace("save it again", "rebuild the index")) from exc
+        if [n.node_id for n in nodes] != spec["node_ids"] or len(nodes) != bm25.corpus_size or len(
+                spec["text_hashes"]) != len(nodes):
+            raise IndexPersistError(
+                f"{root}: {NODES_NAME}, {INDEX_NAME} and the BM25 arrays disagree; rebuild the "
+                "index"
+            )
+        lexical = Lexical.of(bm25, nodes, spec["text_hashes"])
+        tokens = Tokens(tokenizer, token_cache)
+        if same_analysis:
+            tokens.answering_from(lexical)
+        spans = _spans(root, spec, manifest, spec["node_ids"])
+        if vector_index is None and spec["vectors"] == "store":
+            raise ConfigurationError(
+                f"{root} keeps its vectors in a {spec['vector_store']}: pass vector_index= (a "
+                "VectorStoreIndex over that store)"
+            )
+        dense = None
+        if vector_index is None and spec["vectors"] == "local":
+            if embed_model is None:  # vectors, but no embedding recorded to query them with
+                raise ConfigurationError(
+                    f"{root / INDEX_NAME} records no embedding for its vectors; pass "
+                    "embed_model= (the embedding they were made with)"
+                )
+            vector_index, matrix = _index_from_vectors(root / VECTORS_NAME, nodes, embed_model)
+            from llama_index_car.indices._dense import DenseVectors
+
+            dense = DenseVectors.from_matrix(spec["node_ids"], matrix)
+        index = cls.from_parts(lexical, tokens, vector_index=vector_index,
+                               embed_model=embed_model, spans=spans, dense=dense)
+        index.metadata = dict(self.documents)
+        return index
+
+
+def open_generation(root: Path) -> Generation:
+    """The generation directory ``root``: its one manifest read and checked (every file
+    hashed but the BM25 arrays, which their loader checks, and the JSON files, each read once
+    and checked from the bytes read), ``index.json`` and the extra documents parsed.
+
+    Raises:
+        IndexPersistError: naming the first file that is missing, corrupt or malformed.
     """
     manifest = _persist.read_manifest(
         root, kind=KIND, format_versions=(FORMAT_VERSION,), required=(INDEX_NAME, NODES_NAME),
-        verify=lambda name: not name.startswith(BM25_PREFIX),
+        verify=_hashed_by_manifest,
     )
     spec = _spec(root, manifest)
     documents = {}
     for name in spec["documents"]:
         try:
-            documents[name] = _persist.read_json(root / name)
-        except FileNotFoundError as exc:
+            documents[name] = _persist.read_bound_json(root, manifest, name)
+        except FileNotFoundError as exc:  # pragma: no cover - read_bound_json names it
             raise IndexPersistError(f"{root / name} is missing; rebuild the index") from exc
-    if bind is not None:
-        embed_model, vector_index = bind(root, documents, embed_model, vector_index)
-    try:
-        raw = _persist.read_json(root / NODES_NAME, max_bytes=MAX_NODES_BYTES)
-        nodes: list[BaseNode] = [json_to_doc(d) for d in raw]
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise IndexPersistError(f"{root / NODES_NAME} is damaged ({exc}); rebuild") from exc
-    saved = spec["tokenizer"]
-    persisted = tokenizer_from_spec(saved, root / INDEX_NAME)  # checked even when one is given
-    if tokenizer is None:
-        tokenizer = persisted
-    same_analysis = _check_spec(saved, tokenizer, root)
-    try:
-        bm25 = BM25Okapi.load(root, verify=verify, prefix=BM25_PREFIX,
-                              bound=(manifest["files"], spec["bm25"]))
-    except IndexPersistError as exc:  # its arrays are part of this index: rebuilt with it
-        raise IndexPersistError(str(exc).replace("save the index again", "rebuild the index")
-                                .replace("save it again", "rebuild the index")) from exc
-    if [n.node_id for n in nodes] != spec["node_ids"] or len(nodes) != bm25.corpus_size or len(
-            spec["text_hashes"]) != len(nodes):
-        raise IndexPersistError(
-            f"{root}: {NODES_NAME}, {INDEX_NAME} and the BM25 arrays disagree; rebuild the index"
-        )
-    lexical = Lexical.of(bm25, nodes, spec["text_hashes"])
-    tokens = Tokens(tokenizer, token_cache)
-    if same_analysis:
-        tokens.answering_from(lexical)
-    spans = _spans(root, spec, manifest, spec["node_ids"])
-    if vector_index is None and spec["vectors"] == "store":
-        raise ConfigurationError(
-            f"{root} keeps its vectors in a {spec['vector_store']}: pass vector_index= (a "
-            "VectorStoreIndex over that store)"
-        )
-    dense = None
-    if vector_index is None and spec["vectors"] == "local":
-        if embed_model is None:
-            from llama_index_car.providers import resolve_embed_model
-
-            embed_model = resolve_embed_model()
-        vector_index, matrix = _index_from_vectors(root / VECTORS_NAME, nodes, embed_model)
-        from llama_index_car.indices._dense import DenseVectors
-
-        dense = DenseVectors.from_matrix(spec["node_ids"], matrix)
-    index = cls.from_parts(lexical, tokens, vector_index=vector_index, embed_model=embed_model,
-                           spans=spans, dense=dense)
-    index.metadata = documents
-    return index
+    return Generation(root, manifest, spec, documents)
 
 
 _TAG = re.compile(r"^[A-Z][A-Z_-]{0,15}$")
@@ -275,7 +338,7 @@ def tokenizer_from_spec(saved: Any, path: Path) -> Any:
 
 def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     path = root / INDEX_NAME
-    spec = _persist.read_json(path)
+    spec = _persist.read_bound_json(root, manifest, INDEX_NAME)
     if not isinstance(spec, dict) or spec.get("format_version") != FORMAT_VERSION:
         raise IndexPersistError(f"{path}: not a format {FORMAT_VERSION} index; rebuild the index")
     types = {"tokenizer": dict, "bm25": dict, "node_ids": list, "text_hashes": list,
@@ -292,9 +355,28 @@ def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
             isinstance(h, str) and _SHA256.match(h) for h in hashes):
         raise IndexPersistError(f"{path}: node_ids or text_hashes hold something else than "
                                 "node ids and sha256 digests; rebuild the index")
+    if not _embed_spec_ok(spec.get("embed")):
+        raise IndexPersistError(f"{path}: field 'embed' is not an embedding spec (provider, "
+                                "class_name, model_name, dimensions, engine); rebuild the index")
     if spec["vectors"] == "local" and VECTORS_NAME not in manifest["files"]:
         raise IndexPersistError(f"{root / VECTORS_NAME} is not listed; rebuild the index")
     return spec
+
+
+def _embed_spec_ok(embed: Any) -> bool:
+    """``None`` or a :func:`~llama_index_car.providers.embed_spec` dict of short strings and a
+    dimension count."""
+    if embed is None:
+        return True
+    short = lambda v: isinstance(v, str) and len(v) <= 256  # noqa: E731
+    return (
+        isinstance(embed, dict) and set(embed) <= {"provider", "class_name", "model_name",
+                                                   "dimensions", "engine"}
+        and all(short(embed.get(k, "")) for k in ("provider", "class_name", "model_name"))
+        and (embed.get("engine") is None or short(embed["engine"]))
+        and (embed.get("dimensions") is None or (type(embed["dimensions"]) is int
+                                                 and 0 < embed["dimensions"] <= 1 << 16))
+    )
 
 
 def _spans(
@@ -366,10 +448,9 @@ def _index_from_vectors(
     from llama_index.core.storage.docstore import SimpleDocumentStore
     from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
 
-    try:
-        matrix = _persist.read_npy(path, dtype=np.float32, ndim=2)
-    except FileNotFoundError as exc:
-        raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
+    from llama_index_car._npy import open_npy
+
+    matrix = open_npy(path, dtypes=(np.float32,), ndim=2, mmap=False, fix="rebuild the index")
     if matrix.shape[0] != len(nodes):
         raise IndexPersistError(
             f"{path} holds {matrix.shape[0]} rows, not one per node ({len(nodes)}); "

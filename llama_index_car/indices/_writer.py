@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.schema import BaseNode, MetadataMode
 
 from llama_index_car._errors import ConfigurationError
-from llama_index_car._lexical import Lexical, check_unique
+from llama_index_car.indices._lexical import Lexical, check_unique
+from llama_index_car.indices._snapshot import IndexSnapshot
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices._dense import DenseVectors
-    from llama_index_car.indices.criterion_aware import CriterionAwareIndex, IndexSnapshot
+    from llama_index_car.indices.criterion_aware import CriterionAwareIndex
     from llama_index_car.span_index import SpanIndex
-
-__all__ = ["UpdatePlan", "embed", "plan_update"]
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,6 @@ def plan_update(
     spans: SpanIndex | None,
 ) -> UpdatePlan:
     """The plan of deleting ``delete_ids`` and inserting ``nodes`` on ``old``."""
-    from llama_index_car.indices.criterion_aware import IndexSnapshot
-
     missing = [i for i in delete_ids if i not in old.ids]
     if missing:
         raise ConfigurationError(f"cannot delete unknown node ids: {missing[:5]}")

@@ -41,15 +41,14 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, MutableMapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.schema import BaseNode
 
 from llama_index_car._errors import ConfigurationError, EmptyIndexError
-from llama_index_car._lexical import Lexical, Tokens, check_unique
-from llama_index_car.bm25 import BM25Okapi
+from llama_index_car.indices._lexical import Lexical, Tokens
+from llama_index_car.indices._snapshot import IndexSnapshot
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.base_retriever import BaseRetriever
@@ -59,37 +58,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.span_index import SpanIndex
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
-__all__ = ["RETRIEVER_KINDS", "CriterionAwareIndex", "IndexSnapshot"]
 
 logger = logging.getLogger(__name__)
-
-RETRIEVER_KINDS: tuple[str, ...] = ("car", "hybrid", "bm25", "dense")
-
-
-@dataclass(frozen=True, eq=False)
-class IndexSnapshot:
-    """One immutable state of a :class:`CriterionAwareIndex`: the BM25 state (arrays and
-    nodes), the span index and the node ids the dense channel may return. ``readers`` counts
-    the queries pinned to it (changed only under the index's condition)."""
-
-    lexical: Lexical
-    spans: SpanIndex | None
-    ids: frozenset[str]
-    #: the vectors of an in-memory index, aligned with ``lexical.nodes`` (None: a store's)
-    dense: DenseVectors | None = None
-    readers: list[int] = field(default_factory=lambda: [0], repr=False)
-
-    @classmethod
-    def of(
-        cls, lexical: Lexical, spans: SpanIndex | None, dense: DenseVectors | None = None
-    ) -> IndexSnapshot:
-        return cls(lexical, spans, frozenset(lexical.positions), dense)
-
-    @property
-    def nodes(self) -> list[BaseNode]:
-        """The indexed nodes in index order (a new list)."""
-        return list(self.lexical.nodes)
-
 
 class CriterionAwareIndex:
     """Nodes + Kiwi BM25 + a vector store binding + spans behind one snapshot (module doc).
@@ -127,10 +97,7 @@ class CriterionAwareIndex:
 
         tokens = Tokens(tokenizer if tokenizer is not None else KiwiTokenizer(), token_cache,
                         show_progress)
-        nodes = list(nodes)
-        check_unique(nodes)
-        toks, hashes = tokens.of(nodes)
-        lexical = Lexical.of(BM25Okapi(toks, k1=k1, b=b, epsilon=epsilon), nodes, hashes)
+        lexical = Lexical.build(nodes, tokens, k1=k1, b=b, epsilon=epsilon)
         self._setup(lexical, tokens, vector_index, embed_model, spans)
 
     def _setup(
@@ -155,7 +122,8 @@ class CriterionAwareIndex:
         self._writer = threading.Lock()
         self._snap = IndexSnapshot.of(lexical, spans, dense)
         self._older: list[IndexSnapshot] = []
-        #: the folder this index was loaded from, and its ``car_index.json`` (pipeline folders)
+        #: the folder this index was loaded from, and the extra documents of its generation
+        #: (``{name: JSON}``; a folder's index: its ``car_index.json`` record)
         self.persist_dir: Path | None = None
         self.metadata: dict[str, Any] = {}
 
@@ -350,36 +318,30 @@ class CriterionAwareIndex:
                 )
             self._older = [s for s in self._older if s.readers[0]]
 
-    def update_from(self, source: Any, **kwargs: Any) -> Any:
-        """Bring the folder this index was loaded from (``load_index``; else
-        :class:`ConfigurationError`) up to date with the source folder ``source``, as one
-        update of this index (its views see it at once) and one new generation of the folder
-        (:func:`llama_index_car.pipeline.update_index`, ``kwargs`` go to it)."""
-        if self.persist_dir is None or not self.metadata:
-            raise ConfigurationError("update_from needs an index loaded by pipeline.load_index")
-        from llama_index_car.pipeline import update_index
-
-        return update_index(source, self.persist_dir, index=self, **kwargs)
-
     # ------------------------------------------------------------------ views
     def as_retriever(self, kind: str = "car", **kwargs: Any) -> BaseRetriever:
         """A retriever of ``kind`` over this index (``car``, ``hybrid``, ``bm25``, ``dense``);
-        see :func:`llama_index_car.indices._views.view` for the options."""
-        from llama_index_car.indices._views import view
+        see :func:`llama_index_car.retrievers.views.view` for the options. The index makes
+        its views and the views know their index: the module is imported here, at call
+        time, as LlamaIndex's ``VectorStoreIndex.as_retriever`` imports its retriever."""
+        from llama_index_car.retrievers.views import view
 
         return view(self, kind, **kwargs)
 
     def span_postprocessor(self, top_n: int = 3) -> CriterionSpanPostprocessor | None:
         """A :class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor`
         over the current span index, the embedding and the tokenizer (``None``: no spans)."""
-        from llama_index_car.indices._views import span_postprocessor
+        if self.spans is None:
+            return None
+        from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
 
-        return span_postprocessor(self, top_n)
+        return CriterionSpanPostprocessor(self.spans, self.embed_model,
+                                          tokenizer=self.tokenizer, top_n=top_n)
 
     def as_citation_engine(self, llm: Any, kind: str = "car", **kwargs: Any) -> Any:
         """A :class:`~llama_index_car.query_engines.SpanCitationQueryEngine` over the ``kind``
-        retriever (:func:`llama_index_car.indices._views.citation_engine`)."""
-        from llama_index_car.indices._views import citation_engine
+        retriever (:func:`llama_index_car.retrievers.views.citation_engine`)."""
+        from llama_index_car.retrievers.views import citation_engine
 
         return citation_engine(self, llm, kind, **kwargs)
 
@@ -396,8 +358,20 @@ class CriterionAwareIndex:
 
     @classmethod
     def load(cls, persist_dir: str | os.PathLike[str], **kwargs: Any) -> CriterionAwareIndex:
-        """Read what :meth:`persist` wrote (:func:`llama_index_car.indices._storage.read`:
-        ``vector_index``, ``embed_model``, ``tokenizer``, ``verify``)."""
+        """Read what :meth:`persist` wrote (:func:`llama_index_car.indices._storage.read`;
+        options ``vector_index``, ``embed_model``, ``tokenizer``, ``token_cache``, ``verify``).
+
+        The query embedding is the one ``index.json`` records
+        (:func:`~llama_index_car.providers.query_embedding`): ``embed_model`` (or the given
+        ``vector_index``'s) checked against it, else the recorded provider's —
+        ``$LLAMA_CAR_EMBED_MODEL`` does not apply; an index built with a custom embedding
+        needs it passed again.
+
+        Raises:
+            IndexPersistError: a file is missing, corrupt or malformed (named).
+            ConfigurationError: the embedding is not the recorded one, or a store-kept index
+                without ``vector_index``.
+        """
         from llama_index_car.indices._storage import read
 
         return read(cls, Path(persist_dir), **kwargs)
@@ -414,7 +388,7 @@ def _bind_vectors(
         if embed_model is None:
             from llama_index_car.providers import resolve_embed_model
 
-            embed_model = resolve_embed_model()  # $CAR_EMBED_MODEL, else offline e5
+            embed_model = resolve_embed_model()  # $LLAMA_CAR_EMBED_MODEL, else offline e5
         node_list = list(nodes or [])
         if not node_list:
             raise ConfigurationError("nodes is empty; pass the nodes to index")

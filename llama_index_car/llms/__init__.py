@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from llama_index_car._lazy import lazy_exports
 from llama_index_car.llms.deadline import DEFAULT_LLM_DEADLINE, llm_deadline
 
 _LAZY = {
@@ -20,8 +18,4 @@ _LAZY = {
 __all__ = ["DEFAULT_LLM_DEADLINE", "llm_deadline", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'llama_index_car.llms' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

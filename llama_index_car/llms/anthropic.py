@@ -57,13 +57,6 @@ from llama_index_car.llms.transport import (  # noqa: E402
     Bounds,
 )
 
-__all__ = [
-    "AnthropicDeadlineError",
-    "AnthropicResponseTooLargeError",
-    "BoundedAnthropic",
-    "DEFAULT_ANTHROPIC_MODEL",
-]
-
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
 _NOT_HERE = ("region", "project_id", "aws_region", "aws_access_key_id", "aws_secret_access_key")
 

@@ -29,8 +29,6 @@ from contextvars import ContextVar
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = ["DEFAULT_LLM_DEADLINE", "current_deadline", "llm_deadline"]
-
 #: default seconds for the LLM hypothesis of one query
 #: (``HypothesisCriterionRetriever.hypothesis_timeout``,
 #: ``llama-car query --llm-timeout``)

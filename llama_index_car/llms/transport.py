@@ -45,15 +45,6 @@ import httpx
 from llama_index_car._errors import ConfigurationError, LLMDeadlineError, ResponseTooLargeError
 from llama_index_car.llms.deadline import current_deadline
 
-__all__ = [
-    "AsyncBoundedTransport",
-    "Bounds",
-    "BoundedTransport",
-    "DEFAULT_MAX_RESPONSE_BYTES",
-    "retry_fits",
-    "sdk_retry_wait",
-]
-
 #: default cap on one LLM response body (1 MiB; a criterion hypothesis is a few hundred bytes)
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 20
 _SDK_MAX_HINT = 60.0  # Stainless SDKs obey a server's retry hint only in (0, 60] seconds

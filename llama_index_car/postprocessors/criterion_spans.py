@@ -28,7 +28,8 @@ Score of a span ``s`` for a query ``q`` (:func:`combine`)::
   vector (cosine; a cell has no vector of its own and takes its row's). No embedding happens
   here beyond the one query vector (``query_bundle.embedding`` when set);
 * ``bm25`` — Okapi BM25 of the query's Kiwi tokens against the span's
-  (:func:`span_bm25`), idf and average length over the node's own spans, divided by the best
+  (:func:`~llama_index_car.bm25.lucene_bm25`: Lucene's non-negative idf, idf and average
+  length over the node's own spans), divided by the best
   BM25 in the node (so it is in [0, 1]). A row known by its cells is the sum of the tokens of
   its column headers and cell values (each distinct text tokenized once and cached per node:
   the row texts, ~60% of a table's characters, are never tokenized themselves);
@@ -51,7 +52,6 @@ at their offsets), is cut on the fly and scored without the vector term.
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 from collections import Counter, OrderedDict
@@ -65,22 +65,12 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
+from llama_index_car._nodes import with_metadata
+from llama_index_car.bm25 import lucene_bm25
 from llama_index_car.postprocessors.span_rerank import check_span_inputs, query_vector
 from llama_index_car.span_index import SpanIndex
 from llama_index_car.spans import Span, cell_offsets, node_spans, table_header
 from llama_index_car.tokenizers.kiwi import DOMAIN_PATTERNS, KiwiTokenizer
-
-__all__ = [
-    "CRITERION_SPANS_KEY",
-    "CriterionSpanPostprocessor",
-    "DEFAULT_CRITERION_SPANS",
-    "SpanCandidate",
-    "combine",
-    "cue_score",
-    "question_cue",
-    "span_bm25",
-    "span_candidates",
-]
 
 CRITERION_SPANS_KEY = "criterion_spans"
 #: spans attached per hit by default
@@ -141,63 +131,6 @@ def question_cue(text: str) -> bool:
     (False, False)
     """
     return QUESTION_RE.search(text) is not None
-
-
-def span_bm25(
-    query: Sequence[str],
-    docs: Sequence[Sequence[str]],
-    collection: Sequence[Sequence[str]] | None = None,
-    k1: float = BM25_K1,
-    b: float = BM25_B,
-) -> list[float]:
-    """Okapi BM25 of each of ``docs`` for the distinct ``query`` tokens, with the document
-    frequencies and average length of ``collection`` (default ``docs``)::
-
-        bm25(d) = Σ_{t ∈ set(query)} idf(t) · tf(t,d)·(k1+1) / (tf(t,d) + k1·(1 − b + b·|d|/avgdl))
-        idf(t)  = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))
-
-    (Robertson–Spärck Jones idf in Lucene's non-negative form; ``N = len(collection)``).
-    With one term in one of two equally long spans, the score is the idf alone (the tf part
-    is ``(k1 + 1) / (1 + k1) = 1``): ``ln(1 + 1.5 / 1.5) = ln 2``.
-
-    >>> [round(x, 4) for x in span_bm25(["a", "a"], [["a", "b"], ["b", "c"]])]
-    [0.6931, 0.0]
-    """
-    counts = [Counter(d) for d in docs]
-    coll = counts if collection is None else [Counter(d) for d in collection]
-    coll_len = [len(d) for d in (docs if collection is None else collection)]
-    return _bm25_counts(query, counts, [len(d) for d in docs], coll, coll_len, k1, b)
-
-
-def _bm25_counts(
-    query: Sequence[str],
-    counts: Sequence[Mapping[str, int]],
-    lengths: Sequence[int],
-    coll: Sequence[Mapping[str, int]],
-    coll_lengths: Sequence[int],
-    k1: float = BM25_K1,
-    b: float = BM25_B,
-) -> list[float]:
-    """:func:`span_bm25` over term counts (``counts[i]``, ``lengths[i]`` of doc ``i``)."""
-    n = len(coll)
-    if n == 0 or not counts:
-        return [0.0] * len(counts)
-    terms = list(dict.fromkeys(query))
-    avgdl = sum(coll_lengths) / n or 1.0
-    idf = {}
-    for t in terms:
-        df = sum(1 for d in coll if t in d)
-        idf[t] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-    out = []
-    for tf, dl in zip(counts, lengths, strict=True):
-        norm = k1 * (1.0 - b + b * dl / avgdl)
-        score = 0.0
-        for t in terms:
-            f = tf.get(t, 0)
-            if f:
-                score += idf[t] * f * (k1 + 1.0) / (f + norm)
-        out.append(score)
-    return out
 
 
 def combine(
@@ -378,16 +311,8 @@ def _scored(
 
 
 def _with_spans(nws: NodeWithScore, spans: list[dict[str, Any]]) -> NodeWithScore:
-    node = nws.node
-    metadata = dict(node.metadata)
-    metadata[CRITERION_SPANS_KEY] = spans
-    update: dict[str, Any] = {"metadata": metadata}
-    for attr in ("excluded_embed_metadata_keys", "excluded_llm_metadata_keys"):
-        keys = list(getattr(node, attr))
-        if CRITERION_SPANS_KEY not in keys:
-            keys.append(CRITERION_SPANS_KEY)
-        update[attr] = keys
-    return NodeWithScore(node=node.model_copy(update=update), score=nws.score)
+    return NodeWithScore(node=with_metadata(nws.node, CRITERION_SPANS_KEY, spans),
+                         score=nws.score)
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,9 +437,10 @@ def _attach_spans(
         if lexical_on and p.counts is not None and p.lengths is not None:
             spans_only = [i for i, c in enumerate(p.candidates) if c.kind != "cell"] or list(
                 range(len(p.candidates)))
-            lexical = _bm25_counts(
+            lexical = lucene_bm25(
                 query_tokens, p.counts, p.lengths,
                 [p.counts[i] for i in spans_only], [p.lengths[i] for i in spans_only],
+                k1=BM25_K1, b=BM25_B,
             )
         else:
             lexical = [0.0] * len(p.candidates)

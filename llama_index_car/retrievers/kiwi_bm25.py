@@ -12,7 +12,7 @@ Behaviour:
   ranking is score descending, then earlier-indexed node first;
 * ``similarity_top_k`` above the number of nodes is clamped, with a ``UserWarning``;
 * ``filters`` (LlamaIndex ``MetadataFilters``; every operator, AND/OR/NOT, nested groups,
-  with the one meaning of :func:`llama_index_car.retrievers._filters.matches` that every
+  with the one meaning of :func:`llama_index_car._filters.matches` that every
   channel shares) restrict the returned nodes; the BM25 statistics stay those of the whole
   corpus (as LlamaIndex's ``BM25Retriever`` does);
 * a view: the nodes, arrays and tokenizer belong to a
@@ -44,20 +44,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_car._errors import ConfigurationError
-from llama_index_car._lexical import Lexical, Tokens, text_hash
 from llama_index_car.bm25 import BM25Okapi
+from llama_index_car.indices._lexical import Lexical, Tokens
 from llama_index_car.query_guard import guarded_retrieve
+from llama_index_car.retrievers._channels import check_view_filters
 from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from llama_index_car.indices.criterion_aware import CriterionAwareIndex, IndexSnapshot
-
-__all__ = ["KiwiBM25Retriever"]
+    from llama_index_car.indices._snapshot import IndexSnapshot
+    from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
 
 class KiwiBM25Retriever(BaseRetriever):
@@ -96,7 +96,6 @@ class KiwiBM25Retriever(BaseRetriever):
         index: CriterionAwareIndex | None = None,
         warn_small: bool = True,
     ) -> None:
-        from llama_index_car.indices._views import check_view_filters
         from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
         if not isinstance(similarity_top_k, int) or similarity_top_k < 1:
@@ -190,7 +189,7 @@ class KiwiBM25Retriever(BaseRetriever):
     ) -> KiwiBM25Retriever:
         """A view of a private index over a prebuilt BM25 whose document ``i`` is
         ``nodes[i]`` (no tokenization), e.g. the merged shards of
-        :func:`llama_index_car.distributed.merge_bm25_shards`; the tokens must be
+        :func:`llama_index_car.folder.ray.merge_bm25_shards`; the tokens must be
         ``tokenizer``'s of each node's EMBED text.
 
         Raises:
@@ -198,9 +197,7 @@ class KiwiBM25Retriever(BaseRetriever):
         """
         from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
-        nodes = list(nodes)
-        hashes = [text_hash(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in nodes]
-        lexical = Lexical.of(bm25, nodes, hashes)
+        lexical = Lexical.over(bm25, nodes)
         tokens = Tokens(tokenizer if tokenizer is not None else KiwiTokenizer())
         index = CriterionAwareIndex.from_parts(lexical, tokens)
         return cls(index=index, similarity_top_k=similarity_top_k, filters=filters,

@@ -12,15 +12,6 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-__all__ = [
-    "BodyLimit",
-    "BearerAuth",
-    "CSP",
-    "SecurityHeaders",
-    "error_body",
-    "one_line",
-]
-
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]

@@ -21,8 +21,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MAX_GRID_SLOTS", "segments", "table_html", "visible"]
-
 #: grid positions a table may fill with empty cells (a sparse hostile table of two cells at
 #: (9999, 0) and (0, 9999) would otherwise render 10^8 slots); past it only the cells render
 MAX_GRID_SLOTS = 200_000

@@ -26,8 +26,6 @@ from pydantic import Field
 from llama_index_car._errors import CarError
 from llama_index_car.serve._engine import FolderEngine
 
-__all__ = ["build_server"]
-
 #: seconds between two checks of the folder's ``CURRENT``
 REFRESH_SECONDS = 1.0
 

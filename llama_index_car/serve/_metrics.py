@@ -22,8 +22,6 @@ import math
 import threading
 from collections.abc import Sequence
 
-__all__ = ["DEFAULT_BUCKETS", "Metrics"]
-
 #: histogram upper bounds, seconds (``+Inf`` is added)
 DEFAULT_BUCKETS: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,

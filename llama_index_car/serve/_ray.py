@@ -18,8 +18,6 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["deployment", "serve_on_ray"]
-
 
 def deployment(folder: str, *, store: str | None, llm: str, llm_timeout: float,
                settings: Any, replicas: int) -> Any:

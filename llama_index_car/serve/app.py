@@ -47,8 +47,6 @@ from llama_index_car.serve._asgi import BearerAuth, BodyLimit, SecurityHeaders, 
 from llama_index_car.serve._engine import FolderEngine, dumps
 from llama_index_car.serve._metrics import Metrics
 
-__all__ = ["ServeSettings", "create_app"]
-
 logger = logging.getLogger("llama_index_car.serve")
 
 T = TypeVar("T")

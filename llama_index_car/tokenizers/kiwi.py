@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,17 +38,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llama_index_car._errors import ConfigurationError
+from llama_index_car.tokenizers._domain import DOMAIN_PATTERNS, canonical, domain_spans
 
 if TYPE_CHECKING:
     from kiwipiepy import Kiwi, Token
 
-__all__ = [
-    "CONTENT_TAGS",
-    "DEFAULT_KEEP_TAGS",
-    "DOMAIN_PATTERNS",
-    "KiwiTokenizer",
-    "get_kiwi",
-]
 
 #: Tags of :meth:`KiwiTokenizer.content_morphemes` (the lexical-overlap definition of the
 #: shared evaluation sets).
@@ -75,80 +68,6 @@ DEFAULT_KEEP_TAGS: tuple[str, ...] = (
 
 _NOUN_TAGS = frozenset({"NNG", "NNP"})
 _LEMMA_TAGS = frozenset({"VV", "VA", "VV-I", "VA-I", "VV-R", "VA-R"})
-
-_UNITS = (
-    "km/h",
-    "m/sec",
-    "m/s",
-    "mg/L",
-    "m²",
-    "m³",
-    "m2",
-    "m3",
-    "mm",
-    "cm",
-    "km",
-    "kg",
-    "kN",
-    "MPa",
-    "kPa",
-    "Pa",
-    "ton",
-    "kW",
-    "kV",
-    "dB",
-    "Hz",
-    "lx",
-    "ppm",
-    "ha",
-    "℃",
-    "°C",
-    "°",
-    "%",
-    "t",
-    "m",
-    "L",
-    "W",
-    "V",
-    "N",
-)
-
-#: ``(name, regex, Kiwi tag)`` in priority order; the first matching alternative wins at a
-#: position, matches never overlap. Part of the tokenizer spec. Every span is tagged
-#: ``W_SERIAL``: with ``SN`` Kiwi 0.24 mis-analyses a following 를 as ``르/NNG ᆯ/JKO``
-#: (``1:1.5를``, ``제3조를``, even a bare ``1.5를``), with ``W_SERIAL`` it does not.
-DOMAIN_PATTERNS: tuple[tuple[str, str, str], ...] = (
-    ("article", r"제\d+(?:조|항|호|장|절|편|관)(?:의\d+)?", "W_SERIAL"),
-    ("dotted_clause", r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d]|\.\d)", "W_SERIAL"),
-    ("dashed_clause", r"(?<![\d-])\d+(?:-\d+)+(?![\d]|-\d)", "W_SERIAL"),
-    ("ratio", r"(?<![\d.:])\d+(?:\.\d+)?\s?:\s?\d+(?:\.\d+)?(?![\d]|:\d)", "W_SERIAL"),
-    (
-        "number_unit",
-        r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?\s?(?:UNITS)(?![A-Za-z²³])"
-        r"|(?<![\d.,])\d+(?:\.\d+)?\s?(?:UNITS)(?![A-Za-z²³])".replace(
-            "UNITS", "|".join(re.escape(u) for u in _UNITS)
-        ),
-        "W_SERIAL",
-    ),
-    ("roman_unicode", r"[\u2160-\u216B\u2170-\u217B]", "W_SERIAL"),
-    ("roman_ascii", r"(?<![A-Za-z])(?=[IVX])X{0,3}(?:IX|IV|V?I{0,3})(?![A-Za-z])", "W_SERIAL"),
-    (
-        "number",
-        r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|(?<![\d.,])\d+(?:\.\d+)?(?!\d)",
-        "W_SERIAL",
-    ),
-)
-
-_DOMAIN_RE = re.compile("|".join(f"(?P<{name}>{rx})" for name, rx, _ in DOMAIN_PATTERNS))
-_DOMAIN_TAG = {name: tag for name, _, tag in DOMAIN_PATTERNS}
-_ROMAN = {
-    chr(0x2160 + i): r
-    for i, r in enumerate(
-        ["I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII"]
-    )
-}
-_ROMAN.update({chr(0x2170 + i): r for i, r in enumerate(_ROMAN.values())})
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3})")
 
 _KIWI_CACHE: dict[tuple[Any, ...], Kiwi] = {}
 #: Fields that change speed, not tokens: left out of the spec and its hash.
@@ -200,28 +119,6 @@ def get_kiwi(
                 kiwi.add_user_word(word, tag, score)
             _KIWI_CACHE[key] = kiwi
     return kiwi
-
-
-def domain_spans(text: str) -> list[tuple[int, int, str]]:
-    """``(start, end, tag)`` of every :data:`DOMAIN_PATTERNS` match (Kiwi ``pretokenized``).
-
-    >>> domain_spans("경사 1:1.5, 제3조")
-    [(3, 8, 'W_SERIAL'), (10, 13, 'W_SERIAL')]
-    """
-    out: list[tuple[int, int, str]] = []
-    for m in _DOMAIN_RE.finditer(text):
-        if m.end() > m.start() and m.lastgroup is not None:
-            out.append((m.start(), m.end(), _DOMAIN_TAG[m.lastgroup]))
-    return out
-
-
-def _canonical(form: str, lowercase: bool) -> str:
-    form = form.replace(" ", "")
-    if "," in form:
-        form = _THOUSANDS.sub("", form)
-    if _ROMAN.keys() & set(form):
-        form = "".join(_ROMAN.get(c, c) for c in form)
-    return form.lower() if lowercase else form
 
 
 class KiwiTokenizer(BaseModel):
@@ -550,7 +447,7 @@ def retrieval_tokens(
 
     def flush() -> None:
         if len(run) >= 2 and (compounds == "all" or run[-1].form in heads):
-            out.append(_canonical("".join(t.form for t in run), lowercase))
+            out.append(canonical("".join(t.form for t in run), lowercase))
         run.clear()
 
     for t in morphs:
@@ -564,7 +461,7 @@ def retrieval_tokens(
                     run.append(t)
         if tag in keep:
             form = t.lemma if t.tag in _LEMMA_TAGS else t.form
-            out.append(_canonical(form, lowercase))
+            out.append(canonical(form, lowercase))
     flush()
     return [t for t in out if t and t not in stop] if stop else [t for t in out if t]
 

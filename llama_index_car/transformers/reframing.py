@@ -41,8 +41,6 @@ from llama_index_car.framing import (
     reframe_title,
 )
 
-__all__ = ["CriterialReframer"]
-
 _HEADER = "## "
 
 

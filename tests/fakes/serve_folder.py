@@ -67,7 +67,7 @@ def source_folder(dest: Path, files: tuple[str, ...] = DEMO_FILES, hostile: bool
 
 def build_folder(source: Path, persist: Path) -> Path:
     """Index ``source`` into ``persist`` with the defaults (offline e5, spans)."""
-    from llama_index_car.pipeline import build_index
+    from llama_index_car.folder import build_index
 
     build_index(source, persist)
     return persist

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-__all__ = ["HWPXError", "HWPXEncryptedError", "HWPXFormatError", "HWPXLimitError"]
+__all__ = [
+    "HMLFormatError", "HMLLimitError", "HWPEncryptedError", "HWPFormatError", "HWPLimitError",
+    "HWPXError", "HWPXEncryptedError", "HWPXFormatError", "HWPXLimitError",
+]
 
 
 class HWPXError(Exception):
@@ -79,6 +82,39 @@ class HWPXLimitError(HWPXFormatError):
             f"{self.reader_name}({limit}={_suggest(value)})",
             part=part,
         )
+
+
+class HWPFormatError(HWPXFormatError):
+    """The file is not a readable HWP 5 document: not an OLE2 compound file, an HWP 3.x file,
+    a missing, corrupt or truncated stream, a record running past its stream, a limit
+    exceeded. A subclass of :class:`HWPXFormatError`; the message names the file (and the
+    stream, e.g. ``BodyText/Section0``)."""
+
+
+class HWPLimitError(HWPFormatError, HWPXLimitError):
+    """A reader limit was exceeded by an HWP 5 file (``limit``, ``value``, ``maximum``)."""
+
+    reader_name: ClassVar[str] = "HWPReader"
+
+
+class HWPEncryptedError(HWPXEncryptedError):
+    """A password-protected HWP 5 document, or a distribution document (배포용 문서, whose
+    body Hangul stores encrypted in ``ViewText``): neither is decrypted by this reader."""
+
+
+class HMLFormatError(HWPXFormatError):
+    """The file is not a readable HWPML 2.x document (malformed XML, a DOCTYPE, a root other
+    than ``HWPML``, no ``BODY``/``SECTION``, a bad table attribute, a limit exceeded).
+
+    A subclass of :class:`HWPXFormatError`, so code catching the HWPX reader's errors also
+    catches these; the message names the file."""
+
+
+class HMLLimitError(HMLFormatError, HWPXLimitError):
+    """A reader limit was exceeded by an HWPML file: both an :class:`HMLFormatError` and an
+    :class:`HWPXLimitError` (``limit``, ``value``, ``maximum`` name what to raise)."""
+
+    reader_name: ClassVar[str] = "HMLReader"
 
 
 def _suggest(value: float) -> str:

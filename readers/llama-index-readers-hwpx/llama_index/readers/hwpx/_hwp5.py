@@ -52,7 +52,14 @@ from dataclasses import dataclass, field
 from io import BytesIO
 from typing import Any
 
-from llama_index.readers.hwpx._errors import HWPXEncryptedError, HWPXFormatError, HWPXLimitError
+from llama_index.readers.hwpx._errors import (
+    HWPEncryptedError,
+    HWPFormatError,
+    HWPLimitError,
+    HWPXEncryptedError,
+    HWPXFormatError,
+    HWPXLimitError,
+)
 from llama_index.readers.hwpx._package import OLE2_MAGIC, RATIO_FLOOR_BYTES, Limits
 from lxml import etree
 
@@ -139,14 +146,10 @@ class _Budget:
 def _limit(
     file: str, message: str, limit: str, value: float, maximum: float, part: str | None
 ) -> HWPXLimitError:
-    from llama_index.readers.hwpx.hwp import HWPLimitError
-
     return HWPLimitError(file, message, limit=limit, value=value, maximum=maximum, part=part)
 
 
 def _format(file: str, message: str, part: str | None = None) -> HWPXFormatError:
-    from llama_index.readers.hwpx.hwp import HWPFormatError
-
     return HWPFormatError(file, message, part=part)
 
 
@@ -443,8 +446,6 @@ def summary_title(raw: bytes) -> str:
 
 
 def _encrypted(file: str, message: str) -> HWPXEncryptedError:
-    from llama_index.readers.hwpx.hwp import HWPEncryptedError
-
     return HWPEncryptedError(file, message)
 
 

@@ -72,6 +72,10 @@ class HWPXFailure:
     error_type: str
 
 
+#: format name -> the reader class whose ``native_format`` it is (filled as classes are defined)
+_READERS: dict[str, type[HWPXReader]] = {}
+
+
 @dataclass
 class ParsedHWPX:
     """Everything read from one file. ``sections[i]`` are section i's blocks (spine order)."""
@@ -154,6 +158,10 @@ class HWPXReader(BasePydanticReader):
     # a Python function, not the builtin `list`: pydantic inspects the factory's signature on
     # every construction, and inspect.signature(list) parses its text signature (~1 ms)
     _failures: list[HWPXFailure] = PrivateAttr(default_factory=lambda: [])
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _READERS.setdefault(cls.native_format, cls)  # the first class of a format reads it
 
     @classmethod
     def class_name(cls) -> str:
@@ -414,15 +422,10 @@ def sniff_format(data: bytes) -> str | None:
 
 
 def _reader_class(kind: str) -> type[HWPXReader]:
-    if kind == "hwp":
-        from llama_index.readers.hwpx.hwp import HWPReader
-
-        return HWPReader
-    if kind == "hml":
-        from llama_index.readers.hwpx.hml import HMLReader
-
-        return HMLReader
-    return HWPXReader
+    """The reader of format ``kind``: the class that declared it as its ``native_format``
+    (every reader registers itself when its class is defined, :meth:`HWPXReader.__init_subclass__`;
+    the package imports the three), so this module never imports its subclasses."""
+    return _READERS.get(kind, HWPXReader)
 
 
 def suffix_name(reader: HWPXReader) -> str:

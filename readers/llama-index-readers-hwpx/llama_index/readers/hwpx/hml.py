@@ -29,7 +29,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from llama_index.readers.hwpx._errors import HWPXError, HWPXFormatError, HWPXLimitError
+from llama_index.readers.hwpx._errors import (
+    HMLFormatError,
+    HMLLimitError,
+    HWPXError,
+    HWPXFormatError,
+    HWPXLimitError,
+)
 from llama_index.readers.hwpx._package import local, parse_xml
 from llama_index.readers.hwpx._parse import Block, FileState, SectionWalker
 from llama_index.readers.hwpx.base import HWPXReader, ParsedHWPX
@@ -38,21 +44,6 @@ from lxml import etree
 __all__ = ["HMLReader", "HMLFormatError", "HMLLimitError"]
 
 _PART = "HWPML"
-
-
-class HMLFormatError(HWPXFormatError):
-    """The file is not a readable HWPML 2.x document (malformed XML, a DOCTYPE, a root other
-    than ``HWPML``, no ``BODY``/``SECTION``, a bad table attribute, a limit exceeded).
-
-    A subclass of :class:`HWPXFormatError`, so code catching the HWPX reader's errors also
-    catches these; the message names the file."""
-
-
-class HMLLimitError(HMLFormatError, HWPXLimitError):
-    """A reader limit was exceeded by an HWPML file: both an :class:`HMLFormatError` and an
-    :class:`HWPXLimitError` (``limit``, ``value``, ``maximum`` name what to raise)."""
-
-    reader_name: ClassVar[str] = "HMLReader"
 
 
 def _as_hml(exc: HWPXFormatError, file: str, part: str) -> HMLFormatError:

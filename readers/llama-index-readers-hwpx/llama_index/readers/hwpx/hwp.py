@@ -25,7 +25,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from llama_index.readers.hwpx._errors import (
-    HWPXEncryptedError,
+    HWPEncryptedError,
+    HWPFormatError,
+    HWPLimitError,
     HWPXFormatError,
     HWPXLimitError,
 )
@@ -41,24 +43,6 @@ from llama_index.readers.hwpx.base import HWPXReader, ParsedHWPX
 from pydantic import Field
 
 __all__ = ["HWPReader", "HWPFormatError", "HWPLimitError", "HWPEncryptedError"]
-
-
-class HWPFormatError(HWPXFormatError):
-    """The file is not a readable HWP 5 document: not an OLE2 compound file, an HWP 3.x file,
-    a missing, corrupt or truncated stream, a record running past its stream, a limit
-    exceeded. A subclass of :class:`HWPXFormatError`; the message names the file (and the
-    stream, e.g. ``BodyText/Section0``)."""
-
-
-class HWPLimitError(HWPFormatError, HWPXLimitError):
-    """A reader limit was exceeded by an HWP 5 file (``limit``, ``value``, ``maximum``)."""
-
-    reader_name: ClassVar[str] = "HWPReader"
-
-
-class HWPEncryptedError(HWPXEncryptedError):
-    """A password-protected HWP 5 document, or a distribution document (배포용 문서, whose
-    body Hangul stores encrypted in ``ViewText``): neither is decrypted by this reader."""
 
 
 def _as_hwp(exc: HWPXFormatError, file: str, part: str) -> HWPFormatError:

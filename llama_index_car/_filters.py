@@ -52,8 +52,6 @@ from llama_index.core.vector_stores.types import (
 
 from llama_index_car._errors import ConfigurationError
 
-__all__ = ["STORE_RULES", "StoreRules", "check_filters", "matches", "store_rules"]
-
 MAX_DEPTH = 8
 MAX_LEAVES = 1000
 MAX_KEY_CHARS = 128

@@ -1,4 +1,4 @@
-"""Distributed ingestion on Ray Data: the index folder of :func:`~llama_index_car.pipeline.build_index`
+"""Distributed ingestion on Ray Data: the index folder of :func:`~llama_index_car.folder.build_index`
 built by a Ray cluster.
 
 :func:`build_index_ray` runs the per-file work of the single-process pipeline as Ray Data batch
@@ -9,14 +9,15 @@ maps over the list of files, then writes the same index folder on the driver::
       .map_batches(_tokenize)         KiwiTokenizer -> per-node term counts
       .map_batches(_embed)            embedding (model created once per worker process)
     driver: rows sorted by (file_index, node_pos) -> nodes in single-process order;
-            per-file BM25 shards -> merge_bm25_shards (global IDF) -> KiwiBM25Retriever;
-            vectors -> VectorStoreIndex; car_index.json
+            per-file BM25 shards -> merge_bm25_shards (global IDF) -> the BM25 state;
+            finish_build (the local build's tail): vectors -> VectorStoreIndex, the
+            folder's index and car_index.json
 
 What is the same as the single-process path (checked by ``tests/test_distributed.py``):
 node ids, texts and metadata (``doc_to_json``), the embedding of every node (float32 values,
 as the single-process path's embedding cache returns them), and the BM25 statistics and
 scores (the merged count matrix equals the single-process one, so IDF is global). Files that
-fail to read are :class:`~llama_index_car.pipeline.FileFailure` entries, never an aborted
+fail to read are :class:`~llama_index_car.folder.FileFailure` entries, never an aborted
 batch. The vector store is still built on the driver.
 
 Ray is an optional extra: ``pip install 'llama-index-car[ray]'``. ``ray_address=None``
@@ -47,29 +48,28 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
-from llama_index_car._errors import ConfigurationError, require
+from llama_index_car._errors import ConfigurationError, NothingToIndexError, require
+from llama_index_car.folder.keys import key_documents, source_keys, text_digest, twin_canon
+from llama_index_car.folder.options import BuildOptions
+from llama_index_car.folder.record import BuildSummary
+from llama_index_car.folder.sources import (
+    FileFailure,
+    file_extractor,
+    find_source_files,
+    load_source_file,
+    read_errors,
+    sha256_file,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
     from llama_index.core.schema import BaseNode
 
     from llama_index_car.bm25 import BM25Okapi
-    from llama_index_car.pipeline import BuildSummary, FileFailure
     from llama_index_car.span_index import SpanIndex
-    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
-__all__ = [
-    "BM25Shard",
-    "RayConnectionError",
-    "RayIngestResult",
-    "build_index_ray",
-    "ingest_ray",
-    "merge_bm25_shards",
-    "ray_builder",
-    "shard_from_term_counts",
-]
 
-#: texts per embedding call on a worker (the single-process ``INDEX_CACHE_BATCH``)
+#: texts per embedding call on a worker (the local build's ``INDEX_CACHE_BATCH``)
 EMBED_BATCH = 32
 
 
@@ -141,8 +141,6 @@ def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> d
     from llama_index.core.storage.docstore.utils import doc_to_json
     from llama_index.readers.hwpx import HWPXNodeParser
 
-    from llama_index_car.pipeline import file_extractor, load_source_file, read_errors
-
     errors = read_errors()
     readers = file_extractor()
     parser = HWPXNodeParser(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
@@ -155,8 +153,6 @@ def _read_parse(batch: dict[str, Any], chunk_size: int, chunk_overlap: int) -> d
                   "documents": 0, "node": "", "text": "", "text_digest": ""} | kw
         for k in keys:
             out[k].append(values[k])
-
-    from llama_index_car.pipeline import key_documents, text_digest
 
     for fi, path, key, digest in zip(
         batch["file_index"], batch["path"], batch["key"], batch["digest"], strict=True
@@ -345,39 +341,28 @@ def _connect(ray: Any, address: str | None, num_cpus: int | None,
 
 def ingest_ray(
     source: str | Path | Sequence[str | Path],
+    options: BuildOptions | None = None,
     *,
-    embed_model: BaseEmbedding | None = None,
-    embed: str | None = None,
-    chunk_size: int = 1000,
-    chunk_overlap: int = 150,
-    tokenizer: KiwiTokenizer | None = None,
-    k1: float = 1.5,
-    b: float = 0.75,
-    epsilon: float = 0.25,
     ray_address: str | None = None,
     num_cpus: int | None = None,
     runtime_env: dict[str, Any] | None = None,
-    on_error: Callable[[FileFailure], None] | None = None,
-    show_progress: bool = False,
-    spans: bool = True,
 ) -> RayIngestResult:
     """Read, parse, tokenize and embed HWP/HWPX/HML files on Ray; merge the BM25 shards on the driver.
 
     Args:
         source: a folder (searched recursively) or files, as for ``build_index``.
-        embed_model: an embedding object shipped to the workers (it must pickle); default:
-            the provider ``embed`` (``e5``, ``use``, ``openai``; ``None`` = ``CAR_EMBED_MODEL``
-            on the driver, else ``e5``), created once per Ray worker process.
-        tokenizer: BM25 tokenizer (default ``KiwiTokenizer()``, as ``KiwiBM25Retriever``).
-        k1, b, epsilon: BM25Okapi parameters (1.5, 0.75, 0.25).
+        options: :class:`~llama_index_car.folder.BuildOptions`: ``embed_model`` is shipped
+            to the workers (it must pickle); default: the provider ``embed`` (``e5``,
+            ``use``, ``openai``; ``None`` = ``$LLAMA_CAR_EMBED_MODEL`` on the driver, else
+            ``e5``), created once per Ray worker process. ``chunk_size``/``chunk_overlap``,
+            ``spans`` (embed every node's spans on the workers too: ``RayIngestResult.spans``,
+            the span index ``build_index`` would build), ``on_error`` (called on the driver
+            with each :class:`FileFailure`) and ``show_progress`` (Ray Data's bars) as for
+            ``build_index``. The BM25 tokenizer and parameters are ``build_index``'s.
         ray_address: ``None`` = start a local cluster with ``num_cpus`` CPUs (default: all);
             ``"auto"`` = the running cluster of this machine; ``"ray://host:port"`` = a Ray
             client. An already initialised Ray session is used as it is.
         runtime_env: Ray ``runtime_env`` for the workers (e.g. ``{"pip": [...]}``).
-        on_error: called on the driver with each :class:`FileFailure`.
-        show_progress: Ray Data progress bars.
-        spans: embed every node's spans on the workers too (``RayIngestResult.spans``, the
-            :class:`~llama_index_car.span_index.SpanIndex` ``build_index`` would build).
 
     Raises:
         MissingDependencyError: ``ray`` is not installed.
@@ -386,21 +371,24 @@ def ingest_ray(
     """
     from llama_index.core.storage.docstore.utils import json_to_doc
 
-    from llama_index_car.pipeline import FileFailure, _sha256_file, find_source_files, source_keys
+    from llama_index_car.folder.build import chunking
     from llama_index_car.providers import embed_provider
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
+    options = options or BuildOptions()
+    chunk_size, chunk_overlap = chunking(options)
+    spans, on_error = options.spans, options.on_error
     start = time.perf_counter()
     files = find_source_files(source)
-    tok = tokenizer if tokenizer is not None else KiwiTokenizer()
-    provider = embed_provider(embed)
+    tok = KiwiTokenizer()
+    provider = embed_provider(options.embed)
     ray = _ray()
     started = _connect(ray, ray_address, num_cpus, runtime_env)
     try:
         keys = source_keys(source, files)
-        keyed = [(f, keys[str(f)], _sha256_file(f)) for f in files]
-        args = (keyed, chunk_size, chunk_overlap, tok.to_dict(), provider, embed_model,
-                show_progress, spans)
+        keyed = [(f, keys[str(f)], sha256_file(f)) for f in files]
+        args = (keyed, chunk_size, chunk_overlap, tok.to_dict(), provider, options.embed_model,
+                options.show_progress, spans)
         if ray.util.client.ray.is_connected():
             # Ray Data does not run over Ray Client: execute the dataset in a task on the
             # cluster (it uses no CPU slot itself) and bring the rows back
@@ -411,8 +399,6 @@ def ingest_ray(
         if started:
             ray.shutdown()
     rows.sort(key=lambda r: (int(r["file_index"]), int(r["node_pos"])))
-    from llama_index_car.pipeline import twin_canon
-
     key_of = {i: key for i, (_, key, _) in enumerate(keyed)}
     digests = {key_of[int(r["file_index"])]: str(r["text_digest"]) for r in rows
                if int(r["node_pos"]) < 0 and not r["error"] and r["text_digest"]}
@@ -444,7 +430,7 @@ def ingest_ray(
             ([str(t) for t in r["terms"]], [int(c) for c in r["tfs"]])
         )
     shards = [shard_from_term_counts(per_file[fi]) for fi in sorted(per_file)]
-    bm25 = merge_bm25_shards(shards, k1=k1, b=b, epsilon=epsilon)
+    bm25 = merge_bm25_shards(shards)
     from llama_index_car.span_index import SpanIndex
 
     return RayIngestResult(
@@ -458,69 +444,64 @@ def ingest_ray(
 def build_index_ray(
     source: str | Path | Sequence[str | Path],
     persist_dir: str | Path,
+    options: BuildOptions | None = None,
     *,
-    embed_model: BaseEmbedding | None = None,
-    embed: str | None = None,
-    chunk_size: int | None = None,
-    chunk_overlap: int | None = None,
-    show_progress: bool = False,
-    overwrite: bool = False,
-    on_error: Callable[[FileFailure], None] | None = None,
     ray_address: str | None = None,
     num_cpus: int | None = None,
     runtime_env: dict[str, Any] | None = None,
-    spans: bool = True,
 ) -> BuildSummary:
-    """:func:`~llama_index_car.pipeline.build_index` with the per-file work on Ray.
+    """:func:`~llama_index_car.folder.build_index` with the per-file work on Ray.
 
-    Same arguments and the same folder (``car_index.json``, ``vector/``, ``bm25/``, ``spans/``:
-    the workers embed the spans too); see :func:`ingest_ray` for the Ray arguments.
-    ``show_progress`` shows Ray Data's progress bars. There is no embedding cache on this path:
-    workers embed every node (the cache is a local folder that remote workers cannot share).
+    The same options (:class:`~llama_index_car.folder.BuildOptions`) and the same folder
+    (``car_index.json`` and the index: nodes, BM25 arrays, vectors, spans — the workers
+    embed the spans too); see :func:`ingest_ray` for the Ray arguments. The workers embed
+    every node: there is no embedding cache on this path (it is a local folder that remote
+    workers cannot share), and no store yet.
 
     Raises:
-        ConfigurationError: as ``build_index`` (non-empty folder, nothing to index).
+        ConfigurationError: as ``build_index`` (non-empty folder, nothing to index), or
+            ``options.store`` / ``options.cache_dir`` given (refused, not ignored).
     """
-    from llama_index_car.pipeline import (
-        NothingToIndexError,
-        _resolve_embed,
-        _sha256_file,
-        finish_build,
-        source_keys,
-        writable_folder,
-    )
-    from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
+    from llama_index_car.folder.build import SourceRead, chunking, finish_build, writable_folder
+    from llama_index_car.folder.embed import resolve_embed
+    from llama_index_car.indices._lexical import Lexical, Tokens
+    from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
-    chunk_size = 1000 if chunk_size is None else chunk_size
-    chunk_overlap = 150 if chunk_overlap is None else chunk_overlap
+    options = options or BuildOptions()
+    unsupported = [flag for flag, value in (("--store", options.store),
+                                            ("--cache-dir", options.cache_dir)) if value]
+    if unsupported:
+        raise ConfigurationError(
+            f"--ray cannot be combined with {', '.join(unsupported)} yet; "
+            "index without --ray, or without those options"
+        )
+    chunk_size, chunk_overlap = chunking(options)
     start = time.perf_counter()
-    out = writable_folder(persist_dir, overwrite, "or pass overwrite=True (--overwrite)")
-    model, provider = _resolve_embed(embed_model, embed)
-    res = ingest_ray(
-        source, embed_model=embed_model, embed=embed, chunk_size=chunk_size,
-        chunk_overlap=chunk_overlap, ray_address=ray_address, num_cpus=num_cpus,
-        runtime_env=runtime_env, on_error=on_error, show_progress=show_progress, spans=spans,
-    )
+    out = writable_folder(persist_dir, options.overwrite, "or pass overwrite=True (--overwrite)")
+    model = resolve_embed(options.embed_model, options.embed)
+    res = ingest_ray(source, options, ray_address=ray_address, num_cpus=num_cpus,
+                     runtime_env=runtime_env)
     nodes = res.nodes
     if not nodes:
         raise NothingToIndexError(
             f"no text could be indexed from {len(res.files)} file(s) "
             f"({len(res.failures)} failed to parse); check the files listed above"
         )
+    files = [Path(f) for f in res.files]
     return finish_build(  # the same folder as build_index
-        out, model=model, provider=provider, nodes=nodes,
+        out, model=model, nodes=nodes,
         vectors={n.node_id: e for n, e in zip(nodes, res.embeddings, strict=True)},
-        lexical=KiwiBM25Retriever.from_bm25(nodes, res.bm25).index, spans=res.spans,
-        keys=source_keys(source, [Path(f) for f in res.files]),
-        hashes={str(f): _sha256_file(Path(f)) for f in res.files},
-        documents=res.documents, failures=res.failures, chunk_size=chunk_size,
-        chunk_overlap=chunk_overlap, store=None, record=None, start=start,
-        digests=res.digests,
+        lexical=Lexical.over(res.bm25, nodes), tokens=Tokens(KiwiTokenizer()), spans=res.spans,
+        read=SourceRead(source_keys(source, files), {str(f): sha256_file(f) for f in files},
+                        res.documents, res.failures, res.digests),
+        chunk_size=chunk_size, chunk_overlap=chunk_overlap, store=None, record=None,
+        start=start,
     )
 
 
 def ray_builder(address: str) -> Callable[..., BuildSummary]:
-    """``build_index_ray`` bound to ``--ray ADDRESS`` (``"local"`` = a new local cluster).
+    """``build_index_ray`` bound to ``--ray ADDRESS`` (``"local"`` = a new local cluster),
+    with ``build_index``'s signature.
 
     Raises:
         ConfigurationError: ``address`` is not ``local``, ``auto``, ``ray://HOST:PORT`` or
@@ -535,17 +516,10 @@ def ray_builder(address: str) -> Callable[..., BuildSummary]:
     _ray()
     ray_address = None if address == "local" else address
 
-    def build(*args: Any, **kwargs: Any) -> BuildSummary:
-        # build_index options the Ray path does not have yet (an index hook for the lead:
-        # forward them once build_index_ray writes to external stores / updates in place)
-        # (--cache-dir: the embedding cache is local; remote workers embed every node)
-        given = [k for k in ("store", "update", "cache_dir") if kwargs.pop(k, None)]
-        if given:
-            flags = ", ".join("--" + k.replace("_", "-") for k in given)
-            raise ConfigurationError(
-                f"--ray cannot be combined with {flags} yet; "
-                "index without --ray, or without those options"
-            )
-        return build_index_ray(*args, ray_address=ray_address, **kwargs)
+    def build(
+        source: str | Path | Sequence[str | Path], persist_dir: str | Path,
+        options: BuildOptions | None = None,
+    ) -> BuildSummary:
+        return build_index_ray(source, persist_dir, options, ray_address=ray_address)
 
     return build

@@ -30,10 +30,8 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from llama_index_car._errors import ConfigurationError
+from llama_index_car._filters import matches
 from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
-from llama_index_car.retrievers._filters import matches
-
-__all__ = ["Lexical", "Tokens", "check_unique", "matches", "text_hash"]
 
 
 def text_hash(text: str) -> str:
@@ -71,6 +69,26 @@ class Lexical:
             )
         check_unique(nodes)
         return cls(bm25, tuple(nodes), tuple(hashes), {n.node_id: i for i, n in enumerate(nodes)})
+
+    @classmethod
+    def build(
+        cls, nodes: Sequence[BaseNode], tokens: Tokens, *, k1: float = 1.5, b: float = 0.75,
+        epsilon: float = 0.25,
+    ) -> Lexical:
+        """The state over ``nodes`` (unique ids) tokenized by ``tokens``: BM25Okapi with
+        ``k1``, ``b``, ``epsilon`` (rank_bm25's defaults)."""
+        nodes = list(nodes)
+        check_unique(nodes)
+        toks, hashes = tokens.of(nodes)
+        return cls.of(BM25Okapi(toks, k1=k1, b=b, epsilon=epsilon), nodes, hashes)
+
+    @classmethod
+    def over(cls, bm25: BM25Okapi, nodes: Sequence[BaseNode]) -> Lexical:
+        """The state over a prebuilt ``bm25`` whose document ``i`` is ``nodes[i]`` (e.g.
+        merged Ray shards): nothing tokenized, the text hashes of the nodes' EMBED text."""
+        nodes = list(nodes)
+        hashes = [text_hash(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in nodes]
+        return cls.of(bm25, nodes, hashes)
 
     def without(self, node_ids: Iterable[str]) -> Lexical:
         """A new state without ``node_ids`` (unknown ids: :class:`ConfigurationError`)."""
@@ -135,7 +153,7 @@ class Lexical:
 
     def mask(self, filters: MetadataFilters | None) -> np.ndarray | None:
         """Which nodes pass ``filters`` (``None``: no filter), by
-        :func:`llama_index_car.retrievers._filters.matches`: the one meaning of a filter on
+        :func:`llama_index_car._filters.matches`: the one meaning of a filter on
         every channel."""
         if filters is None or not filters.filters:
             return None
