@@ -259,6 +259,74 @@ def test_corrupt_disk_cache_is_ignored(tmp_path: Path) -> None:
     assert json.loads((tmp_path / f"{hyp.cache_key(QUERY)}.json").read_text())["text"]
 
 
+def _plant(path: Path, kind: str) -> None:
+    """A hostile cache file of ``kind`` at ``path``."""
+    import os
+
+    good = {"format_version": 1, "text": "심어진 가설", "criteria": ["심어진"], "query": QUERY}
+    if kind == "symlink to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "oversize":
+        path.write_text(json.dumps({**good, "pad": "x" * (llm_mod.MAX_CACHE_FILE_BYTES + 1)}))
+    elif kind == "group-writable":
+        path.write_text(json.dumps(good))
+        path.chmod(0o664)
+    elif kind == "symlink to a good file":
+        target = path.with_name("elsewhere.txt")
+        target.write_text(json.dumps(good))
+        path.symlink_to(target)
+    elif kind == "text not a string":
+        path.write_text(json.dumps({**good, "text": ["a", "b"]}))
+    elif kind == "criteria a string":
+        path.write_text(json.dumps({**good, "criteria": "배수시설"}))
+    elif kind == "criteria not strings":
+        path.write_text(json.dumps({**good, "criteria": [{"a": 1}]}))
+    elif kind == "deeply nested":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif kind == "not utf-8":
+        path.write_bytes(b'{"text": "' + bytes([0xFF, 0xFE]) + b'"}')
+    else:  # pragma: no cover
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", [
+    "symlink to /dev/zero", "fifo", "oversize", "group-writable", "symlink to a good file",
+    "text not a string", "criteria a string", "criteria not strings", "deeply nested",
+    "not utf-8",
+])
+def test_hostile_disk_cache_file_is_a_miss_with_one_warning(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The hypothesis cache is untrusted input: a planted file is never used (the LLM is
+    asked, its answer replaces the file), never hangs or exhausts memory, and is named in
+    one warning."""
+    import threading
+
+    hyp, llm = make([GOOD], cache_dir=tmp_path)
+    path = tmp_path / f"{hyp.cache_key(QUERY)}.json"
+    _plant(path, kind)
+    result: list[Any] = []
+    done = threading.Event()
+
+    def ask() -> None:
+        try:
+            result.append(hyp.hypothesize(QUERY))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            result.append(exc)
+        done.set()
+
+    with caplog.at_level("WARNING", logger=llm_mod.logger.name):
+        threading.Thread(target=ask, daemon=True).start()
+        assert done.wait(60), f"hypothesize hung on a {kind} cache file"
+    got = result[0]
+    assert not isinstance(got, BaseException), got
+    assert not got.cached and got.text == "신축이음장치 설치기준"  # the LLM's, not the planted one
+    assert len(llm.prompts) == 1
+    assert any(str(path) in r.getMessage() for r in caplog.records), caplog.text
+
+
 def test_the_hypothesizer_never_retries_a_failing_llm() -> None:
     """Retries belong to the LLM client (its max_retries): one failing call, one error."""
     hyp, llm = make([StatusError(503), GOOD])

@@ -54,6 +54,7 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
 from llama_index_car._errors import ConfigurationError, HypothesisError
+from llama_index_car._files import read_owned_file
 from llama_index_car.hypothesizers.base import (
     BaseCriterionHypothesizer,
     CriterionHypothesis,
@@ -64,6 +65,9 @@ from llama_index_car.hypothesizers.prompts import CRITERION_HYPOTHESIS_PROMPT, H
 logger = logging.getLogger(__name__)
 
 CACHE_FORMAT_VERSION = 1
+#: a cache file larger than this is refused unread (a payload is a few hundred bytes: the
+#: hypothesis is at most 4,000 characters and 32 criteria of 64)
+MAX_CACHE_FILE_BYTES = 64 * 1024
 _MAX_TERMS = 8
 _MAX_HYPOTHESIS_CHARS = 200
 #: LLM output beyond this many characters is ignored (a hypothesis is a line or two)
@@ -125,18 +129,33 @@ class _HypothesisCache:
             self._lru.popitem(last=False)
 
     def _read_disk(self, key: str) -> dict[str, Any] | None:
+        """The payload cached for ``key`` on disk, or ``None`` (a miss).
+
+        The folder is untrusted input, as ssh treats ``~/.ssh``: the file is read by
+        :func:`~llama_index_car._files.read_owned_file` (a regular file of yours that no one
+        else can write, never through a symlink or a FIFO, at most
+        :data:`MAX_CACHE_FILE_BYTES`) and must hold this version's payload (``text`` a string,
+        ``criteria`` a list of strings). Anything else is one warning naming the file and a
+        miss: the hypothesis is asked for again and the file overwritten.
+        """
         if self.directory is None:
             return None
         path = self.directory / f"{key}.json"
-        if not path.is_file():
+        try:
+            raw = read_owned_file(path, MAX_CACHE_FILE_BYTES)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # UntrustedFileError included
+            logger.warning("ignoring hypothesis cache file %s: %s", path, exc)
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             logger.warning("ignoring unreadable hypothesis cache file %s: %s", path, exc)
             return None
-        if not isinstance(data, dict) or data.get("format_version") != CACHE_FORMAT_VERSION:
-            logger.warning("ignoring hypothesis cache file %s: unknown format_version", path)
+        problem = _payload_problem(data)
+        if problem:
+            logger.warning("ignoring hypothesis cache file %s: %s", path, problem)
             return None
         return data
 
@@ -151,6 +170,24 @@ class _HypothesisCache:
         except OSError as exc:
             logger.warning("could not write hypothesis cache %s: %s", self.directory, exc)
             Path(tmp).unlink(missing_ok=True)
+
+
+def _payload_problem(data: Any) -> str | None:
+    """Why ``data`` (a cache file's JSON) is not a hypothesis payload of this version, or
+    ``None``.
+
+    >>> _payload_problem({"format_version": CACHE_FORMAT_VERSION, "text": "t", "criteria": []})
+    >>> _payload_problem({"format_version": CACHE_FORMAT_VERSION, "text": 1})
+    'text is not a string'
+    """
+    if not isinstance(data, dict) or data.get("format_version") != CACHE_FORMAT_VERSION:
+        return "unknown format_version"
+    if not isinstance(data.get("text"), str):
+        return "text is not a string"
+    criteria = data.get("criteria", [])
+    if not isinstance(criteria, list) or not all(isinstance(c, str) for c in criteria):
+        return "criteria is not a list of strings"
+    return None
 
 
 def _model_id(llm: LLM) -> str:
