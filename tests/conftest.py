@@ -5,11 +5,13 @@ every PostgreSQL a test starts, however the session ends (``pg_data_dir``,
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,3 +141,26 @@ def pg_data_dir(_postgres_roots: list[Path]) -> Iterator[Path]:
         yield folder
     finally:
         stop_postgres_under([folder])
+
+
+@pytest.fixture
+def tmpfs_mount(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """``tmpfs_mount(options)`` → a fresh tmpfs mount point (``mount -t tmpfs -o options``),
+    unmounted after the test: a full disk or a read-only mount caused for real."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a tmpfs (the CI machine is root)")
+    points: list[Path] = []
+
+    def make(options: str) -> Path:
+        point = tmp_path / f"mnt{len(points)}"
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        points.append(point)
+        return point
+
+    yield make
+    for point in points:
+        subprocess.run(["umount", "-l", str(point)], check=False)

@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -47,32 +47,10 @@ def _one_line(rc: int, err: str) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def mount(tmp_path: Path) -> Iterator[object]:
-    """``mount(options)`` → a fresh tmpfs mount point, unmounted after the test."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root to mount a tmpfs (the CI machine is root)")
-    points: list[Path] = []
-
-    def make(options: str) -> Path:
-        point = tmp_path / f"mnt{len(points)}"
-        point.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
-                              capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-        points.append(point)
-        return point
-
-    yield make
-    for point in points:
-        subprocess.run(["umount", "-l", str(point)], check=False)
-
-
 def test_a_full_disk_says_no_space_left_and_a_retry_is_not_refused(
-    src: Path, mount: object, capsys: pytest.CaptureFixture[str]
+    src: Path, tmpfs_mount: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    small = mount("size=40k")  # type: ignore[operator]
+    small = tmpfs_mount("size=40k")
     out = small / "idx"
     line = _one_line(*_run(capsys, "index", str(src), "--persist", str(out), "--no-progress"))
     assert "no space left on device" in line and str(out) in line, line
@@ -84,9 +62,9 @@ def test_a_full_disk_says_no_space_left_and_a_retry_is_not_refused(
 
 
 def test_a_read_only_mount_is_one_line(
-    src: Path, mount: object, capsys: pytest.CaptureFixture[str]
+    src: Path, tmpfs_mount: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ro = mount("ro,size=1m")  # type: ignore[operator]
+    ro = tmpfs_mount("ro,size=1m")
     line = _one_line(*_run(capsys, "index", str(src), "--persist", str(ro / "idx"),
                            "--no-progress"))
     assert "read-only file system" in line, line
@@ -217,8 +195,6 @@ def test_sigterm_ends_a_command_as_an_interrupt_and_runs_exit_handlers(tmp_path:
     has run a command in a process, SIGTERM takes the ^C path (``KeyboardInterrupt``: exit
     130 in the CLI, the handlers run). A child process runs a real command, then signals
     itself."""
-    import os
-    import subprocess
     import sys
 
     child = (

@@ -15,10 +15,9 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -346,33 +345,11 @@ def test_a_model_returning_nan_is_an_error_not_a_cache_entry(tmp_path: Path) -> 
 
 
 # ----------------------------------------------------------------------------- disk full
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
-    """``tmpfs(size)`` → a fresh tmpfs mount point of that size, unmounted after the test."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root to mount a tmpfs (the CI machine is root)")
-    points: list[Path] = []
-
-    def make(size: str) -> Path:
-        point = tmp_path / f"mnt{len(points)}"
-        point.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
-                              capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-        points.append(point)
-        return point
-
-    yield make
-    for point in points:
-        subprocess.run(["umount", "-l", str(point)], check=False)
-
-
 def test_a_full_cache_disk_is_one_warning_naming_the_file_and_the_job_goes_on(
-    tmpfs: Callable[[str], Path],
+    tmpfs_mount: Callable[[str], Path],
 ) -> None:
     """Before: ``OSError: 12288 requested and 11232 written`` ended the job."""
-    root = tmpfs("16k")
+    root = tmpfs_mount("size=16k")
     model = VecModel(dim=512)
     texts = [f"문장 {i}" for i in range(64)]
     with warnings.catch_warnings(record=True) as caught:
@@ -395,7 +372,7 @@ def _truth_dim(texts: list[str], dim: int) -> np.ndarray:
 
 @pytest.mark.slow
 def test_index_on_a_full_cache_disk_warns_once_and_builds(
-    tmpfs: Callable[[str], Path], fake: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmpfs_mount: Callable[[str], Path], fake: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Before: ``llama-car index --cache-dir FULL`` ended with ``error: 12288 requested and
     11232 written``; now one warning names the cache file and the cause, and the index is
@@ -407,7 +384,7 @@ def test_index_on_a_full_cache_disk_warns_once_and_builds(
     src.mkdir()
     for path in sorted(DEMO_CORPUS_DIR.glob("*.hwpx"))[:2]:
         shutil.copy(path, src / path.name)
-    cache = tmpfs("16k")
+    cache = tmpfs_mount("size=16k")
     rc = main(["index", str(src), "--persist", str(tmp_path / "idx"), "--embed", "openai",
                "--cache-dir", str(cache), "--no-progress"])
     err = capsys.readouterr().err
