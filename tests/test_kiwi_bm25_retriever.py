@@ -269,7 +269,7 @@ def test_persist_roundtrip(tmp_path: Path, retriever: KiwiBM25Retriever) -> None
         "index.json", "manifest.json", "nodes.json",
     ]
     spec = json.loads((gen / "index.json").read_text(encoding="utf-8"))
-    assert spec["format_version"] == storage.FORMAT_VERSION == 5
+    assert spec["format_version"] == storage.FORMAT_VERSION == 6
     assert spec["tokenizer"]["spec_hash"] == retriever.tokenizer.spec_hash
     assert spec["vectors"] == "none"  # BM25 only: no vector store bound
     loaded = load(d)

@@ -8,7 +8,8 @@ place and opened again::
                           alias_of), the store record
       index.json, nodes.json, bm25.*.npy   the index: tokenizer and embedding specs, nodes,
                           BM25 arrays (llama_index_car.indices._storage)
-      embeddings.npy      the vectors (absent with a store)
+      flat/               the vectors: the exact flat store's arrays and records,
+                          memory-mapped at load (absent with a store)
       spans.json, span_vectors.npy   every node's sentences and table rows and their
                           vectors (float16; in the folder also for store-backed indexes)
       manifest.json       every file's size and sha256: the only manifest

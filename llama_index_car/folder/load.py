@@ -129,22 +129,25 @@ def load_index(
 
 
 def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
-    """``{node_id: vector}`` stored in an index folder (``embeddings.npy``); ``{}`` for a
-    store-backed folder."""
+    """``{node_id: vector}`` kept in an index folder (its flat store, every row read); ``{}``
+    for a store-backed folder."""
     import numpy as np
 
-    from llama_index_car import _files, _persist
+    from llama_index_car import _persist
     from llama_index_car.indices import _layout
+    from llama_index_car.indices._storage import open_flat
 
     root = _persist.live_dir(persist_dir)
-    if not (root / _layout.VECTORS_NAME).is_file():
+    manifest = _persist.read_manifest(
+        root, kind=_layout.KIND, format_versions=(_layout.FORMAT_VERSION,),
+        verify=lambda name: not _layout.checked_by_loader(name))
+    if f"{_layout.FLAT_DIR}/flat.json" not in manifest["files"]:
         return {}
-    spec = _files.read_json(root / _layout.INDEX_NAME)
-    ids = spec.get("node_ids") if isinstance(spec, dict) else None
-    matrix = _files.read_npy(root / _layout.VECTORS_NAME, dtype=np.float32, ndim=2)
-    if not isinstance(ids, list) or matrix.shape[0] != len(ids):
-        raise IndexPersistError(f"{root}: index.json and embeddings.npy disagree; rebuild")
-    return {str(i): row.tolist() for i, row in zip(ids, matrix, strict=True)}
+    state = open_flat(root, manifest)
+    out: dict[str, list[float]] = {}
+    for seg, i in state.live_rows():
+        out[seg.node_id(i)] = seg.rows(np.asarray([i])).astype(np.float32)[0].tolist()
+    return out
 
 
 def load_retriever(

@@ -3,12 +3,22 @@ manifest, e.g. a no-op ``--update``, needs without loading LlamaIndex)."""
 
 from __future__ import annotations
 
-#: 5: one generation of flat files bound by one manifest (BM25 arrays included); index.json
-#: records the embedding (its spec) along with the tokenizer
-FORMAT_VERSION = 5
+#: 6: the vectors of an index that keeps them itself are a flat store's files in ``flat/``
+#: (5: one generation of flat files bound by one manifest, BM25 arrays included; index.json
+#: records the embedding (its spec) along with the tokenizer)
+FORMAT_VERSION = 6
 KIND = "CriterionAwareIndex"
 INDEX_NAME = "index.json"
 NODES_NAME = "nodes.json"
 BM25_PREFIX = "bm25."
-VECTORS_NAME = "embeddings.npy"
+#: the flat store's files (``flat_store.write_state``), vectors kept in the folder
+FLAT_DIR = "flat"
 SPAN_NAMES = ("spans.json", "span_vectors.npy")
+
+
+def checked_by_loader(name: str) -> bool:
+    """Whether a file of a generation is checked by its own loader rather than hashed with
+    the manifest: the BM25 arrays and the flat store's arrays and records (size-checked and
+    memory-mapped; their small JSON files are hashed)."""
+    return name.startswith(BM25_PREFIX) or (
+        name.startswith(FLAT_DIR + "/") and not name.endswith(".json"))

@@ -117,6 +117,18 @@ class Lexical:
             self.bm25.add_documents(tokens), [*self.nodes, *nodes], [*self.hashes, *hashes]
         )
 
+    def node(self, node_id: str) -> BaseNode:
+        """The node ``node_id`` of this state; an id it does not hold (a vector file that
+        names another node) is an :class:`IndexPersistError`."""
+        pos = self.positions.get(node_id)
+        if pos is None:
+            from llama_index_car._errors import IndexPersistError
+
+            raise IndexPersistError(
+                f"the vectors name node {node_id[:80]!r}, which the index does not hold; "
+                "rebuild the index")
+        return self.nodes[pos]
+
     def token_counts(self, node_id: str) -> Counter[str]:
         """The indexed token counts of one node."""
         pos = self.positions.get(node_id)

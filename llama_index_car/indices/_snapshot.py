@@ -11,7 +11,7 @@ from llama_index_car.indices._lexical import Lexical
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.schema import BaseNode
 
-    from llama_index_car.indices._dense import DenseVectors
+    from llama_index_car.flat_store import FlatState
     from llama_index_car.span_index import SpanIndex
 
 
@@ -24,13 +24,13 @@ class IndexSnapshot:
     lexical: Lexical
     spans: SpanIndex | None
     ids: frozenset[str]
-    #: the vectors of an in-memory index, aligned with ``lexical.nodes`` (None: a store's)
-    dense: DenseVectors | None = None
+    #: the vectors of an index that keeps them itself (None: an outside store's)
+    dense: FlatState | None = None
     readers: list[int] = field(default_factory=lambda: [0], repr=False)
 
     @classmethod
     def of(
-        cls, lexical: Lexical, spans: SpanIndex | None, dense: DenseVectors | None = None
+        cls, lexical: Lexical, spans: SpanIndex | None, dense: FlatState | None = None
     ) -> IndexSnapshot:
         return cls(lexical, spans, frozenset(lexical.positions), dense)
 

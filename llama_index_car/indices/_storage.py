@@ -1,5 +1,5 @@
 """One generation of a :class:`~llama_index_car.indices.CriterionAwareIndex`: flat files, one
-manifest (format 4).
+manifest (format 6).
 
 ``DIR/CURRENT`` names the live ``gen-…/`` (:func:`llama_index_car._persist.replace_dir`: written
 and fsynced, then switched atomically), which holds::
@@ -8,15 +8,18 @@ and fsynced, then switched atomically), which holds::
                         text hashes, how the vectors are kept, span counts, extra documents
     nodes.json          doc_to_json of every node, index order
     bm25.<array>.npy    the BM25 arrays (BM25Okapi.write_to, no manifest of their own)
-    embeddings.npy      float32, one row per node (only for an in-memory SimpleVectorStore;
-                        a store keeps its vectors, the caller opens it again)
+    flat/               the vectors when the index keeps them (the default
+                        FlatVectorStore: ``flat_store.write_state``; an outside store keeps
+                        its vectors, the caller opens it again)
     spans.json, span_vectors.npy   the span index (when the index has one)
     <documents>         extra JSON a caller adds (a folder's ``car_index.json``)
     manifest.json       every file's size and sha256, written last — the only manifest
 
 Reading checks the manifest once: every file is hashed except the BM25 arrays, which
 :meth:`BM25Okapi.load <llama_index_car.bm25.BM25Okapi.load>` (``bound``) checks per its
-``verify`` mode (memory-mapped). No pickle; format 3 folders and older are not read (rebuild).
+``verify`` mode, and the flat store's arrays and records, whose sizes, headers and every read
+:func:`~llama_index_car.flat_store.open_state` checks (both memory-mapped: nothing read at load
+grows with the vectors). No pickle; format 5 folders and older are not read (rebuild).
 """
 
 from __future__ import annotations
@@ -37,12 +40,13 @@ from llama_index_car._errors import ConfigurationError, IndexPersistError, Token
 from llama_index_car.bm25 import BM25Okapi, Verify
 from llama_index_car.indices._layout import (
     BM25_PREFIX,
+    FLAT_DIR,
     FORMAT_VERSION,
     INDEX_NAME,
     KIND,
     NODES_NAME,
     SPAN_NAMES,
-    VECTORS_NAME,
+    checked_by_loader,
 )
 from llama_index_car.indices._lexical import Lexical, Tokens
 
@@ -57,15 +61,15 @@ _VECTOR_KINDS = ("none", "local", "store")
 
 def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]) -> None:
     """Persist ``index``'s current snapshot to ``target`` (see the module docstring)."""
-    import numpy as np
+    from llama_index_car.flat_store import write_state
 
     snap = index.snapshot
     lex = snap.lexical
     ids = [n.node_id for n in lex.nodes]
-    dense = snap.dense  # an in-memory index's vectors, of the snapshot written
+    dense = snap.dense  # the index's own vectors, of the snapshot written
     kind = "none" if index.vector_index is None else ("store" if dense is None else "local")
-    if dense is not None and not dense.present.all():
-        missing = [i for i, p in zip(dense.ids, dense.present, strict=True) if not p]
+    if dense is not None and dense.count != len(ids):
+        missing = [n for n in ids if dense._locate(n) is None]
         raise IndexPersistError(f"the vector index lacks vectors for {missing[:3]}")
     bad = [n for n in documents if n in (INDEX_NAME, NODES_NAME, _persist.MANIFEST_NAME)]
     if bad:
@@ -74,9 +78,8 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
         meta = lex.bm25.write_to(gen, prefix=BM25_PREFIX, manifest=False)
         _files.write_json(gen / NODES_NAME, [doc_to_json(n) for n in lex.nodes])
         if dense is not None:
-            matrix = dense.matrix if ids else np.zeros((0, 0), dtype=np.float32)
-            with open(gen / VECTORS_NAME, "wb") as fh:
-                np.save(fh, matrix, allow_pickle=False)
+            (gen / FLAT_DIR).mkdir()
+            write_state(gen / FLAT_DIR, dense)
         if snap.spans is not None:
             snap.spans.persist(gen, names=SPAN_NAMES)
         for name, value in documents.items():
@@ -105,7 +108,7 @@ def _embed_record(index: CriterionAwareIndex, dense: Any) -> dict[str, Any] | No
         return None
     from llama_index_car.providers import embed_spec
 
-    width = None if dense is None or not dense.ids else int(dense.matrix.shape[1])
+    width = None if dense is None or not dense.count else dense.dim
     return embed_spec(index.embed_model, width)
 
 
@@ -132,8 +135,8 @@ def _hashed_by_manifest(name: str) -> bool:
     """Whether :func:`~llama_index_car._persist.read_manifest` hashes ``name``: not the BM25
     arrays (:meth:`BM25Okapi.load` checks them) nor the JSON files read once with their
     check (:func:`~llama_index_car._persist.read_bound_json`)."""
-    return not name.startswith(BM25_PREFIX) and not (
-        name.endswith(".json") and name not in SPAN_NAMES)
+    return not checked_by_loader(name) and not (
+        "/" not in name and name.endswith(".json") and name not in SPAN_NAMES)
 
 
 @dataclass(frozen=True)
@@ -223,10 +226,14 @@ class Generation:
                     f"{root / INDEX_NAME} records no embedding for its vectors; pass "
                     "embed_model= (the embedding they were made with)"
                 )
-            vector_index, matrix = _index_from_vectors(root / VECTORS_NAME, nodes, embed_model)
-            from llama_index_car.indices._dense import DenseVectors
+            dense = open_flat(root, manifest, verify)
+            if dense.count != len(nodes):
+                raise IndexPersistError(
+                    f"{root / FLAT_DIR} holds {dense.count} vectors, not one per node "
+                    f"({len(nodes)}); rebuild the index")
+            from llama_index_car.indices._dense import flat_index
 
-            dense = DenseVectors.from_matrix(spec["node_ids"], matrix)
+            vector_index = flat_index({}, [], embed_model, state=dense)
         index = cls.from_parts(lexical, tokens, vector_index=vector_index,
                                embed_model=embed_model, spans=spans, dense=dense)
         index.metadata = dict(self.documents)
@@ -358,8 +365,8 @@ def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     if not _embed_spec_ok(spec.get("embed")):
         raise IndexPersistError(f"{path}: field 'embed' is not an embedding spec (provider, "
                                 "class_name, model_name, dimensions, engine); rebuild the index")
-    if spec["vectors"] == "local" and VECTORS_NAME not in manifest["files"]:
-        raise IndexPersistError(f"{root / VECTORS_NAME} is not listed; rebuild the index")
+    if spec["vectors"] == "local" and f"{FLAT_DIR}/flat.json" not in manifest["files"]:
+        raise IndexPersistError(f"{root / FLAT_DIR} is not listed; rebuild the index")
     return spec
 
 
@@ -437,51 +444,27 @@ def _check_spec(saved: dict[str, Any], tokenizer: Any, root: Path) -> bool:
     return not problems
 
 
-def _index_from_vectors(
-    path: Path, nodes: list[BaseNode], embed_model: Any
-) -> tuple[Any, Any]:
-    """An in-memory ``VectorStoreIndex`` over ``nodes`` with the stored vectors (no
-    embedding), and the vectors' matrix (one float32 row per node)."""
-    import numpy as np
-    from llama_index.core import StorageContext, VectorStoreIndex
-    from llama_index.core.data_structs.data_structs import IndexDict
-    from llama_index.core.storage.docstore import SimpleDocumentStore
-    from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
+def open_flat(root: Path, manifest: dict[str, Any], verify: Verify = "auto") -> Any:
+    """The :class:`~llama_index_car.flat_store.FlatState` in ``root/flat``: its files' sizes
+    checked against ``manifest``, headers and records by
+    :func:`~llama_index_car.flat_store.open_state`; ``verify="full"`` (and ``"auto"`` up to
+    :data:`~llama_index_car._bm25_storage.AUTO_VERIFY_BYTES` of files, as for the BM25
+    arrays) also hashes every file against the manifest and checks every value, so vectors
+    copied in from another folder are refused; above it (``"lazy"``) a query reads rows by
+    bounds-checked positions only."""
+    from llama_index_car._bm25_storage import AUTO_VERIFY_BYTES
+    from llama_index_car.flat_store import open_state
 
-    try:
-        matrix = _files.read_npy(path, dtype=np.float32, ndim=2)
-    except FileNotFoundError as exc:
-        raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
-    if matrix.shape[0] != len(nodes):
-        raise IndexPersistError(
-            f"{path} holds {matrix.shape[0]} rows, not one per node ({len(nodes)}); "
-            "rebuild the index"
-        )
-    if not np.isfinite(matrix).all():
-        raise IndexPersistError(f"{path} holds non-finite values; rebuild the index")
-    vectors = {n.node_id: row.tolist() for n, row in zip(nodes, matrix, strict=True)}
-    # filled directly: VectorStoreIndex(nodes) re-serialises every node and its document's
-    # node list once per node (~1 s for 752 nodes); the stores hold the same entries
-    refs = {n.node_id: n.ref_doc_id or "None" for n in nodes}
-    data = SimpleVectorStoreData(
-        embedding_dict=vectors,
-        text_id_to_ref_doc_id=refs,
-        metadata_dict={
-            n.node_id: {**n.metadata, "_node_type": n.class_name(), "document_id": refs[n.node_id],
-                        "doc_id": refs[n.node_id], "ref_doc_id": refs[n.node_id]}
-            for n in nodes
-        },
-    )
-    docstore = SimpleDocumentStore()
-    docstore._kvstore.put_all(
-        [(n.node_id, doc_to_json(n)) for n in nodes], collection=docstore._node_collection
-    )
-    struct = IndexDict()
-    for n in nodes:
-        struct.nodes_dict[n.node_id] = n.node_id
-    storage = StorageContext.from_defaults(
-        docstore=docstore, vector_store=SimpleVectorStore(data=data)
-    )
-    index = VectorStoreIndex(index_struct=struct, storage_context=storage,
-                             embed_model=embed_model)
-    return index, matrix
+    prefix = FLAT_DIR + "/"
+    files = {n[len(prefix):]: e for n, e in manifest["files"].items() if n.startswith(prefix)}
+    total = sum(int(e["bytes"]) for e in files.values())
+    full = verify == "full" or (verify == "auto" and total <= AUTO_VERIFY_BYTES)
+    if full:
+        for name, entry in files.items():
+            path = root / FLAT_DIR / name
+            if not path.is_file() or path.stat().st_size != entry["bytes"] or (
+                    _files.sha256_file(path) != entry["sha256"]):
+                raise IndexPersistError(
+                    f"{path} is missing or corrupt (size or sha256 differs from "
+                    f"{_persist.MANIFEST_NAME}); rebuild the index")
+    return open_state(root / FLAT_DIR, files, verify="full" if full else "lazy")

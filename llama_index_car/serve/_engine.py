@@ -288,7 +288,7 @@ class FolderEngine:
         newer = getattr(getattr(new, "index", None), "vector_index", None)
         if store is None or store is getattr(newer, "vector_store", None):
             return
-        if type(store).__name__ == "SimpleVectorStore":
+        if type(store).__name__ in ("SimpleVectorStore", "FlatVectorStore"):  # no client
             return
         from llama_index_car.stores import close_vector_store
 
