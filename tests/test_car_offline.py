@@ -13,11 +13,11 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.fusion import criterion_ranking
+from llama_index_car.retrievers.car import car_from_channels
 from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
 from llama_index_car.retrievers.criterion_aware import (
     DEFAULT_OFFLINE_ALPHA,
     DEFAULT_OFFLINE_POOL,
-    CriterionAwareRetriever,
 )
 from llama_index_car.retrievers.kiwi_bm25 import KiwiBM25Retriever
 from llama_index_car.retrievers.weighted_rrf import EXPLAIN_KEY
@@ -128,7 +128,7 @@ def test_switched_off_mechanisms_are_gone(bm25: KiwiBM25Retriever) -> None:
         with pytest.raises(TypeError, match=option):
             OfflineCriterionRetriever(dense, bm25, **{option: 0})  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match=f"{option}: not an option"):
-            CriterionAwareRetriever.from_channels(dense, bm25, None, **{option: 0})
+            car_from_channels(dense, bm25, None, **{option: 0})
     for bad in (-0.1, float("inf"), True, "x"):
         with pytest.raises(ConfigurationError, match="span_weight"):
             OfflineCriterionRetriever(dense, bm25, span_weight=bad)  # type: ignore[arg-type]

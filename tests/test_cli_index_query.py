@@ -302,8 +302,9 @@ def test_query_with_reranker_applies_it(
     )["hits"]
     assert len(plain) >= 3
     assert [h["node_id"] for h in got] == [h["node_id"] for h in plain[::-1][:2]]
-    # the channel rank stays the retriever's own rank, not the position after reranking
+    # the channel rank and score stay the retriever's own, not the reranker's
     assert [h["channels"]["lexical"]["rank"] for h in got] == [len(plain), len(plain) - 1]
+    assert [h["channels"]["lexical"]["score"] for h in got] == [h["score"] for h in plain[::-1][:2]]
 
 
 def test_query_with_llm_uses_its_hypothesis(
@@ -325,6 +326,67 @@ def test_query_with_llm_uses_its_hypothesis(
     payload = _query_json(capsys, index_run["out"], "길옆 도랑 깊이", "--llm", "anthropic")
     assert payload["hits"][0]["hypothesis"] == "측구 설치기준"
     assert payload["hits"][0]["criteria"] == ["측구", "설치기준"]
+
+
+def test_query_passes_its_options_to_the_view_and_never_edits_the_retriever(
+    index_run: dict[str, Any], capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: ``llama-car query`` hands ``--llm-timeout``, ``--top-k``, ``--alpha`` and
+    ``--spans`` to ``as_retriever`` and leaves the retriever as the view built it (it set
+    ``hypothesis_timeout`` on the built retriever before); the pool is the view's."""
+    from llama_index.core.llms import CompletionResponse, MockLLM
+
+    import llama_index_car.providers as providers
+    from llama_index_car.indices import CriterionAwareIndex
+
+    class Canned(MockLLM):
+        def complete(self, prompt: str, formatted: bool = False, **kw: Any) -> CompletionResponse:
+            return CompletionResponse(text="가설: 측구 설치기준\n기준어: 측구, 설치기준")
+
+    monkeypatch.setattr(
+        providers, "resolve_llm",
+        lambda name, **kw: Canned(max_tokens=None) if name == "anthropic" else None,
+    )
+    built: list[tuple[dict[str, Any], Any, dict[str, Any]]] = []
+    as_retriever = CriterionAwareIndex.as_retriever
+
+    def spy(self: Any, kind: str = "car", **kwargs: Any) -> Any:
+        retriever = as_retriever(self, kind, **kwargs)
+        built.append(({"kind": kind, **kwargs}, retriever, dict(vars(retriever))))
+        return retriever
+
+    monkeypatch.setattr(CriterionAwareIndex, "as_retriever", spy)
+    payload = _query_json(capsys, index_run["out"], "길옆 도랑 깊이", "--llm", "anthropic",
+                          "--llm-timeout", "7.5", "--top-k", "3", "--alpha", "0.4",
+                          "--spans", "2")
+    assert len(payload["hits"]) == 3 and payload["hits"][0]["hypothesis"] == "측구 설치기준"
+    (options, retriever, before), = built
+    assert options["hypothesis_timeout"] == 7.5 and options["similarity_top_k"] == 3
+    assert options["alpha"] == 0.4 and options["criterion_spans"] == 2
+    assert "pool_top_k" not in options  # the view decides the pool
+    assert retriever.hypothesis_timeout == 7.5 and retriever.pool_top_k == 50
+    after = vars(retriever)
+    assert after.keys() == before.keys()
+    assert [k for k in before if after[k] is not before[k]] == []
+
+
+def test_the_cli_sets_no_attribute_of_anything_it_builds() -> None:
+    """No module of the CLI assigns an attribute, but the two it owns: the warning printer
+    it installs and the name of an argparse type (a retriever is never edited there)."""
+    import ast
+
+    import llama_index_car.cli as cli
+
+    assigned = []
+    for path in sorted(Path(cli.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign)
+                       else [])
+            assigned += [f"{path.name}: {ast.unparse(t)}" for t in targets
+                         if isinstance(t, ast.Attribute)]
+    assert sorted(assigned) == ["__init__.py: warnings.showwarning",
+                                "_args.py: convert.__name__", "_args.py: warnings.showwarning"]
 
 
 @pytest.mark.parametrize(
@@ -441,13 +503,16 @@ def test_query_embedding_must_match_the_index(index_run: dict[str, Any]) -> None
         load_index(index_run["out"], embed_model=MockEmbedding(embed_dim=384))
 
 
+@pytest.mark.parametrize("variable", ["LLAMA_CAR_EMBED_MODEL", "CAR_EMBED_MODEL"])
 def test_every_load_path_queries_with_the_recorded_embedding(
-    index_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    index_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], variable: str,
 ) -> None:
     """Issue 38: ``index.json`` records the index's embedding, so ``CriterionAwareIndex.load``
-    resolves the query embedding as the folder's ``load_index`` (and ``llama-car query``)
-    does: with ``$LLAMA_CAR_EMBED_MODEL=use`` an e5 folder is still queried with e5 (the same
-    dense hits), and another model is refused by both with the same one line."""
+    resolves the query embedding as the folder's ``load_index`` and ``llama-car query`` do:
+    with ``$LLAMA_CAR_EMBED_MODEL=use`` (or its deprecated alias ``$CAR_EMBED_MODEL``) an e5
+    folder is still queried with e5 (the same dense hits on all three paths), and another
+    model is refused by both loaders with the same one line."""
     from llama_index.core.embeddings import MockEmbedding
 
     from llama_index_car._errors import ConfigurationError
@@ -455,7 +520,8 @@ def test_every_load_path_queries_with_the_recorded_embedding(
     from llama_index_car.indices import CriterionAwareIndex
 
     out = index_run["out"]
-    monkeypatch.setenv("LLAMA_CAR_EMBED_MODEL", "use")
+    monkeypatch.delenv("LLAMA_CAR_EMBED_MODEL", raising=False)
+    monkeypatch.setenv(variable, "use")
     plain, folder = CriterionAwareIndex.load(out), load_index(out)
     recorded = folder.metadata["embed"]
     assert recorded["provider"] == "e5"
@@ -463,11 +529,15 @@ def test_every_load_path_queries_with_the_recorded_embedding(
         assert type(index.embed_model).__name__ == "MultilingualE5Embedding"
         assert index.embed_model.model_name == recorded["model_name"]
 
+    question = "교량 점검통로"
+
     def dense(index: Any) -> list[tuple[str, float | None]]:
         return [(h.node.node_id, h.score)
-                for h in index.as_retriever("dense", similarity_top_k=5).retrieve("교량 점검통로")]
+                for h in index.as_retriever("dense", similarity_top_k=5).retrieve(question)]
 
     assert dense(plain) == dense(folder) and dense(plain)
+    cli = _query_json(capsys, out, question, "--retriever", "dense", "--top-k", "5")
+    assert [(h["node_id"], h["score"]) for h in cli["hits"]] == dense(plain)
     errors = []
     for load in (CriterionAwareIndex.load, load_index):
         with pytest.raises(ConfigurationError) as caught:
@@ -480,7 +550,7 @@ def test_every_load_path_queries_with_the_recorded_embedding(
 def test_load_retriever_kinds_share_one_folder(index_run: dict[str, Any]) -> None:
     from llama_index_car._errors import ConfigurationError
     from llama_index_car.folder import load_index
-    from llama_index_car.indices.criterion_aware import RETRIEVER_KINDS
+    from llama_index_car.retrievers.views import RETRIEVER_KINDS
 
     local = load_index(index_run["out"])
     names = {k: type(local.as_retriever(k)).__name__ for k in RETRIEVER_KINDS}

@@ -13,6 +13,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_car._errors import ConfigurationError, HypothesisError
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
+from llama_index_car.retrievers.car import car_from_channels
 from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
 from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever
 from llama_index_car.retrievers.criterion_aware import CriterionAwareRetriever
@@ -334,15 +335,15 @@ def test_options_of_one_mode_do_not_exist_in_the_other() -> None:
         with pytest.raises(TypeError):
             OfflineCriterionRetriever(r, r, **{option: None})  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match="only with a hypothesizer"):
-            CriterionAwareRetriever.from_channels(r, r, **{option: None})
+            car_from_channels(r, r, **{option: None})
     for option in ("span_weight", "span_pool"):
         with pytest.raises(TypeError):
             HypothesisCriterionRetriever(r, r, StubHypothesizer(), **{option: 0})  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match="only offline"):
-            CriterionAwareRetriever.from_channels(r, r, StubHypothesizer(), **{option: 0})
-    car = CriterionAwareRetriever.from_channels(r, r, StubHypothesizer())
+            car_from_channels(r, r, StubHypothesizer(), **{option: 0})
+    car = car_from_channels(r, r, StubHypothesizer())
     assert type(car) is HypothesisCriterionRetriever
-    assert type(CriterionAwareRetriever.from_channels(r, r)) is OfflineCriterionRetriever
+    assert type(car_from_channels(r, r)) is OfflineCriterionRetriever
     # the declared options are exactly each constructor's keyword parameters
     import inspect
 

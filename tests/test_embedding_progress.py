@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from llama_index_car.cli import build_parser, main, show_progress
+from llama_index_car.cli import build_parser, main
+from llama_index_car.cli._args import show_progress
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from llama_index_car.folder import BuildOptions, build_index
 from tests.fakes.embeddings import VecEmbedding

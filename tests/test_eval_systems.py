@@ -55,7 +55,7 @@ def _dense(top_k: int) -> BaseRetriever:
 
 
 def test_dense_system_is_the_index_channel_with_exact_cosine() -> None:
-    from llama_index_car.indices._views import IndexDense
+    from llama_index_car.retrievers.dense import IndexDense
 
     r = _dense(4)
     assert isinstance(r, IndexDense)  # the shipped channel, not an evaluation copy

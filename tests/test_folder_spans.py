@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llama_index_car._errors import IndexPersistError
+from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car._persist import live_dir
 from llama_index_car.cli import main
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
@@ -116,6 +116,9 @@ def test_no_spans_builds_none_and_update_keeps_that(
     car = local.as_retriever("car")
     assert car.span_index is None and car.span_weight == 0
     assert car.retrieve(QUESTIONS[0])
+    for kind in ("bm25", "dense", "hybrid"):  # spans asked of a folder without: one line
+        with pytest.raises(ConfigurationError, match="criterion_spans=2 needs a span index"):
+            local.as_retriever(kind, criterion_spans=2)
     shutil.copy(DEMO_CORPUS_DIR / "dg2018_bridge.hwpx", src / "dg2018_bridge.hwpx")
     _index(capsys, src, idx, "--update")
     assert load_index(idx).spans is None and read_record(idx)["spans"] is None

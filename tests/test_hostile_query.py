@@ -203,7 +203,7 @@ class Utf8Embedding(CharEmbedding):
 @pytest.fixture(scope="module")
 def index_views(nodes: list[TextNode]) -> tuple[Utf8Embedding, dict[str, BaseRetriever]]:
     from llama_index_car.indices import CriterionAwareIndex
-    from llama_index_car.indices.criterion_aware import RETRIEVER_KINDS
+    from llama_index_car.retrievers.views import RETRIEVER_KINDS
 
     emb = Utf8Embedding()
     index = CriterionAwareIndex.from_defaults(nodes, embed_model=emb)

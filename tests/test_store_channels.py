@@ -303,9 +303,11 @@ def test_one_index_gives_either_car(tmp_path: Path) -> None:
     assert type(loaded.as_retriever("car")) is OfflineCriterionRetriever
     with pytest.raises(ConfigurationError, match="only with a hypothesizer"):
         loaded.as_retriever("car", route="auto")
-    with pytest.raises(ConfigurationError, match="OfflineCriterionRetriever"):
-        OfflineCriterionRetriever.from_channels(again.dense_retriever, again.lexical_retriever,
-                                                Fixed())
+    from llama_index_car.retrievers.car import car_from_channels
+    from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
+
+    assert type(car_from_channels(again.dense_retriever, again.lexical_retriever,
+                                  Fixed())) is HypothesisCriterionRetriever
 
 
 def test_only_snapshots_still_read_are_kept() -> None:
@@ -337,7 +339,7 @@ def test_a_view_is_built_over_an_index_or_over_nodes_not_both() -> None:
         ("bm25", {"alpha": 0.3}, "alpha"),
         ("bm25", {"pool_top_k": 20, "rrf_k": 10}, "pool_top_k, rrf_k"),
         ("dense", {"hypothesizer": object()}, "hypothesizer"),
-        ("dense", {"criterion_spans": 0}, "criterion_spans"),
+        ("dense", {"span_weight": 0.5}, "span_weight"),
         ("hybrid", {"hypothesizer": object()}, "hypothesizer"),
     ],
 )
@@ -366,7 +368,7 @@ def test_cli_alpha_with_a_single_channel_retriever_is_refused(
     assert main(["index", str(src), "--persist", str(out), "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["query", str(out), "기준", "--retriever", "bm25", "--alpha", "0.3"]) == 2
-    assert "--alpha weights the fused retrievers, not bm25" in capsys.readouterr().err
+    assert "retriever kind 'bm25' does not use alpha" in capsys.readouterr().err
 
 
 def test_queries_during_updates_of_an_in_memory_index_raise_nothing() -> None:

@@ -12,17 +12,15 @@ happen inside ``run`` so ``llama-car --help`` stays instant.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from llama_index_car._errors import CarError
-from llama_index_car.cli._args import OneLineParser
-from llama_index_car.providers import EMBED_MODELS
+from llama_index_car.cli._args import OneLineParser, one_line
 
 #: set to any value to let errors through with their traceback (for bug reports)
 DEBUG_ENV = "LLAMA_CAR_DEBUG"
@@ -40,43 +38,8 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
-def add_cache_and_progress_options(p: argparse.ArgumentParser) -> None:
-    """Add ``--cache-dir DIR`` (embedding cache) and ``--no-progress``/``--quiet``, shared by
-    the subcommands that embed a corpus (``index``, ``demo``, ``eval``, ``probe``).
-
-    Progress bars go to stderr and are shown only when stderr is a terminal
-    (:func:`show_progress`)."""
-    p.add_argument("--cache-dir", default=None, metavar="DIR",
-                   help="embedding cache, reused across runs (default: $LLAMA_CAR_CACHE or "
-                   "~/.cache/llama-index-car/embeddings)")
-    p.add_argument("--no-progress", "--quiet", dest="no_progress", action="store_true",
-                   help="hide progress bars (they are off anyway when stderr is not a terminal)")
-
-
-def add_embed_option(p: argparse.ArgumentParser) -> None:
-    """Add ``--embed {e5,use,openai}`` whose default (``None``) resolves through
-    :func:`llama_index_car.providers.embed_provider`: ``$LLAMA_CAR_EMBED_MODEL``, else ``e5``."""
-    p.add_argument(
-        "--embed",
-        choices=EMBED_MODELS,
-        default=None,
-        help="dense embedding: e5 = offline multilingual-e5-small (default; or "
-        "$LLAMA_CAR_EMBED_MODEL), use = offline multilingual USE v3, "
-        "openai = text-embedding-3-large (needs OPENAI_API_KEY)",
-    )
-
-
 #: bar size when stderr is a terminal that reports none (tqdm reads ``TQDM_NCOLS``/``NROWS``)
 PROGRESS_COLUMNS, PROGRESS_ROWS = 100, 24
-
-
-def show_progress(args: argparse.Namespace) -> bool:
-    """Whether a subcommand shows progress bars: not ``--no-progress``/``--quiet`` and stderr
-    is a terminal (bars are written to stderr, so logs and pipes stay clean)."""
-    if getattr(args, "no_progress", False):
-        return False
-    isatty = getattr(sys.stderr, "isatty", None)
-    return bool(isatty and isatty())
 
 
 def _size_unsized_terminal() -> None:
@@ -98,34 +61,6 @@ def _size_unsized_terminal() -> None:
         os.environ.setdefault("TQDM_NROWS", str(PROGRESS_ROWS))
 
 
-def _is_reader_warning(category: type[Warning]) -> bool:
-    """``category`` is the reader's ``HWPXReadWarning`` (or a subclass), recognised without
-    importing the reader (a no-op ``--update`` never loads it)."""
-    return any(c.__name__ == "HWPXReadWarning" and c.__module__.startswith(
-        "llama_index.readers.hwpx") for c in category.__mro__)
-
-
-@contextlib.contextmanager
-def reader_warnings_to_stderr() -> Iterator[None]:
-    """While active, each ``HWPXReadWarning`` (a file read by its content rather than its
-    name, a structural oddity) is one line on stderr, ``warning: <message>``, every time it
-    happens; other warnings keep their handling (``UserWarning`` s, the reader's base, are
-    all let through; :func:`main` prints each distinct one once)."""
-    with warnings.catch_warnings():
-        previous = warnings.showwarning
-
-        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                 file: object = None, line: str | None = None) -> None:
-            if _is_reader_warning(category):
-                print(f"warning: {_one_line(Exception(message))}", file=sys.stderr)
-            else:
-                previous(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
-
-        warnings.simplefilter("always", UserWarning)
-        warnings.showwarning = show
-        yield
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``llama-car`` argument parser with every available subcommand."""
     parser = OneLineParser(
@@ -143,14 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module.add_parser(subparsers)
     return parser
-
-
-def _one_line(exc: BaseException) -> str:
-    """``exc`` as one printable line (whitespace collapsed; characters the terminal's
-    encoding cannot show, e.g. lone surrogates, as backslash escapes)."""
-    text = " ".join(str(exc).split())
-    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
-    return text.encode(encoding, "backslashreplace").decode(encoding, "replace")
 
 
 def _environment_errors() -> tuple[type[BaseException], ...]:
@@ -212,7 +139,7 @@ def _warning_printer(command: str) -> Any:
     seen: set[str] = set()
 
     def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
-        text = _one_line(message if isinstance(message, Warning) else Warning(message))
+        text = one_line(message if isinstance(message, Warning) else Warning(message))
         if text not in seen:
             seen.add(text)
             print(f"llama-car {command}: warning: {text}", file=sys.stderr)
@@ -230,12 +157,12 @@ def _run(module: Any, args: argparse.Namespace) -> int:
     except CarError as exc:
         if os.environ.get(DEBUG_ENV):
             raise
-        print(f"llama-car {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"llama-car {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except _environment_errors() as exc:  # a disk, a mount, a server: the user's to fix
         if os.environ.get(DEBUG_ENV):
             raise
-        print(f"llama-car {args.command}: error: {_one_line(_environment_error(exc))}",
+        print(f"llama-car {args.command}: error: {one_line(_environment_error(exc))}",
               file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -16,11 +16,15 @@ argparse.ArgumentTypeError: '-5' is not an integer >= 1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
+
+from llama_index_car.providers import EMBED_MODELS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -185,3 +189,75 @@ def store_uri(value: str) -> str:
     if scheme.lower() == "milvus" and not rest.split("?", 1)[0].endswith(".db"):
         raise argparse.ArgumentTypeError(f"{value!r}: a Milvus Lite file must end in .db")
     return value
+
+
+# ----------------------------------------------------------------------------- shared options
+def add_cache_and_progress_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--cache-dir DIR`` (embedding cache) and ``--no-progress``/``--quiet``, shared by
+    the subcommands that embed a corpus (``index``, ``demo``, ``eval``, ``probe``).
+
+    Progress bars go to stderr and are shown only when stderr is a terminal
+    (:func:`show_progress`)."""
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="embedding cache, reused across runs (default: $LLAMA_CAR_CACHE or "
+                   "~/.cache/llama-index-car/embeddings)")
+    p.add_argument("--no-progress", "--quiet", dest="no_progress", action="store_true",
+                   help="hide progress bars (they are off anyway when stderr is not a terminal)")
+
+
+def add_embed_option(p: argparse.ArgumentParser) -> None:
+    """Add ``--embed {e5,use,openai}`` whose default (``None``) resolves through
+    :func:`llama_index_car.providers.embed_provider`: ``$LLAMA_CAR_EMBED_MODEL``, else ``e5``."""
+    p.add_argument(
+        "--embed",
+        choices=EMBED_MODELS,
+        default=None,
+        help="dense embedding: e5 = offline multilingual-e5-small (default; or "
+        "$LLAMA_CAR_EMBED_MODEL), use = offline multilingual USE v3, "
+        "openai = text-embedding-3-large (needs OPENAI_API_KEY)",
+    )
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether a subcommand shows progress bars: not ``--no-progress``/``--quiet`` and stderr
+    is a terminal (bars are written to stderr, so logs and pipes stay clean)."""
+    if getattr(args, "no_progress", False):
+        return False
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one printable line (whitespace collapsed; characters the terminal's
+    encoding cannot show, e.g. lone surrogates, as backslash escapes)."""
+    text = " ".join(str(exc).split())
+    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+    return text.encode(encoding, "backslashreplace").decode(encoding, "replace")
+
+
+def _is_reader_warning(category: type[Warning]) -> bool:
+    """``category`` is the reader's ``HWPXReadWarning`` (or a subclass), recognised without
+    importing the reader (a no-op ``--update`` never loads it)."""
+    return any(c.__name__ == "HWPXReadWarning" and c.__module__.startswith(
+        "llama_index.readers.hwpx") for c in category.__mro__)
+
+
+@contextlib.contextmanager
+def reader_warnings_to_stderr() -> Iterator[None]:
+    """While active, each ``HWPXReadWarning`` (a file read by its content rather than its
+    name, a structural oddity) is one line on stderr, ``warning: <message>``, every time it
+    happens; other warnings keep their handling (``UserWarning`` s, the reader's base, are
+    all let through; :func:`main` prints each distinct one once)."""
+    with warnings.catch_warnings():
+        previous = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: object = None, line: str | None = None) -> None:
+            if _is_reader_warning(category):
+                print(f"warning: {one_line(Exception(message))}", file=sys.stderr)
+            else:
+                previous(message, category, filename, lineno, file, line)  # type: ignore[arg-type]
+
+        warnings.simplefilter("always", UserWarning)
+        warnings.showwarning = show
+        yield

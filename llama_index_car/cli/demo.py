@@ -27,8 +27,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
-from llama_index_car.cli._args import existing_dir, existing_file, output_dir, positive_int
+from llama_index_car.cli._args import (
+    add_cache_and_progress_options,
+    add_embed_option,
+    existing_dir,
+    existing_file,
+    output_dir,
+    positive_int,
+    show_progress,
+)
 from llama_index_car.providers import CLI_LLMS
 
 EPILOG = """examples:

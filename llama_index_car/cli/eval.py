@@ -7,14 +7,16 @@ import shlex
 import sys
 from typing import Any
 
-from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
 from llama_index_car.cli._args import (
+    add_cache_and_progress_options,
+    add_embed_option,
     existing_dir,
     existing_file,
     int_at_least,
     nonneg_int,
     output_dir,
     positive_int,
+    show_progress,
     unit_float,
 )
 from llama_index_car.providers import CLI_LLMS, RERANKERS

@@ -29,17 +29,15 @@ import argparse
 import sys
 from typing import Any
 
-from llama_index_car.cli import (
+from llama_index_car.cli._args import (
     add_cache_and_progress_options,
     add_embed_option,
-    reader_warnings_to_stderr,
-    show_progress,
-)
-from llama_index_car.cli._args import (
     existing_path,
     nonneg_int,
     output_dir,
     positive_int,
+    reader_warnings_to_stderr,
+    show_progress,
     store_uri,
 )
 

@@ -6,8 +6,14 @@ import argparse
 import sys
 from typing import Any
 
-from llama_index_car.cli import add_cache_and_progress_options, add_embed_option, show_progress
-from llama_index_car.cli._args import existing_path, int_at_least, output_dir
+from llama_index_car.cli._args import (
+    add_cache_and_progress_options,
+    add_embed_option,
+    existing_path,
+    int_at_least,
+    output_dir,
+    show_progress,
+)
 
 EXAMPLE = """\
 examples:

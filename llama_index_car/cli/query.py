@@ -139,13 +139,13 @@ def hit_record(
     hit: Any,
     kind: str,
     cells: list[dict[str, Any]] | None = None,
-    retriever_rank: int | None = None,
 ) -> dict[str, Any]:
     """A plain dict describing one ``NodeWithScore`` hit (what ``--json`` prints).
 
-    Channel ranks come from the ``car_explain`` metadata of fused hits; a single-channel
-    retriever's own rank (``retriever_rank``, before any reranking; default ``rank``) is
-    reported under its channel name (``dense`` or ``lexical``).
+    Channel ranks and scores come from the ``car_explain`` metadata (of fused hits, and of
+    reranked single-channel hits: the retriever's own rank and score before reranking); a
+    single-channel hit otherwise has its position, under its channel name (``dense`` or
+    ``lexical``).
     """
     node = hit.node
     meta = dict(node.metadata)
@@ -153,7 +153,7 @@ def hit_record(
     channels = explain.get("channels") or {}
     if not channels and kind in ("dense", "bm25"):
         name = "lexical" if kind == "bm25" else "dense"
-        channels = {name: {"rank": retriever_rank or rank, "score": hit.score}}
+        channels = {name: {"rank": rank, "score": hit.score}}
     return {
         "rank": rank,
         "node_id": node.node_id,
@@ -318,32 +318,14 @@ def print_hits(
 
 
 # ----------------------------------------------------------------------------- run
-def _query_bundle(question: str, local: Any, *, embed: bool) -> Any:
-    """The question as a ``QueryBundle``, with its query vector when ``embed`` (computed once,
-    shared by the dense channel and the criterion spans)."""
-    from llama_index.core.schema import QueryBundle
-
-    from llama_index_car.query_guard import clean_query
-
-    text = clean_query(question)
-    if not embed:
-        return QueryBundle(text)
-    vector = local.embed_model.get_agg_embedding_from_queries([text])
-    return QueryBundle(text, embedding=vector)
-
-
-def _car_span_option(args: argparse.Namespace, reranker: Any) -> dict[str, Any]:
-    """``criterion_spans`` for CAR: 0 when a reranker follows (the spans are attached to the
-    hits it keeps), ``--spans N`` when given, else CAR's default."""
-    if args.retriever != "car":
-        return {}
-    if reranker is not None:
-        return {"criterion_spans": 0}
-    return {"criterion_spans": args.spans} if args.spans else {}
-
-
 def run(args: argparse.Namespace) -> int:
-    """Load the folder, retrieve, optionally rerank, print."""
+    """Load the folder, ask it for the view the options describe, retrieve, print.
+
+    Every decision about the view (its pool, which options a kind takes, the reranker over
+    the pool, the spans on the hits) is the view's
+    (:func:`~llama_index_car.retrievers.views.view`); the command passes the options on and
+    never changes the retriever it gets.
+    """
     from llama_index_car.folder.load import load_index
     from llama_index_car.folder.sources import cells_for
 
@@ -358,56 +340,26 @@ def run(args: argparse.Namespace) -> int:
     # None for "none" (also the default without LLAMA_CAR_LLM); the SDK retries within the deadline
     llm = resolve_llm(args.llm, timeout=deadline)
     reranker = resolve_reranker(args.rerank, top_n=args.top_k)
-    hypothesizer = None
+    options: dict[str, Any] = {}
     if llm is not None and args.retriever == "car":
         from llama_index_car.hypothesizers.llm import LLMCriterionHypothesizer
 
-        hypothesizer = LLMCriterionHypothesizer(llm=llm)
+        # the hypothesis waits exactly the deadline
+        options = {"hypothesizer": LLMCriterionHypothesizer(llm=llm),
+                   "hypothesis_timeout": deadline}
 
     local = load_index(args.persist_dir, embed_model=embed_model, store=args.store)
     manifest = local.metadata  # read and checked once, by load_index
-    from llama_index_car.retrievers.criterion_aware import DEFAULT_OFFLINE_POOL
-
-    offline_car = args.retriever == "car" and hypothesizer is None
-    pool = max(DEFAULT_OFFLINE_POOL if offline_car else 50, args.top_k)
-    from llama_index_car._errors import ConfigurationError
-
-    fused = args.retriever in ("hybrid", "car")
-    if args.alpha is not None and not fused:
-        raise ConfigurationError(f"--alpha weights the fused retrievers, not {args.retriever}")
+    spans = args.spans
+    if spans is None and args.retriever == "hybrid" and local.spans is not None:
+        spans = DEFAULT_SPAN_LINES  # the hybrid's hits are shown with their spans, as car's
     retriever = local.as_retriever(
-        args.retriever,
-        similarity_top_k=pool if reranker is not None else args.top_k,
-        **({"pool_top_k": pool, "alpha": args.alpha} if fused else {}),
-        hypothesizer=hypothesizer,  # None unless car with --llm
-        **_car_span_option(args, reranker),
+        args.retriever, similarity_top_k=args.top_k, alpha=args.alpha, reranker=reranker,
+        criterion_spans=spans, **options,
     )
-    if hypothesizer is not None:
-        from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever
-
-        if isinstance(retriever, HypothesisCriterionRetriever):  # wait exactly the deadline
-            retriever.hypothesis_timeout = deadline
-    # car attaches criterion spans itself (after a reranker: to the hits kept, here); hybrid
-    # always gets them here, bm25 and dense on --spans
-    post = None
-    if (args.retriever != "car" or reranker is not None) and (
-        args.retriever in ("car", "hybrid") or args.spans
-    ):
-        post = local.span_postprocessor(top_n=args.spans or DEFAULT_SPAN_LINES)
-    query = _query_bundle(args.question, local, embed=post is not None and args.retriever != "bm25")
-    hits = retriever.retrieve(query)
-    own_rank = {h.node.node_id: i for i, h in enumerate(hits, start=1)}
-    if reranker is not None:
-        hits = reranker.postprocess_nodes(hits, query_str=args.question)
-    hits = hits[: args.top_k]
-    if post is not None:
-        hits = post.postprocess_nodes(hits, query_bundle=query)
-    records = [
-        hit_record(
-            i, h, args.retriever, cells_for(h.node.metadata), own_rank.get(h.node.node_id)
-        )
-        for i, h in enumerate(hits, start=1)
-    ]
+    hits = retriever.retrieve(args.question)
+    records = [hit_record(i, h, args.retriever, cells_for(h.node.metadata))
+               for i, h in enumerate(hits, start=1)]
 
     if args.json:
         payload = {

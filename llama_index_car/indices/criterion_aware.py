@@ -61,9 +61,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-RETRIEVER_KINDS: tuple[str, ...] = ("car", "hybrid", "bm25", "dense")
-
-
 class CriterionAwareIndex:
     """Nodes + Kiwi BM25 + a vector store binding + spans behind one snapshot (module doc).
 
@@ -327,22 +324,27 @@ class CriterionAwareIndex:
     # ------------------------------------------------------------------ views
     def as_retriever(self, kind: str = "car", **kwargs: Any) -> BaseRetriever:
         """A retriever of ``kind`` over this index (``car``, ``hybrid``, ``bm25``, ``dense``);
-        see :func:`llama_index_car.indices._views.view` for the options."""
-        from llama_index_car.indices._views import view
+        see :func:`llama_index_car.retrievers.views.view` for the options. The index makes
+        its views and the views know their index: the module is imported here, at call
+        time, as LlamaIndex's ``VectorStoreIndex.as_retriever`` imports its retriever."""
+        from llama_index_car.retrievers.views import view
 
         return view(self, kind, **kwargs)
 
     def span_postprocessor(self, top_n: int = 3) -> CriterionSpanPostprocessor | None:
         """A :class:`~llama_index_car.postprocessors.criterion_spans.CriterionSpanPostprocessor`
         over the current span index, the embedding and the tokenizer (``None``: no spans)."""
-        from llama_index_car.indices._views import span_postprocessor
+        if self.spans is None:
+            return None
+        from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
 
-        return span_postprocessor(self, top_n)
+        return CriterionSpanPostprocessor(self.spans, self.embed_model,
+                                          tokenizer=self.tokenizer, top_n=top_n)
 
     def as_citation_engine(self, llm: Any, kind: str = "car", **kwargs: Any) -> Any:
         """A :class:`~llama_index_car.query_engines.SpanCitationQueryEngine` over the ``kind``
-        retriever (:func:`llama_index_car.indices._views.citation_engine`)."""
-        from llama_index_car.indices._views import citation_engine
+        retriever (:func:`llama_index_car.retrievers.views.citation_engine`)."""
+        from llama_index_car.retrievers.views import citation_engine
 
         return citation_engine(self, llm, kind, **kwargs)
 

@@ -17,7 +17,7 @@ builds the offline one without ``llm``/``hypothesizer`` and the hypothesis one w
 Built over a :class:`~llama_index_car.indices.CriterionAwareIndex` (``from_defaults`` builds
 a private one, ``index.as_retriever("car")`` views a given one) a query pins one snapshot of
 the index for all its channels and its span index
-(:func:`~llama_index_car.indices._views.bound_channels`); the index owns updates and
+(:func:`~llama_index_car.retrievers._channels.bound_channels`); the index owns updates and
 persistence.
 
 Shared here: the ``car_explain`` fields (:func:`explain_fields`: hypothesis, criteria,
@@ -59,12 +59,12 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.hypothesizers.base import BaseCriterionHypothesizer, CriterionHypothesis
-from llama_index_car.indices._views import bound_channels
 from llama_index_car.postprocessors.criterion_spans import (
     DEFAULT_CRITERION_SPANS,
     CriterionSpanPostprocessor,
 )
 from llama_index_car.query_guard import guarded_retrieve
+from llama_index_car.retrievers._channels import bound_channels
 from llama_index_car.retrievers.weighted_rrf import (
     aretrieve_channels,
     check_alpha,
@@ -219,7 +219,8 @@ class CriterionAwareRetriever(BaseRetriever):
             raise ConfigurationError(
                 "CriterionAwareRetriever is the base of OfflineCriterionRetriever (no LLM) and "
                 "HypothesisCriterionRetriever (with a hypothesizer): construct one of them, or "
-                "use CriterionAwareRetriever.from_defaults(...) / .from_channels(...)"
+                "use CriterionAwareRetriever.from_defaults(...), index.as_retriever('car') or "
+                "retrievers.car.car_from_channels(...)"
             )
         return super().__new__(cls)
 
@@ -291,32 +292,6 @@ class CriterionAwareRetriever(BaseRetriever):
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_channels(
-        cls,
-        dense_retriever: BaseRetriever,
-        lexical_retriever: BaseRetriever,
-        hypothesizer: BaseCriterionHypothesizer | None = None,
-        **kwargs: Any,
-    ) -> CriterionAwareRetriever:
-        """``OfflineCriterionRetriever(dense, lexical, **kwargs)`` without a hypothesizer,
-        ``HypothesisCriterionRetriever(dense, lexical, hypothesizer, **kwargs)`` with one.
-
-        Raises:
-            ConfigurationError: an option of the other retriever (e.g. ``route`` offline).
-        """
-        from llama_index_car.retrievers.car_hypothesis import HypothesisCriterionRetriever as Hyp
-        from llama_index_car.retrievers.car_offline import OfflineCriterionRetriever as Off
-
-        if cls is not CriterionAwareRetriever and (cls is Off) != (hypothesizer is None):
-            need = "without" if cls is Off else "with"
-            raise ConfigurationError(f"{cls.__name__} is built {need} a hypothesizer/llm")
-        if hypothesizer is None:
-            _check_options(Off, Hyp, kwargs)
-            return Off(dense_retriever, lexical_retriever, **kwargs)
-        _check_options(Hyp, Off, kwargs)
-        return Hyp(dense_retriever, lexical_retriever, hypothesizer, **kwargs)
-
-    @classmethod
     def from_defaults(
         cls,
         nodes: Sequence[BaseNode] | None = None,
@@ -331,7 +306,8 @@ class CriterionAwareRetriever(BaseRetriever):
         spans: bool | None = None,
         **kwargs: Any,
     ) -> CriterionAwareRetriever:
-        """Build the whole thing in one line (:meth:`from_channels` picks the retriever).
+        """Build the whole thing in one line: an index, then its ``as_retriever("car")`` (the
+        factory :func:`~llama_index_car.retrievers.car.car_from_channels` picks the retriever).
 
         * the index: ``index`` if it is a
           :class:`~llama_index_car.indices.CriterionAwareIndex`; otherwise a private one over
@@ -464,21 +440,6 @@ def _hypothesizer(
 
         return LLMCriterionHypothesizer(llm=llm)
     return hypothesizer
-
-
-def _check_options(target: Any, other: Any, kwargs: dict[str, Any]) -> None:
-    """Refuse options ``target`` does not take (its ``OPTIONS``), naming the retriever they
-    belong to."""
-    wrong = sorted(set(kwargs) - target.OPTIONS)
-    if not wrong:
-        return
-    hint = "check the spelling"
-    if set(wrong) <= other.OPTIONS:
-        hint = f"{'it applies' if len(wrong) == 1 else 'they apply'} only " + (
-            "with a hypothesizer (pass llm= or hypothesizer=)"
-            if target.__name__ == "OfflineCriterionRetriever"
-            else "offline (without a hypothesizer)")
-    raise ConfigurationError(f"{', '.join(wrong)}: not an option of {target.__name__}; {hint}")
 
 
 def _span_postprocessor(

@@ -52,6 +52,7 @@ from llama_index_car._errors import ConfigurationError
 from llama_index_car.bm25 import BM25Okapi
 from llama_index_car.indices._lexical import Lexical, Tokens
 from llama_index_car.query_guard import guarded_retrieve
+from llama_index_car.retrievers._channels import check_view_filters
 from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -95,7 +96,6 @@ class KiwiBM25Retriever(BaseRetriever):
         index: CriterionAwareIndex | None = None,
         warn_small: bool = True,
     ) -> None:
-        from llama_index_car.indices._views import check_view_filters
         from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
         if not isinstance(similarity_top_k, int) or similarity_top_k < 1:

@@ -39,8 +39,8 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.fusion import DEFAULT_RRF_K, validate_weights, weighted_rrf
-from llama_index_car.indices._views import bound_channels
 from llama_index_car.query_guard import guarded_retrieve
+from llama_index_car.retrievers._channels import bound_channels
 
 __all__ = [
     "EXPLAIN_KEY",
