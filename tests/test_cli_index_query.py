@@ -91,7 +91,7 @@ def test_index_manifest_and_layout(index_run: dict[str, Any]) -> None:
     # the one folder is the flat store's files)
     assert [p.name for p in live_dir(out).iterdir() if p.is_dir()] == ["flat"]
     assert [p.parent for p in out.rglob("manifest.json")] == [live_dir(out)]
-    for name in ("flat/vectors.npy", "bm25.indices.npy", "nodes.json", "index.json"):
+    for name in ("flat/vectors.npy", "bm25.indices.npy", "nodes.blob", "index.json"):
         assert (live_dir(out) / name).is_file(), name
     assert not list(out.rglob("*.pkl")) and not list(out.rglob("*.pickle"))
 
@@ -129,7 +129,7 @@ def test_query_reads_each_json_file_of_the_folder_once(
     assert rc == 0 and stdout
     gen = live_dir(index_run["out"])
     counts = Counter(p.name for p in reads if p.parent == gen)
-    assert counts["car_index.json"] == counts["index.json"] == counts["nodes.json"] == 1, counts
+    assert counts["car_index.json"] == counts["index.json"] == counts["nodes.meta.json"] == 1, counts
 
 
 def test_index_refuses_non_empty_folder(

@@ -1,7 +1,7 @@
 """A hostile index folder gives typed errors only (issue 37, item 2).
 
 A real small folder (one demo file, a model-free 64-d embedding) is copied and one field of
-``index.json``, ``spans.json``, ``nodes.json`` or ``car_index.json`` is changed — wrong types,
+``index.json``, ``spans.json``, ``nodes.meta.json`` or ``car_index.json`` is changed — wrong types,
 huge and negative numbers, deep nesting, deleted keys — and the generation's manifest is bound
 again, as whoever controls the folder can. Loading it and querying it with every retriever
 kind must either work or raise a :class:`~llama_index_car._errors.CarError`: never a
@@ -27,7 +27,7 @@ from llama_index_car._errors import CarError, IndexPersistError
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from tests.fakes.embeddings import HashedBigramEmbedding
 
-FILES = ("index.json", "spans.json", "nodes.json", "car_index.json")
+FILES = ("index.json", "spans.json", "nodes.meta.json", "car_index.json")
 VALUES: tuple[Any, ...] = (
     None, True, False, -1, 0, 1, 3000, 2**63, 2**64, -(2**63) - 1, 10**30, 1e308, -1e308, 0.5,
     "", "x" * 300, "NNG", [], {}, [1], ["a"], {"a": 1}, [[[[[[[[1]]]]]]]], {"a": {"b": {"c": []}}},

@@ -3,13 +3,16 @@ manifest, e.g. a no-op ``--update``, needs without loading LlamaIndex)."""
 
 from __future__ import annotations
 
-#: 6: the vectors of an index that keeps them itself are a flat store's files in ``flat/``
+#: 6: the vectors of an index that keeps them itself are a flat store's files in ``flat/``;
+#: the nodes a record set ``nodes.*`` read when used (index.json no longer lists them)
 #: (5: one generation of flat files bound by one manifest, BM25 arrays included; index.json
 #: records the embedding (its spec) along with the tokenizer)
 FORMAT_VERSION = 6
 KIND = "CriterionAwareIndex"
 INDEX_NAME = "index.json"
-NODES_NAME = "nodes.json"
+#: the nodes' record set (``_node_records``): ``nodes.blob``, ``nodes.*.npy``, this file
+NODES_NAME = "nodes.meta.json"
+NODES_PREFIX = "nodes."
 BM25_PREFIX = "bm25."
 #: the flat store's files (``flat_store.write_state``), vectors kept in the folder
 FLAT_DIR = "flat"
@@ -18,7 +21,7 @@ SPAN_NAMES = ("spans.json", "span_vectors.npy")
 
 def checked_by_loader(name: str) -> bool:
     """Whether a file of a generation is checked by its own loader rather than hashed with
-    the manifest: the BM25 arrays and the flat store's arrays and records (size-checked and
-    memory-mapped; their small JSON files are hashed)."""
+    the manifest: the BM25 arrays, the flat store's arrays and records and the nodes' record
+    set (size-checked and memory-mapped; their small JSON files are hashed)."""
     return name.startswith(BM25_PREFIX) or (
-        name.startswith(FLAT_DIR + "/") and not name.endswith(".json"))
+        name.startswith((FLAT_DIR + "/", NODES_PREFIX)) and not name.endswith(".json"))

@@ -3,6 +3,7 @@ query pins at its start and reads to its end (the index's writer publishes a new
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,8 @@ class IndexSnapshot:
 
     lexical: Lexical
     spans: SpanIndex | None
-    ids: frozenset[str]
+    #: the node ids (a membership test: the BM25 state's positions, no copy)
+    ids: Mapping[str, int]
     #: the vectors of an index that keeps them itself (None: an outside store's)
     dense: FlatState | None = None
     readers: list[int] = field(default_factory=lambda: [0], repr=False)
@@ -32,7 +34,7 @@ class IndexSnapshot:
     def of(
         cls, lexical: Lexical, spans: SpanIndex | None, dense: FlatState | None = None
     ) -> IndexSnapshot:
-        return cls(lexical, spans, frozenset(lexical.positions), dense)
+        return cls(lexical, spans, lexical.positions, dense)
 
     @property
     def nodes(self) -> list[BaseNode]:

@@ -4,9 +4,10 @@ manifest (format 6).
 ``DIR/CURRENT`` names the live ``gen-…/`` (:func:`llama_index_car._persist.replace_dir`: written
 and fsynced, then switched atomically), which holds::
 
-    index.json          format_version, tokenizer spec, BM25 parameters and sizes, node ids,
-                        text hashes, how the vectors are kept, span counts, extra documents
-    nodes.json          doc_to_json of every node, index order
+    index.json          format_version, tokenizer spec, BM25 parameters and sizes, node
+                        count, how the vectors are kept, span counts, extra documents
+    nodes.*             the nodes, index order: a record set (``_node_records``: id →
+                        text hash + doc_to_json), read when a node is used
     bm25.<array>.npy    the BM25 arrays (BM25Okapi.write_to, no manifest of their own)
     flat/               the vectors when the index keeps them (the default
                         FlatVectorStore: ``flat_store.write_state``; an outside store keeps
@@ -19,7 +20,8 @@ Reading checks the manifest once: every file is hashed except the BM25 arrays, w
 :meth:`BM25Okapi.load <llama_index_car.bm25.BM25Okapi.load>` (``bound``) checks per its
 ``verify`` mode, and the flat store's arrays and records, whose sizes, headers and every read
 :func:`~llama_index_car.flat_store.open_state` checks (both memory-mapped: nothing read at load
-grows with the vectors). No pickle; format 5 folders and older are not read (rebuild).
+grows with the vectors), and the nodes' record set likewise (``nodes.meta.json`` hashed).
+No pickle; format 5 folders and older are not read (rebuild).
 """
 
 from __future__ import annotations
@@ -32,9 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.schema import BaseNode
-from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
-
 from llama_index_car import _files, _persist
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
 from llama_index_car.bm25 import BM25Okapi, Verify
@@ -45,16 +44,17 @@ from llama_index_car.indices._layout import (
     INDEX_NAME,
     KIND,
     NODES_NAME,
+    NODES_PREFIX,
     SPAN_NAMES,
     checked_by_loader,
 )
 from llama_index_car.indices._lexical import Lexical, Tokens
+from llama_index_car.indices._node_records import NodeTable, write_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
 
-MAX_NODES_BYTES = 16 << 30
 _VECTOR_KINDS = ("none", "local", "store")
 
 
@@ -65,18 +65,18 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
 
     snap = index.snapshot
     lex = snap.lexical
-    ids = [n.node_id for n in lex.nodes]
+    ids = lex.positions
     dense = snap.dense  # the index's own vectors, of the snapshot written
     kind = "none" if index.vector_index is None else ("store" if dense is None else "local")
     if dense is not None and dense.count != len(ids):
-        missing = [n for n in ids if dense._locate(n) is None]
+        missing = [n for n in ids if dense._locate(n) is None][:3]
         raise IndexPersistError(f"the vector index lacks vectors for {missing[:3]}")
     bad = [n for n in documents if n in (INDEX_NAME, NODES_NAME, _persist.MANIFEST_NAME)]
     if bad:
         raise ConfigurationError(f"documents may not be named {bad}")
     with _persist.replace_dir(target) as gen:
         meta = lex.bm25.write_to(gen, prefix=BM25_PREFIX, manifest=False)
-        _files.write_json(gen / NODES_NAME, [doc_to_json(n) for n in lex.nodes])
+        write_nodes(gen, lex.nodes, lex.hashes)
         if dense is not None:
             (gen / FLAT_DIR).mkdir()
             write_state(gen / FLAT_DIR, dense)
@@ -89,8 +89,7 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
             "kind": KIND,
             "tokenizer": index.tokenizer.to_dict(),
             "bm25": meta,
-            "node_ids": ids,
-            "text_hashes": list(lex.hashes),
+            "nodes": len(ids),
             "vectors": kind,
             "vector_store": type(getattr(index.vector_index, "vector_store", None)).__name__,
             "embed": _embed_record(index, dense),
@@ -136,7 +135,7 @@ def _hashed_by_manifest(name: str) -> bool:
     arrays (:meth:`BM25Okapi.load` checks them) nor the JSON files read once with their
     check (:func:`~llama_index_car._persist.read_bound_json`)."""
     return not checked_by_loader(name) and not (
-        "/" not in name and name.endswith(".json") and name not in SPAN_NAMES)
+        "/" not in name and name.endswith(".json") and name not in (*SPAN_NAMES, NODES_NAME))
 
 
 @dataclass(frozen=True)
@@ -187,11 +186,8 @@ class Generation:
         does another kiwipiepy or model version).
         """
         root, spec, manifest = self.root, self.spec, self.manifest
-        try:
-            raw = _persist.read_bound_json(root, manifest, NODES_NAME, max_bytes=MAX_NODES_BYTES)
-            nodes: list[BaseNode] = [json_to_doc(d) for d in raw]
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            raise IndexPersistError(f"{root / NODES_NAME} is damaged ({exc}); rebuild") from exc
+        table = NodeTable.open(root, manifest["files"],
+                               full=_hash_if_small(root, manifest, NODES_PREFIX, "", verify))
         saved = spec["tokenizer"]
         persisted = tokenizer_from_spec(saved, root / INDEX_NAME)  # checked even if one is given
         if tokenizer is None:
@@ -203,17 +199,16 @@ class Generation:
         except IndexPersistError as exc:  # its arrays are part of this index: rebuilt with it
             raise IndexPersistError(str(exc).replace("save the index again", "rebuild the index")
                                     .replace("save it again", "rebuild the index")) from exc
-        if [n.node_id for n in nodes] != spec["node_ids"] or len(nodes) != bm25.corpus_size or len(
-                spec["text_hashes"]) != len(nodes):
+        if len(table) != bm25.corpus_size or len(table) != spec["nodes"]:
             raise IndexPersistError(
                 f"{root}: {NODES_NAME}, {INDEX_NAME} and the BM25 arrays disagree; rebuild the "
                 "index"
             )
-        lexical = Lexical.of(bm25, nodes, spec["text_hashes"])
+        lexical = Lexical.stored(bm25, table)
         tokens = Tokens(tokenizer, token_cache)
         if same_analysis:
             tokens.answering_from(lexical)
-        spans = _spans(root, spec, manifest, spec["node_ids"])
+        spans = _spans(root, spec, manifest, lexical.positions)
         if vector_index is None and spec["vectors"] == "store":
             raise ConfigurationError(
                 f"{root} keeps its vectors in a {spec['vector_store']}: pass vector_index= (a "
@@ -227,10 +222,10 @@ class Generation:
                     "embed_model= (the embedding they were made with)"
                 )
             dense = open_flat(root, manifest, verify)
-            if dense.count != len(nodes):
+            if dense.count != len(table):
                 raise IndexPersistError(
                     f"{root / FLAT_DIR} holds {dense.count} vectors, not one per node "
-                    f"({len(nodes)}); rebuild the index")
+                    f"({len(table)}); rebuild the index")
             from llama_index_car.indices._dense import flat_index
 
             vector_index = flat_index({}, [], embed_model, state=dense)
@@ -263,7 +258,6 @@ def open_generation(root: Path) -> Generation:
 
 
 _TAG = re.compile(r"^[A-Z][A-Z_-]{0,15}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: Kiwi model types a persisted spec may name (kiwipiepy 0.24)
 KIWI_MODEL_TYPES = ("none", "knlm", "sbg", "cong", "cong-global", "largest")
 MAX_WORDS = 100_000
@@ -348,8 +342,7 @@ def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     spec = _persist.read_bound_json(root, manifest, INDEX_NAME)
     if not isinstance(spec, dict) or spec.get("format_version") != FORMAT_VERSION:
         raise IndexPersistError(f"{path}: not a format {FORMAT_VERSION} index; rebuild the index")
-    types = {"tokenizer": dict, "bm25": dict, "node_ids": list, "text_hashes": list,
-             "vectors": str, "documents": list}
+    types = {"tokenizer": dict, "bm25": dict, "nodes": int, "vectors": str, "documents": list}
     wrong = [k for k, t in types.items() if not isinstance(spec.get(k), t)]
     if wrong or spec["vectors"] not in _VECTOR_KINDS or not (
         spec.get("spans") is None or isinstance(spec["spans"], dict)
@@ -357,11 +350,8 @@ def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
                  for d in spec["documents"]):
         raise IndexPersistError(f"{path}: malformed fields {wrong or ['vectors/spans/documents']}"
                                 "; rebuild the index")
-    ids, hashes = spec["node_ids"], spec["text_hashes"]
-    if not all(isinstance(i, str) and 0 < len(i) <= 512 for i in ids) or not all(
-            isinstance(h, str) and _SHA256.match(h) for h in hashes):
-        raise IndexPersistError(f"{path}: node_ids or text_hashes hold something else than "
-                                "node ids and sha256 digests; rebuild the index")
+    if isinstance(spec["nodes"], bool) or not 0 <= spec["nodes"] < 1 << 40:
+        raise IndexPersistError(f"{path}: 'nodes' is not a node count; rebuild the index")
     if not _embed_spec_ok(spec.get("embed")):
         raise IndexPersistError(f"{path}: field 'embed' is not an embedding spec (provider, "
                                 "class_name, model_name, dimensions, engine); rebuild the index")
@@ -387,7 +377,7 @@ def _embed_spec_ok(embed: Any) -> bool:
 
 
 def _spans(
-    root: Path, spec: dict[str, Any], manifest: dict[str, Any], ids: list[str]
+    root: Path, spec: dict[str, Any], manifest: dict[str, Any], ids: Mapping[str, int]
 ) -> Any:
     """The span index the spec records, checked against the nodes and the record."""
     from llama_index_car.span_index import SpanIndex
@@ -404,7 +394,8 @@ def _spans(
     if len(listed) != 2:
         raise IndexPersistError(f"{root / SPAN_NAMES[0]} is missing; rebuild the index")
     spans = SpanIndex.load(root, names=SPAN_NAMES)
-    if set(spans.node_ids) != set(ids) or len(spans.node_ids) != len(ids):
+    if len(spans.node_ids) != len(ids) or len(set(spans.node_ids)) != len(ids) or not all(
+            i in ids for i in spans.node_ids):
         raise IndexPersistError(
             f"{root / SPAN_NAMES[0]} holds spans of {len(spans.node_ids)} nodes, not of the "
             f"index's {len(ids)} nodes; rebuild the index"
@@ -452,19 +443,32 @@ def open_flat(root: Path, manifest: dict[str, Any], verify: Verify = "auto") -> 
     arrays) also hashes every file against the manifest and checks every value, so vectors
     copied in from another folder are refused; above it (``"lazy"``) a query reads rows by
     bounds-checked positions only."""
-    from llama_index_car._bm25_storage import AUTO_VERIFY_BYTES
     from llama_index_car.flat_store import open_state
 
     prefix = FLAT_DIR + "/"
     files = {n[len(prefix):]: e for n, e in manifest["files"].items() if n.startswith(prefix)}
+    full = _hash_if_small(root, manifest, prefix, FLAT_DIR, verify)
+    return open_state(root / FLAT_DIR, files, verify="full" if full else "lazy")
+
+
+def _hash_if_small(
+    root: Path, manifest: dict[str, Any], prefix: str, sub: str, verify: Verify
+) -> bool:
+    """Whether the files listed under ``prefix`` are verified whole (``verify="full"``, or
+    ``"auto"`` up to :data:`~llama_index_car._bm25_storage.AUTO_VERIFY_BYTES` of them, as for
+    the BM25 arrays); if so they are hashed against ``manifest`` here, so a file copied in
+    from another folder is refused."""
+    from llama_index_car._bm25_storage import AUTO_VERIFY_BYTES
+
+    files = {n: e for n, e in manifest["files"].items() if n.startswith(prefix)}
     total = sum(int(e["bytes"]) for e in files.values())
     full = verify == "full" or (verify == "auto" and total <= AUTO_VERIFY_BYTES)
     if full:
         for name, entry in files.items():
-            path = root / FLAT_DIR / name
+            path = root / name
             if not path.is_file() or path.stat().st_size != entry["bytes"] or (
                     _files.sha256_file(path) != entry["sha256"]):
                 raise IndexPersistError(
                     f"{path} is missing or corrupt (size or sha256 differs from "
                     f"{_persist.MANIFEST_NAME}); rebuild the index")
-    return open_state(root / FLAT_DIR, files, verify="full" if full else "lazy")
+    return full
