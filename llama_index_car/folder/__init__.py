@@ -6,8 +6,9 @@ place and opened again::
       car_index.json      the folder's record (record.py): format_version, embedding spec,
                           chunking, counts, failures, sources (sha256, node ids, text digest,
                           alias_of), the store record
-      index.json, nodes.json, bm25.*.npy   the index: tokenizer and embedding specs, nodes,
-                          BM25 arrays (llama_index_car.indices._storage)
+      index.json, nodes.*, bm25.*.npy   the index: tokenizer and embedding specs, the
+                          nodes (a record set read when used), BM25 arrays
+                          (llama_index_car.indices._storage)
       flat/               the vectors: the exact flat store's arrays and records,
                           memory-mapped at load (absent with a store)
       spans.json, span_vectors.npy   every node's sentences and table rows and their
