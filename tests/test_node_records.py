@@ -137,3 +137,32 @@ def test_the_nodes_are_read_when_used_not_at_load(base: Path) -> None:
     for h in got:
         stored = json.loads(dict(items)[h.node.node_id])["n"]
         assert h.node.get_content() == stored["__data__"]["text"]
+
+
+def test_a_filter_on_a_loaded_folder_reads_metadata_once_and_means_the_same(base: Path) -> None:
+    """A filtered BM25 query on a loaded folder returns the unfiltered ranking restricted to
+    the nodes whose metadata matches (the oracle), without parsing the nodes it does not
+    return; the mask is kept for the state (a second view reuses it)."""
+    from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+
+    from llama_index_car.folder import load_index
+
+    index = load_index(base, embed_model=HashedBigramEmbedding())
+    lex = index.snapshot.lexical
+    titles = sorted({lex.nodes.metadata(i).get("section_title") for i in range(len(lex.nodes))}
+                    - {None})
+    assert len(titles) > 1
+    want_title = titles[len(titles) // 2]
+    only = MetadataFilters(filters=[MetadataFilter(key="section_title", value=want_title)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = index.as_retriever("bm25", similarity_top_k=len(lex.nodes)).retrieve("터널 기준")
+        lex.nodes._cache.clear()
+        got = index.as_retriever("bm25", similarity_top_k=5, filters=only).retrieve("터널 기준")
+    oracle = [(h.node.node_id, h.score) for h in full
+              if h.node.metadata.get("section_title") == want_title][:5]
+    assert got and [(h.node.node_id, h.score) for h in got] == oracle
+    assert len(lex.nodes._cache) == len(got)  # only the hits were parsed
+    mask = lex.mask(only)
+    assert mask is lex.mask(only) and int(mask.sum()) == sum(
+        lex.nodes.metadata(i).get("section_title") == want_title for i in range(len(lex.nodes)))

@@ -62,6 +62,9 @@ class Lexical:
     nodes: Sequence[BaseNode]
     hashes: Sequence[str]
     positions: Mapping[str, int] = field(repr=False)
+    #: metadata masks of this state by filter (computed once: a loaded table reads every
+    #: node's metadata for a new filter)
+    _masks: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, bm25: BM25Okapi, nodes: Sequence[BaseNode], hashes: Sequence[str]) -> Lexical:
@@ -130,6 +133,10 @@ class Lexical:
             self.bm25.add_documents(tokens), [*self.nodes, *nodes], [*self.hashes, *hashes]
         )
 
+    def by_id(self) -> Mapping[str, BaseNode]:
+        """``{node id: node}`` of this state, each node read when looked up (no copy)."""
+        return _ById(self.nodes, self.positions)
+
     def node_id(self, i: int) -> str:
         """The id of node ``i`` (a loaded table's key: nothing parsed)."""
         nodes = self.nodes
@@ -185,11 +192,35 @@ class Lexical:
         every channel."""
         if filters is None or not filters.filters:
             return None
-        return np.fromiter(
-            (matches(filters, dict(n.metadata)) for n in self.nodes),
-            dtype=bool,
-            count=len(self.nodes),
-        )
+        key = filters.model_dump_json()
+        got = self._masks.get(key)
+        if got is None:
+            nodes = self.nodes
+            metadata = (nodes.metadata(i) if isinstance(nodes, NodeTable) else dict(
+                nodes[i].metadata) for i in range(len(nodes)))
+            got = np.fromiter((matches(filters, m) for m in metadata), dtype=bool,
+                              count=len(nodes))
+            got.setflags(write=False)
+            if len(self._masks) < 64:
+                self._masks[key] = got
+        return got
+
+
+class _ById(Mapping[str, BaseNode]):
+    def __init__(self, nodes: Sequence[BaseNode], positions: Mapping[str, int]) -> None:
+        self._nodes, self._positions = nodes, positions
+
+    def __getitem__(self, key: str) -> BaseNode:
+        return self._nodes[self._positions[key]]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._positions)
 
 
 class Tokens:

@@ -121,6 +121,17 @@ class NodeTable(Sequence[BaseNode]):
                                     "index")
         return rec
 
+    def metadata(self, i: int) -> dict[str, Any]:
+        """The metadata of node ``i`` (read from its record without building the node)."""
+        got = self._cache.get(i)
+        if got is not None:
+            return dict(got.metadata)
+        data = self._record(i)["n"].get("__data__")
+        md = data.get("metadata") if isinstance(data, dict) else None
+        if not isinstance(md, dict):
+            return dict(self[i].metadata)  # another layout: the node's own parse names damage
+        return md
+
     def hash(self, i: int) -> str:
         return self._record(i)["h"]  # type: ignore[no-any-return]
 
