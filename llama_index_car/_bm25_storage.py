@@ -30,7 +30,6 @@ file's sha256; :mod:`llama_index_car._persist`). No pickle.
 from __future__ import annotations
 
 import os
-import tokenize
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,8 @@ import numpy as np
 
 from llama_index_car._bm25_arrays import MappedTerms, Postings, check_postings, term_hash
 from llama_index_car._errors import IndexPersistError
-from llama_index_car._files import open_regular, sha256_file, write_error
+from llama_index_car._files import sha256_file, write_error
+from llama_index_car._npy import open_npy, write_npy
 from llama_index_car._persist import read_manifest, write_manifest
 
 #: Version of the directory layout written by :func:`write_index`.
@@ -59,18 +59,6 @@ ARRAYS = (
     "term_order",
 )
 Verify = Literal["auto", "full", "lazy"]
-_WRITE_BLOCK = 1 << 24
-_NPY_ERRORS = (
-    ValueError,
-    SyntaxError,
-    TypeError,
-    OverflowError,
-    MemoryError,
-    RecursionError,
-    EOFError,
-    UnicodeDecodeError,
-    tokenize.TokenError,
-)
 
 
 def npy_name(name: str, prefix: str = "") -> str:
@@ -79,25 +67,6 @@ def npy_name(name: str, prefix: str = "") -> str:
 
 
 # ----------------------------------------------------------------------------- writing
-def write_npy(path: Path, arr: np.ndarray) -> None:
-    """``np.save`` layout (format 1.0, no pickle), fsynced; a failed write (a full disk, a
-    read-only mount) is an :class:`IndexPersistError` naming ``path`` and the cause (numpy's
-    own writer reports a full disk as "N requested and M written")."""
-    arr = np.ascontiguousarray(arr)
-    try:
-        with open(path, "wb") as fh:
-            np.lib.format.write_array_header_1_0(
-                fh, np.lib.format.header_data_from_array_1_0(arr)
-            )
-            view = arr.reshape(-1).view(np.uint8).data
-            for start in range(0, len(view), _WRITE_BLOCK):
-                fh.write(view[start : start + _WRITE_BLOCK])
-            fh.flush()
-            os.fsync(fh.fileno())
-    except OSError as exc:
-        raise write_error(path, exc) from exc
-
-
 @dataclass(frozen=True)
 class Reserved:
     """An array :func:`write_index` allocates on disk and hands to its ``fill`` callback."""
@@ -189,75 +158,6 @@ def index_meta(
 
 
 # ----------------------------------------------------------------------------- reading
-def _load_npy(root: Path, name: str, mmap: bool, prefix: str = "") -> np.ndarray:
-    """One 1-D ``.npy`` array of ``root``, memory-mapped or read.
-
-    The file is opened non-blocking and must be a regular file; its header is parsed with
-    numpy's reader (any failure, a Python-2 header that does not tokenize included, is an
-    :class:`IndexPersistError`), and the size it declares must equal the file's before any
-    memory is allocated or mapped (a header declaring 2**40 entries is refused, not a
-    ``MemoryError``). No pickle.
-    """
-    path = root / npy_name(name, prefix)
-    fmt = np.lib.format
-    try:
-        fh = open_regular(path)
-    except FileNotFoundError as exc:
-        raise IndexPersistError(f"{path} is missing; save the index again") from exc
-    with fh:
-        try:
-            version = fmt.read_magic(fh)
-            if version == (1, 0):
-                shape, _, dtype = fmt.read_array_header_1_0(fh)
-            elif version == (2, 0):
-                shape, _, dtype = fmt.read_array_header_2_0(fh)
-            else:
-                raise ValueError(f"unsupported .npy format version {version}")
-        except _NPY_ERRORS as exc:
-            raise IndexPersistError(
-                f"{path} is not a readable .npy array (damaged header: {exc}); save it again"
-            ) from exc
-        except OSError as exc:
-            raise IndexPersistError(f"{path} is unreadable ({exc}); save it again") from exc
-        if dtype.hasobject or len(shape) != 1 or shape[0] < 0:
-            raise IndexPersistError(
-                f"{path}: expected a 1-D array of numbers, got {dtype} with shape {shape}; "
-                "save the index again"
-            )
-        count = int(shape[0])
-        offset = fh.tell()
-        size = os.fstat(fh.fileno()).st_size
-        if offset + count * dtype.itemsize != size:
-            raise IndexPersistError(
-                f"{path}: the header declares {count} entries of {dtype} "
-                f"({offset + count * dtype.itemsize} bytes with the header), the file has "
-                f"{size} bytes; save the index again"
-            )
-        try:
-            if count == 0:
-                return np.zeros(0, dtype=dtype)
-            if mmap:
-                return np.memmap(fh, dtype=dtype, mode="r", offset=offset, shape=(count,))
-            arr = np.fromfile(fh, dtype=dtype, count=count)
-        except (OSError, ValueError) as exc:
-            raise IndexPersistError(f"{path} is unreadable ({exc}); save it again") from exc
-        if arr.shape[0] != count:
-            raise IndexPersistError(f"{path} was truncated while read; save it again")
-        return arr
-
-
-def _expect(path: Path, arr: np.ndarray, dtypes: tuple[Any, ...], length: int | None) -> None:
-    if arr.ndim != 1 or arr.dtype not in [np.dtype(d) for d in dtypes]:
-        raise IndexPersistError(
-            f"{path}: expected a 1-D array of {[np.dtype(d).name for d in dtypes]}, "
-            f"got {arr.dtype} with shape {arr.shape}; save the index again"
-        )
-    if length is not None and arr.shape[0] != length:
-        raise IndexPersistError(
-            f"{path}: expected {length} entries, got {arr.shape[0]}; save the index again"
-        )
-
-
 def _int_field(meta: dict[str, Any], key: str, where: Path) -> int:
     value = meta.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -348,16 +248,15 @@ def read_index(
     nnz = _int_field(meta, "nnz", mpath)
     if n > np.iinfo(np.int32).max:
         raise IndexPersistError(f"{mpath}: corpus_size {n} exceeds int32 document ids")
-    a = {name: _load_npy(root, name, mmap, prefix) for name in ARRAYS}
+    expect: dict[str, tuple[tuple[Any, ...], int | None]] = {  # dtypes, length
+        "indptr": ((np.int64,), v + 1), "indices": ((np.int32,), nnz),
+        "tf": ((np.uint8, np.uint16, np.uint32), nnz), "doc_len": ((np.int64,), n),
+        "terms": ((np.uint8,), None), "term_offsets": ((np.int64,), v + 1),
+        "term_hash": ((np.uint64,), v), "term_order": ((np.int32,), v),
+    }
     p = {name: root / npy_name(name, prefix) for name in ARRAYS}
-    _expect(p["indptr"], a["indptr"], (np.int64,), v + 1)
-    _expect(p["indices"], a["indices"], (np.int32,), nnz)
-    _expect(p["tf"], a["tf"], (np.uint8, np.uint16, np.uint32), nnz)
-    _expect(p["doc_len"], a["doc_len"], (np.int64,), n)
-    _expect(p["terms"], a["terms"], (np.uint8,), None)
-    _expect(p["term_offsets"], a["term_offsets"], (np.int64,), v + 1)
-    _expect(p["term_hash"], a["term_hash"], (np.uint64,), v)
-    _expect(p["term_order"], a["term_order"], (np.int32,), v)
+    a = {name: open_npy(p[name], dtypes=expect[name][0], ndim=1, shape=(expect[name][1],),
+                        mmap=mmap, fix="save the index again") for name in ARRAYS}
     # a private copy (V + 1 int64, the size of idf): the kernels index with it, so it must
     # not change under them (indices/tf may stay mapped: every id is checked as read)
     indptr = np.array(a["indptr"])

@@ -3,9 +3,9 @@
 Everything read from an index folder or a cache goes through here: a file is opened
 non-blocking and checked with ``fstat`` before it is read (:func:`open_regular`: no FIFO,
 device or directory), read up to a bound (:func:`read_bounded`), parsed as JSON with a depth
-bound (:func:`read_json`, :func:`parse_json`) or as a ``.npy`` array whose header must declare
-the file's size (:func:`read_npy`); a cache's files must also be the user's own
-(:func:`read_owned_file`). Writes are fsynced (:func:`fsync_write`) and a failed one is a
+bound (:func:`read_json`, :func:`parse_json`); a cache's files must also be the user's own
+(:func:`read_owned_file`). ``.npy`` arrays are read by :func:`llama_index_car._npy.open_npy`
+(over :func:`open_regular`). Writes are fsynced (:func:`fsync_write`) and a failed one is a
 :class:`~llama_index_car._errors.IndexPersistError` saying what to fix (:func:`write_error`).
 Used by :mod:`llama_index_car._persist` (generations and manifests) and every loader.
 """
@@ -296,66 +296,3 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
             raise
         raise IndexPersistError(f"{path} is unreadable ({exc})") from exc
     return h.hexdigest()
-
-
-
-#: what numpy's ``.npy`` header parser raises on a damaged header (a dict cut in the middle
-#: fails to tokenize: ``tokenize.TokenError``)
-def _npy_errors() -> tuple[type[BaseException], ...]:
-    import tokenize
-
-    return (ValueError, SyntaxError, TypeError, OverflowError, MemoryError, RecursionError,
-            EOFError, UnicodeDecodeError, tokenize.TokenError)
-
-
-def read_npy(path: str | os.PathLike[str], *, dtype: Any, ndim: int) -> Any:
-    """The C-ordered ``ndim``-dimensional ``dtype`` array in the ``.npy`` file ``path`` of an
-    (untrusted) index folder: a regular file (:func:`open_regular`) whose header parses and
-    declares exactly the file's size before anything is allocated; no pickle. Any other
-    content is an :class:`IndexPersistError` naming the file.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-    """
-    import numpy as np
-
-    fmt = np.lib.format
-    want = np.dtype(dtype)
-    with open_regular(path) as fh:
-        try:
-            version = fmt.read_magic(fh)
-            if version == (1, 0):
-                shape, fortran, found = fmt.read_array_header_1_0(fh)
-            elif version == (2, 0):
-                shape, fortran, found = fmt.read_array_header_2_0(fh)
-            else:
-                raise ValueError(f"unsupported .npy format version {version}")
-        except _npy_errors() as exc:
-            raise IndexPersistError(
-                f"{path} is not a readable .npy array (damaged header: {exc}); "
-                "rebuild the index"
-            ) from exc
-        except OSError as exc:
-            raise IndexPersistError(f"{path} is unreadable ({exc}); rebuild the index") from exc
-        if found != want or fortran or len(shape) != ndim:
-            raise IndexPersistError(
-                f"{path} holds a {found} array of shape {shape}, expected a {ndim}-D {want} "
-                "array; rebuild the index"
-            )
-        count = 1
-        for n in shape:
-            count *= int(n)
-        offset = fh.tell()
-        size = os.fstat(fh.fileno()).st_size
-        if offset + count * want.itemsize != size:
-            raise IndexPersistError(
-                f"{path}: its header declares {shape} ({offset + count * want.itemsize} bytes "
-                f"with the header), the file has {size} bytes; rebuild the index"
-            )
-        try:
-            arr = np.fromfile(fh, dtype=want, count=count)
-        except (OSError, ValueError) as exc:
-            raise IndexPersistError(f"{path} is unreadable ({exc}); rebuild the index") from exc
-    if arr.size != count:
-        raise IndexPersistError(f"{path} was truncated while read; rebuild the index")
-    return arr.reshape(shape)

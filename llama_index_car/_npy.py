@@ -1,8 +1,8 @@
 """Checked ``.npy`` files of an untrusted folder: header, dtype and shape before any mapping.
 
-:func:`open_npy` is the reader the scale components (:mod:`~llama_index_car._records`,
-:mod:`~llama_index_car.flat_store`) share: the file must be a regular file (opened
-non-blocking), its header is parsed with numpy's reader (format 1.0 / 2.0, no pickle, C order),
+:func:`open_npy` is the one reader of an index folder's arrays (the BM25 arrays, the
+index's and the span index's vectors, the record files, the flat store): the file must be a
+regular file (opened non-blocking), its header is parsed with numpy's reader (format 1.0 / 2.0, no pickle, C order),
 its dtype must be one of the allowed ones, its number of dimensions the expected one, and the
 size it declares must equal the file's size before anything is mapped or allocated (a header
 declaring 2**40 rows is refused, not a ``MemoryError``). :func:`write_npy` is the fsynced
@@ -47,7 +47,9 @@ _HEADER_ERRORS = (
 
 
 def write_npy(path: Path, arr: np.ndarray) -> None:
-    """``arr`` in ``np.save``'s layout (format 1.0, C order, no pickle), fsynced."""
+    """``arr`` in ``np.save``'s layout (format 1.0, C order, no pickle), fsynced; a failed
+    write (a full disk, a read-only mount) is an :class:`IndexPersistError` naming ``path`` and
+    the cause (numpy's own writer reports a full disk as "N requested and M written")."""
     arr = np.ascontiguousarray(arr)
     try:
         with open(path, "wb") as fh:
@@ -69,21 +71,23 @@ def open_npy(
     shape: Sequence[int | None] | None = None,
     mmap: bool = True,
     random_access: bool = False,
+    fix: str = "write the folder again",
 ) -> np.ndarray:
     """The array in ``path``, read-only memory-mapped (``mmap``) or read, after the checks
     of the module docstring. ``shape``: the expected shape, ``None`` for a free dimension.
     ``random_access``: advise the kernel that the map is read at random places
     (``MADV_RANDOM``: no read-ahead, so reading one row brings in one page, not 128 KiB).
+    ``fix``: what every message tells the user to do (the folder's own remedy).
 
     Raises:
-        IndexPersistError: naming ``path`` and the problem (a missing file included).
+        IndexPersistError: naming ``path``, the problem and ``fix`` (a missing file included).
     """
     fmt = np.lib.format
     allowed = [np.dtype(d) for d in dtypes]
     try:
         fh = open_regular(path)
     except FileNotFoundError as exc:
-        raise IndexPersistError(f"{path} is missing; write the folder again") from exc
+        raise IndexPersistError(f"{path} is missing; {fix}") from exc
     with fh:
         try:
             version = fmt.read_magic(fh)
@@ -94,42 +98,46 @@ def open_npy(
             else:
                 raise ValueError(f"unsupported .npy format version {version}")
         except _HEADER_ERRORS as exc:
-            raise IndexPersistError(f"{path} is not a readable .npy array ({exc})") from exc
+            raise IndexPersistError(
+                f"{path} is not a readable .npy array (damaged header: {exc}); {fix}"
+            ) from exc
         except OSError as exc:
-            raise IndexPersistError(f"{path} is unreadable ({exc})") from exc
+            raise IndexPersistError(f"{path} is unreadable ({exc}); {fix}") from exc
         if dtype not in allowed or dtype.hasobject:
             raise IndexPersistError(
-                f"{path}: dtype {dtype} is not one of {[d.name for d in allowed]}"
+                f"{path}: dtype {dtype} is not one of {[d.name for d in allowed]}; {fix}"
             )
         if fortran or len(got_shape) != ndim or any(s < 0 for s in got_shape):
             raise IndexPersistError(
                 f"{path}: expected a C-order {ndim}-D array, got shape {got_shape}"
-                + (" in Fortran order" if fortran else "")
+                + (" in Fortran order" if fortran else "") + f"; {fix}"
+            )
+        count = math.prod(got_shape)
+        offset = fh.tell()
+        size = os.fstat(fh.fileno()).st_size
+        need = offset + count * dtype.itemsize
+        if need != size:  # before anything is allocated or mapped
+            raise IndexPersistError(
+                f"{path}: the header declares {count} entries of {dtype}, shape {got_shape} "
+                f"({need} bytes with the header), the file has {size} bytes; {fix}"
             )
         if shape is not None and any(
             want is not None and want != got for want, got in zip(shape, got_shape, strict=True)
         ):
-            raise IndexPersistError(f"{path}: expected shape {tuple(shape)}, got {got_shape}")
-        offset = fh.tell()
-        size = os.fstat(fh.fileno()).st_size
-        need = offset + math.prod(got_shape) * dtype.itemsize
-        if need != size:
             raise IndexPersistError(
-                f"{path}: the header declares shape {got_shape} of {dtype} ({need} bytes with "
-                f"the header), the file has {size} bytes"
-            )
+                f"{path}: expected shape {tuple(shape)}, got {got_shape}; {fix}")
         try:
-            if math.prod(got_shape) == 0:
+            if count == 0:
                 return np.zeros(got_shape, dtype=dtype)
             if mmap:  # a plain read-only ndarray over the map (np.memmap's item access is slow)
                 mm = _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
                 if random_access and hasattr(mm, "madvise") and hasattr(_mmap, "MADV_RANDOM"):
                     mm.madvise(_mmap.MADV_RANDOM)
-                arr = np.frombuffer(mm, dtype=dtype, count=math.prod(got_shape), offset=offset)
+                arr = np.frombuffer(mm, dtype=dtype, count=count, offset=offset)
                 return arr.reshape(got_shape)
-            arr = np.fromfile(fh, dtype=dtype, count=math.prod(got_shape))
+            arr = np.fromfile(fh, dtype=dtype, count=count)
         except (OSError, ValueError) as exc:
-            raise IndexPersistError(f"{path} is unreadable ({exc})") from exc
-        if arr.size != math.prod(got_shape):
-            raise IndexPersistError(f"{path} was truncated while read")
+            raise IndexPersistError(f"{path} is unreadable ({exc}); {fix}") from exc
+        if arr.size != count:
+            raise IndexPersistError(f"{path} was truncated while read; {fix}")
         return arr.reshape(got_shape)

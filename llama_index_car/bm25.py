@@ -70,8 +70,8 @@ from llama_index_car._bm25_storage import (
     read_index,
     write_index,
 )
-from llama_index_car._bm25_storage import write_npy as _write_npy  # noqa: F401 - re-export
 from llama_index_car._errors import ConfigurationError, IndexPersistError
+from llama_index_car._npy import write_npy as _write_npy  # noqa: F401 - re-export
 from llama_index_car._persist import load_live, replace_dir
 
 __all__ = [

@@ -388,12 +388,10 @@ def _record(r: Any, path: Path) -> Span:
 
 
 def _load_vectors(path: Path, n: int, dim: int) -> np.ndarray:
-    from llama_index_car._files import read_npy
+    from llama_index_car._npy import open_npy
 
-    try:  # the header must declare the file's size: nothing is allocated before that check
-        arr = read_npy(path, dtype=np.float16, ndim=2)
-    except FileNotFoundError as exc:
-        raise IndexPersistError(f"{path} is missing; rebuild the index") from exc
+    # the header must declare the file's size: nothing is allocated before that check
+    arr = open_npy(path, dtypes=(np.float16,), ndim=2, mmap=False, fix="rebuild the index")
     if arr.shape[0] != n or (n and arr.shape[1] != dim):
         raise IndexPersistError(
             f"{path} holds {arr.dtype} {arr.shape}, expected float16 ({n}, {dim})"

@@ -237,6 +237,20 @@ def test_npy_header_that_does_not_tokenize_is_typed(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mmap", [False, True])
+def test_npy_in_fortran_order_is_typed(tmp_path: Path, mmap: bool) -> None:
+    """The BM25 arrays are read by the one checked reader (``_npy.open_npy``), so a header
+    that is not C order is refused as for every other array of a folder (the BM25 loader
+    let it through before)."""
+    root = tmp_path / "idx"
+    gen = saved_index(root, n_docs=30)
+    raw = (gen / "doc_len.npy").read_bytes()
+    text = raw[10:raw.index(b"}") + 1].decode("latin1").replace("False", "True")
+    _replace_npy(gen, "doc_len", npy_bytes(text, raw[128:]))
+    with pytest.raises(IndexPersistError, match=r"doc_len\.npy: .*Fortran order; save the"):
+        BM25Okapi.load(root, mmap=mmap, verify="lazy")
+
+
+@pytest.mark.parametrize("mmap", [False, True])
 def test_npy_header_declaring_2_pow_40_entries_is_typed(tmp_path: Path, mmap: bool) -> None:
     """The declared size is checked against the file before allocating (before: MemoryError
     with mmap=False)."""

@@ -205,7 +205,7 @@ def test_an_npy_header_declaring_more_than_the_file_holds_is_refused_before_read
 ) -> None:
     import numpy as np
 
-    from llama_index_car._files import read_npy
+    from llama_index_car._npy import open_npy
 
     path = tmp_path / "big.npy"
     header = {"descr": "<f4", "fortran_order": False, "shape": (10**12, 384)}
@@ -213,4 +213,4 @@ def test_an_npy_header_declaring_more_than_the_file_holds_is_refused_before_read
         np.lib.format.write_array_header_1_0(fh, header)
         fh.write(b"\0" * 64)
     with pytest.raises(IndexPersistError, match="declares"):
-        read_npy(path, dtype=np.float32, ndim=2)
+        open_npy(path, dtypes=(np.float32,), ndim=2, mmap=False)

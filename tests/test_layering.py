@@ -274,3 +274,56 @@ def test_no_module_is_over_600_lines_outside_evaluation() -> None:
             if not name.startswith(f"{PACKAGE}.evaluation")
             and (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
     assert not long, f"split these modules (lines > {MAX_MODULE_LINES}): {long}"
+
+
+def _module_map() -> list[list[str]]:
+    """The first cells of ``docs/ARCHITECTURE.md``'s module map, as the paths they name
+    (``a.py``, ``pkg/``; a bare name after a path lives in the folder of the one before)."""
+    doc = (ROOT.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = doc[doc.index("| module | public names |"):].split("\n\n", 1)[0]
+    rows = []
+    for line in table.splitlines()[2:]:
+        names, folder = [], ""
+        for name in line.split("|")[1].replace("`", "").split(","):
+            name = name.strip()
+            if "/" in name.rstrip("/"):
+                folder = name.rsplit("/", 1)[0] + "/"
+            elif not name.endswith("/") and folder:
+                name = folder + name
+            names.append(name)
+        rows.append(names)
+    return rows
+
+
+def test_the_module_map_names_every_module_and_only_modules() -> None:
+    """ARCHITECTURE.md's module map matches the tree: every module of the package is named
+    (its path, or a package row ``pkg/`` for all of a package), and every path named is a
+    module (no stale row)."""
+    named = [n for row in _module_map() for n in row]
+    files = {str(p.relative_to(ROOT)) for p in MODULES.values()}
+    packages = {n for n in named if n.endswith("/")}
+    stale = [n for n in named if n not in files and not (n in packages and (ROOT / n).is_dir())]
+    assert not stale, f"the module map names what is not in the tree: {stale}"
+    missing = sorted(f for f in files if f not in named and not f.endswith("__init__.py")
+                     and not any(f.startswith(pkg) for pkg in packages))
+    assert not missing, f"modules missing from the module map: {missing}"
+
+
+def test_the_picture_places_every_module_where_the_rule_does() -> None:
+    """The layer table that opens ARCHITECTURE.md names, in each layer's row, every module
+    prefix :data:`LAYERS` puts in that layer (``_bm25_*`` covers the ``_bm25_`` modules)."""
+    import fnmatch
+    import re
+
+    doc = (ROOT.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    rows: dict[int, set[str]] = {}
+    for line in doc.splitlines():
+        found = re.match(r"\| (\d) [a-z]+ \| (.*?) \| [^|]* \|$", line)
+        if found:
+            rows[int(found[1])] = {n.rstrip("/").removesuffix(".py")
+                                   for n in re.findall(r"`([^`]+)`", found[2])}
+    assert sorted(rows) == sorted(LAYERS)
+    wrong = {number: [p or "__init__" for p in prefixes
+                      if not any(fnmatch.fnmatch(p or "__init__", n) for n in rows[number])]
+             for number, (_, prefixes) in LAYERS.items()}
+    assert not any(wrong.values()), f"missing from the picture's layer rows: {wrong}"

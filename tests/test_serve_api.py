@@ -454,3 +454,23 @@ def test_a_request_past_its_deadline_gets_504(engine: Any, fake: Any) -> None:
         released.set()
         held.join(timeout=60)
         assert not held.is_alive()
+
+
+def test_a_folder_built_without_spans_is_served_by_every_kind(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The service asks each view for spans only when the folder has them (it asked ``car``
+    for 3 spans of a folder built with ``--no-spans``: the engine could not even warm up)."""
+    from llama_index_car.folder import BuildOptions, build_index, load_index
+    from llama_index_car.serve import FolderEngine
+
+    source = shared_folder(tmp_path_factory)[0]
+    build_index(source, tmp_path / "idx", BuildOptions(spans=False))
+    engine = FolderEngine(tmp_path / "idx")
+    gen = engine.open()
+    oracle = load_index(tmp_path / "idx", embed_model=gen.index.embed_model)
+    for kind in ("car", "hybrid", "bm25", "dense"):
+        hits = engine.hits(gen, QUESTION, kind, 3)
+        want = oracle.as_retriever(kind, similarity_top_k=3).retrieve(QUESTION)
+        assert [h.node.node_id for h in hits] == [w.node.node_id for w in want] != []
+        assert all(not h.node.metadata.get("criterion_spans") for h in hits)

@@ -22,7 +22,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from llama_index_car.providers import EMBED_MODELS
 
@@ -261,3 +261,20 @@ def reader_warnings_to_stderr() -> Iterator[None]:
         warnings.simplefilter("always", UserWarning)
         warnings.showwarning = show
         yield
+
+
+def subcommand(
+    subparsers: Any, name: str, *, help: str, epilog: str, doc: str | None = None,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name`` with its one-line ``help`` and its ``epilog``
+    (examples, printed as written); the description is ``description``, else the first line
+    of the module docstring ``doc`` after its ``llama-car NAME: ``."""
+    if description is None:
+        description = doc.splitlines()[0].split(": ", 1)[-1] if doc else None
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=help, description=description, epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(command=name)
+    return parser

@@ -35,6 +35,7 @@ from llama_index_car.cli._args import (
     output_dir,
     positive_int,
     show_progress,
+    subcommand,
 )
 from llama_index_car.providers import CLI_LLMS
 
@@ -52,12 +53,11 @@ SPAN_CHARS = 100
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``demo`` on the ``llama-car`` subparsers."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "demo",
+    p = subcommand(
+        subparsers, "demo",
         help="index the bundled sample corpus and compare dense, BM25, hybrid and CAR",
-        description=__doc__.splitlines()[0].split(": ", 1)[-1],
+        doc=__doc__,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--corpus",
@@ -92,7 +92,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true", help="print CAR's hypothesis per question")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     add_cache_and_progress_options(p)
-    p.set_defaults(command="demo")
     return p
 
 

@@ -17,6 +17,7 @@ from llama_index_car.cli._args import (
     output_dir,
     positive_int,
     show_progress,
+    subcommand,
     unit_float,
 )
 from llama_index_car.providers import CLI_LLMS, RERANKERS
@@ -38,13 +39,12 @@ outputs: DIR/results.json DIR/runs/<system>.trec DIR/report.md DIR/*.png DIR/per
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``eval`` on the ``llama-car`` subparsers."""
-    p = subparsers.add_parser(
-        "eval",
+    p = subcommand(
+        subparsers, "eval",
         help="evaluate retrieval systems (MRR, Recall, nDCG by overlap stratum, paired tests)",
         description="Run named retrieval systems over a BEIR folder (or an HWPX folder plus a "
         "QA file) and write results.json, TREC runs, a markdown report and figures.",
         epilog=EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("data", metavar="DATA", type=existing_dir, help="BEIR folder, or HWPX folder with --qa")
     p.add_argument("--qa", metavar="FILE", type=existing_file, default=None,

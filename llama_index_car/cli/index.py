@@ -39,6 +39,7 @@ from llama_index_car.cli._args import (
     reader_warnings_to_stderr,
     show_progress,
     store_uri,
+    subcommand,
 )
 
 EPILOG = """example:
@@ -52,12 +53,11 @@ EPILOG = """example:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``index`` on the ``llama-car`` subparsers."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "index",
+    p = subcommand(
+        subparsers, "index",
         help="index a folder of HWP, HWPX and HML files into a local index folder",
-        description=__doc__.splitlines()[0].split(": ", 1)[-1],
+        doc=__doc__,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "source", metavar="SOURCE_DIR", type=existing_path,
@@ -99,7 +99,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "cluster on this machine; 'auto' or 'ray://HOST:10001' = join that cluster",
     )
     add_cache_and_progress_options(p)
-    p.set_defaults(command="index")
     return p
 
 

@@ -14,6 +14,8 @@ import contextlib
 import sys
 from typing import Any
 
+from llama_index_car.cli._args import subcommand
+
 EPILOG = """example (an MCP client's server entry):
   {"command": "llama-car", "args": ["mcp", "/data/car-index"]}
 """
@@ -23,15 +25,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``mcp`` on the ``llama-car`` subparsers."""
     from llama_index_car.cli.serve import add_common
 
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "mcp",
+    p = subcommand(
+        subparsers, "mcp",
         help="serve an index folder as MCP tools over stdio (search, answer, get_section)",
-        description=__doc__.splitlines()[0].split(": ", 1)[-1],
+        doc=__doc__,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common(p)
-    p.set_defaults(command="mcp")
     return p
 
 

@@ -7,6 +7,8 @@ import shlex
 import sys
 from typing import Any
 
+from llama_index_car.cli._args import subcommand
+
 EXAMPLE = """\
 examples:
   llama-car preserve ../shared/corpus/hwpx --pdf ../shared/corpus/hwpx/pdf \\
@@ -26,14 +28,13 @@ The PDF pathway needs: pip install 'llama-index-car[pdf]'.
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``preserve`` on the ``llama-car`` subparsers."""
-    p = subparsers.add_parser(
-        "preserve",
+    p = subcommand(
+        subparsers, "preserve",
         help="table preservation of PDF/HML/HWP pathways vs HWPX (or HWP 5) cell ground truth "
         "(Table 7)",
         description="Score how much HWPX table cell content the PDF and HML ingestion "
         "pathways keep: cell preservation and table detection, all tables and >=2x2.",
         epilog=EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("hwpx_dir", metavar="HWPX_DIR", help="folder of .hwpx files (ground truth)")
     p.add_argument("--pdf", metavar="PDF_DIR", default=None, help="folder of PDF twins")

@@ -13,6 +13,7 @@ from llama_index_car.cli._args import (
     int_at_least,
     output_dir,
     show_progress,
+    subcommand,
 )
 
 EXAMPLE = """\
@@ -28,14 +29,13 @@ rank displacement), DIR/probe.png (orig / cfb / cfs / cf).
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``probe`` on the ``llama-car`` subparsers."""
-    p = subparsers.add_parser(
-        "probe",
+    p = subcommand(
+        subparsers, "probe",
         help="counterfactual title-framing probe (orig/cf/cfp/cfn/cfb/cfs, Table 3)",
         description="Measure how a section's title framing shifts dense similarity: for "
         "plan-framed sections whose body states a ~기준 criterion, compare cos(query, "
         "variant) over six rule-built variants of the same body.",
         epilog=EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("corpus", metavar="CORPUS", type=existing_path, help="folder of .hwp/.hwpx/.hml files, or JSONL of {title, body}")
     p.add_argument("--out", required=True, metavar="DIR", type=output_dir,

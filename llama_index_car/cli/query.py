@@ -36,6 +36,7 @@ from llama_index_car.cli._args import (
     positive_seconds,
     query_text,
     store_uri,
+    subcommand,
     unit_float,
 )
 from llama_index_car.hypothesizers.base import sanitize_text
@@ -63,12 +64,11 @@ DEFAULT_SPAN_LINES = 3
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``query`` on the ``llama-car`` subparsers."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "query",
+    p = subcommand(
+        subparsers, "query",
         help="search an index folder built by `llama-car index`",
-        description=__doc__.splitlines()[0].split(": ", 1)[-1],
+        doc=__doc__,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "persist_dir", metavar="DIR", type=existing_dir, help="index folder (from llama-car index)"
@@ -129,7 +129,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="rerank the candidate pool: none (default; or $LLAMA_CAR_RERANKER), "
         "cohere = rerank-multilingual-v3.0 (needs COHERE_API_KEY)",
     )
-    p.set_defaults(command="query")
     return p
 
 

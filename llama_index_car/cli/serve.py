@@ -31,6 +31,7 @@ from llama_index_car.cli._args import (
     positive_int,
     positive_seconds,
     store_uri,
+    subcommand,
 )
 
 #: environment variable holding the API key (``--api-key`` wins)
@@ -48,12 +49,11 @@ EPILOG = """examples:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``serve`` on the ``llama-car`` subparsers."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "serve",
+    p = subcommand(
+        subparsers, "serve",
         help="serve an index folder over HTTP (API + page), following its updates",
-        description=__doc__.splitlines()[0].split(": ", 1)[-1],
+        doc=__doc__,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common(p)
     p.add_argument("--host", default="127.0.0.1",
@@ -79,7 +79,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="Ray Serve replicas (with --ray; default 1)")
     p.add_argument("--ray-address", default=None, metavar="ADDRESS",
                    help="an existing Ray cluster (default: start a local one)")
-    p.set_defaults(command="serve")
     return p
 
 

@@ -29,6 +29,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_car._errors import ConfigurationError
+from llama_index_car._nodes import with_metadata
 from llama_index_car.fusion import (
     DEFAULT_RRF_K,
     span_fusion,
@@ -50,19 +51,10 @@ def with_span_explain(
 ) -> NodeWithScore:
     """A copy of ``nws`` at ``score`` whose ``car_explain["span"]`` is ``span`` (the key
     excluded from embed and LLM metadata; the input is not modified)."""
-    node = nws.node
-    metadata = dict(node.metadata)
-    old = metadata.get(EXPLAIN_KEY)
+    old = nws.node.metadata.get(EXPLAIN_KEY)
     info: dict[str, Any] = copy.deepcopy(old) if isinstance(old, dict) else {}
     info["span"] = span
-    metadata[EXPLAIN_KEY] = info
-    update: dict[str, Any] = {"metadata": metadata}
-    for attr in ("excluded_embed_metadata_keys", "excluded_llm_metadata_keys"):
-        keys = list(getattr(node, attr))
-        if EXPLAIN_KEY not in keys:
-            keys.append(EXPLAIN_KEY)
-        update[attr] = keys
-    return NodeWithScore(node=node.model_copy(update=update), score=score)
+    return NodeWithScore(node=with_metadata(nws.node, EXPLAIN_KEY, info), score=score)
 
 
 def check_span_inputs(span_index: Any, embed_model: Any) -> None:

@@ -144,7 +144,7 @@ class HypothesisCriterionRetriever(CriterionAwareRetriever):
             in vain; an uncached LLM call pays at most this delay.
     """
 
-    #: its keyword options (``from_channels`` refuses others by name)
+    #: its keyword options (``car_from_channels`` refuses others by name)
     OPTIONS = SHARED_OPTIONS | {
         "rrf_k", "router", "route", "strict", "hypothesis_timeout", "speculative_hybrid",
         "speculation_delay",

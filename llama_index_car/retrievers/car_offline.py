@@ -100,7 +100,7 @@ class OfflineCriterionRetriever(CriterionAwareRetriever):
         span_pool: fused nodes re-ranked by spans (default 50).
     """
 
-    #: its keyword options (``from_channels`` refuses others by name)
+    #: its keyword options (``car_from_channels`` refuses others by name)
     OPTIONS = SHARED_OPTIONS | {"span_weight", "span_pool"}
 
     def __init__(

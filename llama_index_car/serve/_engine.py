@@ -14,8 +14,8 @@ only :class:`FolderEngine`).
   assignment. Requests holding the old generation finish on it; it is dropped (its store client
   closed when it is not the new one's) when the last of them ends. A generation that fails to
   open is logged and retried at the next poll; the old one keeps serving.
-* Retrieval: ``index.as_retriever(kind)`` views (cached per kind and ``top_k``), criterion
-  spans attached by CAR itself and by the index's span postprocessor for the others (as
+* Retrieval: ``index.as_retriever(kind, criterion_spans=3)`` views (cached per kind and
+  ``top_k``; the view attaches the spans, none for a folder built without them, as for
   ``llama-car query``); answers: ``index.as_citation_engine`` (``SpanCitationQueryEngine``);
   without an LLM its failure path gives the cited retrieval-only answer (:class:`NoLLM`).
 * Queries pass :func:`llama_index_car.query_guard.clean_query` first (length limit, control
@@ -316,13 +316,10 @@ class FolderEngine:
         if kind not in KINDS:
             raise ConfigurationError(f"retriever {kind!r} is unknown; use one of {', '.join(KINDS)}")
 
-        def build() -> tuple[Any, Any]:
-            options: dict[str, Any] = {"similarity_top_k": top_k, "filters": filters}
-            if kind == "car":
-                options["criterion_spans"] = SPANS_PER_HIT
-                return gen.index.as_retriever(kind, **options), None
-            return (gen.index.as_retriever(kind, **options),
-                    gen.index.span_postprocessor(top_n=SPANS_PER_HIT))
+        def build() -> Any:  # the view attaches the spans (a folder built without: none)
+            spans = SPANS_PER_HIT if gen.index.spans is not None else None
+            return gen.index.as_retriever(kind, similarity_top_k=top_k, filters=filters,
+                                          criterion_spans=spans)
 
         if filters is not None:
             return build()  # filtered views are per request
@@ -331,22 +328,12 @@ class FolderEngine:
     def hits(self, gen: Generation, query: str, kind: str, top_k: int,
              filters: dict[str, Any] | None = None) -> list[Any]:
         """The ``top_k`` ``NodeWithScore`` hits of ``kind`` with their criterion spans."""
-        from llama_index.core.schema import QueryBundle
-
         from llama_index_car.query_guard import clean_query
 
         text = clean_query(query)  # QueryError: too long / not a str
         if not text.strip():
             return []
-        retriever, post = self._views_for(gen, kind, top_k, self._filters(filters))
-        bundle = QueryBundle(text)
-        if post is not None and kind in ("hybrid", "dense"):  # one query vector for both
-            embed = gen.index.embed_model
-            bundle = QueryBundle(text, embedding=embed.get_agg_embedding_from_queries([text]))
-        found = retriever.retrieve(bundle)
-        if post is not None:
-            found = post.postprocess_nodes(found, query_bundle=bundle)
-        return list(found)
+        return list(self._views_for(gen, kind, top_k, self._filters(filters)).retrieve(text))
 
     def retrieve(self, gen: Generation, query: str, kind: str, top_k: int,
                  filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
