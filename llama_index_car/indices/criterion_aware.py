@@ -104,8 +104,9 @@ class CriterionAwareIndex:
         self, lexical: Lexical, tokens: Tokens, vector_index: Any, embed_model: Any,
         spans: SpanIndex | None, dense: FlatState | None = None,
     ) -> None:
-        if spans is not None and (len(spans.node_ids) != len(lexical.positions) or not all(
-                i in lexical.positions for i in spans.node_ids)):
+        if spans is not None and (len(spans.node_ids) != len(lexical.positions) or (
+                isinstance(lexical.positions, dict)  # a loaded table: its loader checked them
+                and not all(i in lexical.positions for i in spans.node_ids))):
             raise ConfigurationError("spans must cover exactly the index's nodes")
         from llama_index_car.indices._dense import flat_store_of, local_state
 
