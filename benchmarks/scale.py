@@ -277,7 +277,8 @@ def child_query(args: argparse.Namespace) -> dict[str, Any]:
     index = ca.CriterionAwareIndex.load(args.dir, embed_model=model)
     load_s = time.perf_counter() - t0
     rss_load = _rss_mb()
-    out: dict[str, Any] = {"load_s": load_s, "rss_before_mb": rss0, "rss_load_mb": rss_load}
+    out: dict[str, Any] = {"load_s": load_s, "rss_before_mb": rss0, "rss_load_mb": rss_load,
+                           "loadavg": os.getloadavg()[0]}
     texts = list(queries)
     for kind in KINDS:
         r = index.as_retriever(kind, similarity_top_k=10)
@@ -376,22 +377,23 @@ def main() -> None:
             if not args.keep:
                 shutil.rmtree(where, ignore_errors=True)
     _report(results, codes, args, e5_ms)
-    print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
+    print(f"\nload average {os.getloadavg()[0]:.1f} at the end (1-minute; each row: the "
+          "machine's at the start of its query process)")
 
 
 def _report(results: dict[tuple[str, int], tuple[Any, Any]], codes: dict[str, str],
             args: argparse.Namespace, e5_ms: float) -> None:
     print(f"e5 query embedding (offline default, excluded below): p50 {e5_ms:.0f} ms\n")
-    print("| code | sections | spans | build s | persist s | folder MB | bytes/node | load s | RSS after load MB | RSS after queries MB |"
+    print("| code | sections | load avg | spans | build s | persist s | folder MB | bytes/node | load s | RSS after load MB | RSS after queries MB |"
           + "".join(f" {k} p50 / p95 ms |" for k in KINDS))
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(KINDS))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(KINDS))
     for (label, n), (b, q) in results.items():
         if isinstance(b, str) or isinstance(q, str):
             print(f"| {label} | {n:,} | {b if isinstance(b, str) else ''} {q if isinstance(q, str) else ''} |")
             continue
         total = sum(b["files"].values())
         cells = "".join(f" {q[k]['p50']:.1f} / {q[k]['p95']:.1f} ({q[k]['queries']} q) |" for k in KINDS)
-        print(f"| {label} | {n:,} | {b['spans']:,} | {b['build_s']:.0f} | {b['persist_s']:.0f} | {total / 2**20:.0f} | "
+        print(f"| {label} | {n:,} | {q['loadavg']:.1f} | {b['spans']:,} | {b['build_s']:.0f} | {b['persist_s']:.0f} | {total / 2**20:.0f} | "
               f"{total / n:,.0f} | {q['load_s']:.2f} | {q['rss_load_mb']:.0f} | {q['rss_end_mb']:.0f} |{cells}")
     labels = list(codes)
     if len(labels) == 2:
@@ -417,8 +419,10 @@ def _report(results: dict[tuple[str, int], tuple[Any, Any]], codes: dict[str, st
               if lab == label and isinstance(b, dict) and isinstance(q, dict)]
         if len(ok) < 2 or not args.model:
             continue
-        print(f"\nMemory model of {label} (a straight line a + b·n through its measured sizes):\n")
-        print("| sections | folder GB | load s | RSS after load GB | RSS after queries GB | fits in 24 GiB? |")
+        print(f"\nMemory model of {label} (a straight line a + b·n through its measured sizes; load s "
+              "proportional to n from the largest measured size, since load times measured under "
+              "different machine loads do not fit a line):\n")
+        print("| sections | folder GB | load s (∝ n) | RSS after load GB | RSS after queries GB | fits in 24 GiB? |")
         print("|---:|---:|---:|---:|---:|---|")
         ns = np.array([n for n, _, _ in ok], dtype=np.float64)
 
@@ -428,7 +432,8 @@ def _report(results: dict[tuple[str, int], tuple[Any, Any]], codes: dict[str, st
 
         for n in args.model:
             folder = fit([sum(b["files"].values()) for _, b, _ in ok], n) / 2**30
-            load = fit([q["load_s"] for _, _, q in ok], n)
+            big_n, _, big_q = max(ok, key=lambda t: t[0])
+            load = big_q["load_s"] * n / big_n
             rss = fit([q["rss_load_mb"] for _, _, q in ok], n) / 1024
             rss_end = fit([q["rss_end_mb"] for _, _, q in ok], n) / 1024
             print(f"| {n:,} | {folder:.1f} | {load:.1f} | {rss:.1f} | {rss_end:.1f} | "
