@@ -166,3 +166,87 @@ def test_a_filter_on_a_loaded_folder_reads_metadata_once_and_means_the_same(base
     mask = lex.mask(only)
     assert mask is lex.mask(only) and int(mask.sum()) == sum(
         lex.nodes.metadata(i).get("section_title") == want_title for i in range(len(lex.nodes)))
+
+
+def _span_records(gen: Path) -> list[tuple[str, bytes]]:
+    rf = RecordFile.open(gen, "spans")
+    return [(rf.key(i), rf.payload(i)) for i in range(len(rf))]
+
+
+def _rewrite_spans(gen: Path, items: list[tuple[str, bytes]]) -> None:
+    for p in gen.glob("spans.*"):
+        if not p.name.startswith(("spans.rows", "spans.vectors")):
+            p.unlink()
+    write_records(gen, "spans", items)
+
+
+def _spans_truncated(gen: Path) -> None:
+    blob = gen / "spans.blob"
+    blob.write_bytes(blob.read_bytes()[:-100])
+
+
+def _spans_bad_json(gen: Path) -> None:
+    _rewrite_spans(gen, [(k, b"[{") for k, _ in _span_records(gen)])
+
+
+def _spans_one_short(gen: Path) -> None:
+    _rewrite_spans(gen, [(k, json.dumps(json.loads(p)[:-1]).encode())
+                         for k, p in _span_records(gen)])
+
+
+def _spans_not_finite(gen: Path) -> None:
+    path = gen / "spans.vectors.npy"
+    arr = np.load(path)
+    arr[:] = np.nan
+    np.save(path, arr)
+
+
+def _spans_of_one_node_less(gen: Path) -> None:
+    _rewrite_spans(gen, _span_records(gen)[:-1])
+
+
+SPAN_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
+    "truncated blob": (_spans_truncated, "spans.blob"),
+    "bad JSON inside a record": (_spans_bad_json, "spans.blob"),
+    "a record one span short": (_spans_one_short, "spans.blob"),
+    "non-finite vectors": (_spans_not_finite, "span"),
+    "one node less": (_spans_of_one_node_less, "spans"),
+}
+
+
+@pytest.mark.parametrize("threshold", ["default", "zero"])
+@pytest.mark.parametrize("case", sorted(SPAN_CASES))
+def test_hostile_span_records_are_named(
+    base: Path, tmp_path: Path, case: str, threshold: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if threshold == "zero":
+        from llama_index_car import _bm25_storage
+
+        monkeypatch.setattr(_bm25_storage, "AUTO_VERIFY_BYTES", 0)
+    folder = tmp_path / "case"
+    shutil.copytree(base, folder)
+    gen = _persist.live_dir(folder)
+    damage, name = SPAN_CASES[case]
+    damage(gen)
+    bound = json.loads((gen / _persist.MANIFEST_NAME).read_text(encoding="utf-8"))
+    _persist.write_manifest(gen, kind=bound["kind"], format_version=bound["format_version"])
+    with pytest.raises(IndexPersistError, match=name):
+        _hits(folder)
+
+
+def test_the_spans_are_read_when_used_not_at_load(base: Path) -> None:
+    """A loaded folder's span index maps its files: no span record is parsed by the load, a
+    CAR query parses the records of its pool's nodes only, and the spans read are the ones
+    stored (the oracle: the record payloads)."""
+    from llama_index_car.folder import load_index
+
+    index = load_index(base, embed_model=HashedBigramEmbedding())
+    spans = index.spans
+    assert spans is not None and not spans._spans._cache
+    stored = dict(_span_records(_persist.live_dir(base)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        index.as_retriever("car", similarity_top_k=3, pool_top_k=5).retrieve("터널 조명 기준은?")
+    assert 0 < len(spans._spans._cache) <= 5  # the pool's nodes
+    for node_id in list(stored)[:5]:
+        assert [s.to_dict() for s in spans.spans_of(node_id)] == json.loads(stored[node_id])

@@ -11,8 +11,9 @@ place and opened again::
                           (llama_index_car.indices._storage)
       flat/               the vectors: the exact flat store's arrays and records,
                           memory-mapped at load (absent with a store)
-      spans.json, span_vectors.npy   every node's sentences and table rows and their
-                          vectors (float16; in the folder also for store-backed indexes)
+      spans.*             every node's sentences and table rows and their vectors
+                          (records + float16 vectors, read when used; in the folder also
+                          for store-backed indexes)
       manifest.json       every file's size and sha256: the only manifest
 
 Modules: :mod:`~llama_index_car.folder.sources` (files, readers, parsing),

@@ -12,7 +12,8 @@ and fsynced, then switched atomically), which holds::
     flat/               the vectors when the index keeps them (the default
                         FlatVectorStore: ``flat_store.write_state``; an outside store keeps
                         its vectors, the caller opens it again)
-    spans.json, span_vectors.npy   the span index (when the index has one)
+    spans.*             the span index (when the index has one): a record set (node id →
+                        its span records), row offsets, float16 vectors; read when used
     <documents>         extra JSON a caller adds (a folder's ``car_index.json``)
     manifest.json       every file's size and sha256, written last — the only manifest
 
@@ -45,7 +46,8 @@ from llama_index_car.indices._layout import (
     KIND,
     NODES_NAME,
     NODES_PREFIX,
-    SPAN_NAMES,
+    SPANS_META,
+    SPANS_PREFIX,
     checked_by_loader,
 )
 from llama_index_car.indices._lexical import Lexical, Tokens
@@ -81,7 +83,7 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
             (gen / FLAT_DIR).mkdir()
             write_state(gen / FLAT_DIR, dense)
         if snap.spans is not None:
-            snap.spans.persist(gen, names=SPAN_NAMES)
+            snap.spans.persist_records(gen)
         for name, value in documents.items():
             _files.write_json(gen / name, value)
         _files.write_json(gen / INDEX_NAME, {
@@ -135,7 +137,7 @@ def _hashed_by_manifest(name: str) -> bool:
     arrays (:meth:`BM25Okapi.load` checks them) nor the JSON files read once with their
     check (:func:`~llama_index_car._persist.read_bound_json`)."""
     return not checked_by_loader(name) and not (
-        "/" not in name and name.endswith(".json") and name not in (*SPAN_NAMES, NODES_NAME))
+        "/" not in name and name.endswith(".json") and name not in (SPANS_META, NODES_NAME))
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,7 @@ class Generation:
         tokens = Tokens(tokenizer, token_cache)
         if same_analysis:
             tokens.answering_from(lexical)
-        spans = _spans(root, spec, manifest, lexical.positions)
+        spans = _spans(root, spec, manifest, lexical.positions, verify)
         if vector_index is None and spec["vectors"] == "store":
             raise ConfigurationError(
                 f"{root} keeps its vectors in a {spec['vector_store']}: pass vector_index= (a "
@@ -377,34 +379,39 @@ def _embed_spec_ok(embed: Any) -> bool:
 
 
 def _spans(
-    root: Path, spec: dict[str, Any], manifest: dict[str, Any], ids: Mapping[str, int]
+    root: Path, spec: dict[str, Any], manifest: dict[str, Any], ids: Mapping[str, int],
+    verify: Verify = "auto",
 ) -> Any:
-    """The span index the spec records, checked against the nodes and the record."""
-    from llama_index_car.span_index import SpanIndex
+    """The span index the spec records (``spans.*``, read when used), its sizes checked
+    against the manifest, the spec and the nodes; ``full`` (a small folder, or
+    ``verify="full"``): every file hashed, the tables and vectors checked whole and every
+    node id found among the index's."""
+    from llama_index_car.span_index import SPANS_NAME, SpanIndex
 
     recorded = spec.get("spans")
-    listed = [n for n in SPAN_NAMES if n in manifest["files"]]
+    names = [n for n in manifest["files"] if n.startswith(SPANS_PREFIX)]
+    meta = root / SPANS_META
     if recorded is None:
-        if listed:
+        if names:
             raise IndexPersistError(
-                f"{root / SPAN_NAMES[0]} is present but {root / INDEX_NAME} records no span "
-                "index; rebuild"
-            )
+                f"{meta} is present but {root / INDEX_NAME} records no span index; rebuild")
         return None
-    if len(listed) != 2:
-        raise IndexPersistError(f"{root / SPAN_NAMES[0]} is missing; rebuild the index")
-    spans = SpanIndex.load(root, names=SPAN_NAMES)
-    if len(spans.node_ids) != len(ids) or len(set(spans.node_ids)) != len(ids) or not all(
-            i in ids for i in spans.node_ids):
-        raise IndexPersistError(
-            f"{root / SPAN_NAMES[0]} holds spans of {len(spans.node_ids)} nodes, not of the "
-            f"index's {len(ids)} nodes; rebuild the index"
-        )
-    if recorded != {"spans": spans.n_spans, "dim": spans.dim}:
-        raise IndexPersistError(
-            f"{root / SPAN_NAMES[0]}: {spans.n_spans} spans of dim {spans.dim}, but "
-            f"{root / INDEX_NAME} records {recorded}; rebuild the index"
-        )
+    if not (isinstance(recorded, dict) and set(recorded) == {"spans", "dim"} and all(
+            type(v) is int and 0 <= v < 1 << 40 for v in recorded.values())):
+        raise IndexPersistError(f"{root / INDEX_NAME}: 'spans' is not a span count and a "
+                                "dimension; rebuild the index")
+    for name in (SPANS_META, "spans.blob", "spans.rows.npy", "spans.vectors.npy"):
+        entry = manifest["files"].get(name)
+        path = root / name
+        if entry is None or not path.is_file() or path.stat().st_size != entry["bytes"]:
+            raise IndexPersistError(f"{path} is missing or its size differs from manifest.json; "
+                                    "rebuild the index")
+    full = _hash_if_small(root, manifest, SPANS_PREFIX, "", verify)
+    spans = SpanIndex.open_records(root, SPANS_NAME, nodes=len(ids), spans=recorded["spans"],
+                                   dim=recorded["dim"], full=full)
+    if full and not all(i in ids for i in spans.node_ids):
+        raise IndexPersistError(f"{root / 'spans.blob'} holds spans of unknown nodes (not the "
+                                "index's); rebuild the index")
     return spans
 
 

@@ -104,7 +104,7 @@ class CriterionAwareIndex:
         self, lexical: Lexical, tokens: Tokens, vector_index: Any, embed_model: Any,
         spans: SpanIndex | None, dense: FlatState | None = None,
     ) -> None:
-        if spans is not None and (len(spans.node_ids) != len(lexical.positions) or (
+        if spans is not None and (len(spans) != len(lexical.positions) or (
                 isinstance(lexical.positions, dict)  # a loaded table: its loader checked them
                 and not all(i in lexical.positions for i in spans.node_ids))):
             raise ConfigurationError("spans must cover exactly the index's nodes")
