@@ -351,6 +351,8 @@ def main() -> None:
     ap.add_argument("--model", nargs="*", type=int, default=[1_000_000, 10_000_000],
                     help="sizes predicted by the memory model from the measured ones")
     ap.add_argument("--log", default="/tmp/car-scale/scale.log")
+    ap.add_argument("--save", help="write the measurements as JSON (for --report)")
+    ap.add_argument("--report", help="print the tables of a --save file (nothing measured)")
     ap.add_argument("--child")
     ap.add_argument("--n", type=int)
     ap.add_argument("--dir")
@@ -358,6 +360,12 @@ def main() -> None:
     if args.child:
         fn = child_build if args.child == "build" else child_query
         print(json.dumps(fn(args)))
+        return
+    if args.report:
+        got = json.loads(Path(args.report).read_text())
+        saved = {(label, n): (b, q) for label, n, b, q in got["results"]}
+        args.sizes = sorted({n for _, n in saved})
+        _report(saved, got["codes"], args, got["e5_ms"])
         return
     codes = dict(c.split("=", 1) for c in args.code)
     print(f"# scale: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
@@ -376,6 +384,9 @@ def main() -> None:
                   flush=True)
             if not args.keep:
                 shutil.rmtree(where, ignore_errors=True)
+    if args.save:
+        Path(args.save).write_text(json.dumps({"e5_ms": e5_ms, "codes": codes, "results": [
+            [label, n, b, q] for (label, n), (b, q) in results.items()]}))
     _report(results, codes, args, e5_ms)
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end (1-minute; each row: the "
           "machine's at the start of its query process)")
@@ -419,21 +430,20 @@ def _report(results: dict[tuple[str, int], tuple[Any, Any]], codes: dict[str, st
               if lab == label and isinstance(b, dict) and isinstance(q, dict)]
         if len(ok) < 2 or not args.model:
             continue
-        print(f"\nMemory model of {label} (a straight line a + b·n through its measured sizes; load s "
-              "proportional to n from the largest measured size, since load times measured under "
-              "different machine loads do not fit a line):\n")
-        print("| sections | folder GB | load s (∝ n) | RSS after load GB | RSS after queries GB | fits in 24 GiB? |")
+        print(f"\nMemory model of {label} (a straight line a + b·n through its measured sizes, "
+              "never below the largest measured value: a quantity that did not grow is taken as "
+              "constant):\n")
+        print("| sections | folder GB | load s | RSS after load GB | RSS after queries GB | fits in 24 GiB? |")
         print("|---:|---:|---:|---:|---:|---|")
         ns = np.array([n for n, _, _ in ok], dtype=np.float64)
 
         def fit(values: list[float], n: int, ns: np.ndarray = ns) -> float:
             b, a = np.polyfit(ns, np.array(values, dtype=np.float64), 1)
-            return float(a + b * n)
+            return max(float(a + b * n), float(values[int(np.argmax(ns))]))
 
         for n in args.model:
             folder = fit([sum(b["files"].values()) for _, b, _ in ok], n) / 2**30
-            big_n, _, big_q = max(ok, key=lambda t: t[0])
-            load = big_q["load_s"] * n / big_n
+            load = fit([q["load_s"] for _, _, q in ok], n)
             rss = fit([q["rss_load_mb"] for _, _, q in ok], n) / 1024
             rss_end = fit([q["rss_end_mb"] for _, _, q in ok], n) / 1024
             print(f"| {n:,} | {folder:.1f} | {load:.1f} | {rss:.1f} | {rss_end:.1f} | "
