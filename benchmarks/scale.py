@@ -395,7 +395,7 @@ def main() -> None:
 def _report(results: dict[tuple[str, int], tuple[Any, Any]], codes: dict[str, str],
             args: argparse.Namespace, e5_ms: float) -> None:
     print(f"e5 query embedding (offline default, excluded below): p50 {e5_ms:.0f} ms\n")
-    print("| code | sections | load avg | spans | build s | persist s | folder MB | bytes/node | load s | RSS after load MB | RSS after queries MB |"
+    print("| code | sections | load avg | spans | build s | persist s | folder MB | bytes/node | load s | RSS after load MB | RSS after queries MB (private + mapped files) |"
           + "".join(f" {k} p50 / p95 ms |" for k in KINDS))
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(KINDS))
     for (label, n), (b, q) in results.items():
@@ -405,7 +405,8 @@ def _report(results: dict[tuple[str, int], tuple[Any, Any]], codes: dict[str, st
         total = sum(b["files"].values())
         cells = "".join(f" {q[k]['p50']:.1f} / {q[k]['p95']:.1f} ({q[k]['queries']} q) |" for k in KINDS)
         print(f"| {label} | {n:,} | {q['loadavg']:.1f} | {b['spans']:,} | {b['build_s']:.0f} | {b['persist_s']:.0f} | {total / 2**20:.0f} | "
-              f"{total / n:,.0f} | {q['load_s']:.2f} | {q['rss_load_mb']:.0f} | {q['rss_end_mb']:.0f} |{cells}")
+              f"{total / n:,.0f} | {q['load_s']:.2f} | {q['rss_load_mb']:.0f} | {q['rss_end_mb']:.0f} "
+              f"({q['anon_end_mb']:.0f} + {q['file_end_mb']:.0f}) |{cells}")
     labels = list(codes)
     if len(labels) == 2:
         old, new = labels
