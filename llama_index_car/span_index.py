@@ -364,7 +364,7 @@ class SpanIndex:
             raise IndexPersistError(f"{rows_path}: offsets do not partition the {spans} spans")
         if not 0 <= dim <= MAX_DIM or (spans and dim == 0):
             raise IndexPersistError(f"{vec_path}: dimension {dim} is out of range")
-        vectors = open_npy(vec_path, dtypes=(np.float16,), ndim=2,
+        vectors = open_npy(vec_path, dtypes=(np.float16,), ndim=2, random_access=True,
                            shape=(spans, dim if spans else None), fix="rebuild the index")
         if full and spans and not np.isfinite(np.asarray(vectors)).all():
             raise IndexPersistError(f"{vec_path} holds non-finite values; rebuild the index")
