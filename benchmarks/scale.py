@@ -1,4 +1,5 @@
-"""Benchmark: today's index at 10^4 / 10^5 / 10^6 synthetic sections (issue 39, Deliver 4).
+"""Benchmark: the index at 10^4 / 10^5 / 10^6 synthetic sections, two code versions in one run
+(issue 39, Deliver 4).
 
 **The corpus.** Sections are recombined from real ones: the pool is every passage of the
 three eval sets (lhcs, autorag, legal; ``"## title\\n\\ntext"``) and every node the HWPX reader
@@ -21,19 +22,25 @@ in ``--cache``) and a synthetic section's tokens are its pieces' tokens concaten
 the index through its token cache (``token_cache=``): BM25 is built from real Kiwi tokens
 without re-running Kiwi on 10^6 recombined texts (throughput reported apart).
 
-**What is measured**, for today's code (``CriterionAwareIndex`` with ``SimpleVectorStore``,
-``persist``/``load``: the generation ``llama-car index`` writes, without ``car_index.json``):
-build s (index over nodes with vectors + span index), persist s, folder bytes per node (per
-file), then in a fresh process ``load`` s, resident memory after load and after the queries,
-and p50/p95 per retriever kind (``bm25``, ``dense``, ``hybrid``, ``car``; top 10) over the eval
-queries. Rows for the phase-2 design (flat store, records, store BM25) are added when it is
-wired in. Sizes where today's code cannot run within this machine are reported from the memory
-model (bytes per node measured at the smaller sizes), not run.
+**What is measured**, for each code version given with ``--code LABEL=ROOT`` (a checkout of
+this repository; default: the one this script is in, labelled ``this``), every child process
+running with ``PYTHONPATH=ROOT`` (``CriterionAwareIndex`` over the nodes with their vectors in
+the index's default in-memory vector store — ``SimpleVectorStore`` before issue 39 phase 2,
+the flat store after — then ``persist``/``load``: the generation ``llama-car index`` writes,
+without ``car_index.json``): build s (index over nodes with vectors + span index), persist s,
+folder bytes per node (per file), then in a fresh process ``load`` s, resident memory after
+load and after the queries, and p50/p95 per retriever kind (``bm25``, ``dense``, ``hybrid``,
+``car``; top 10) over the eval queries. ``--slow LABEL`` marks a version whose dense channel
+is too slow to query every query above ``--fast-max`` sections (``--slow-queries`` then).
+Sizes where a version cannot run within this machine are reported from the memory model
+(bytes per node measured at the smaller sizes), not run.
 
 Usage::
 
     nice -n 10 python benchmarks/_eval_vectors.py --cache /tmp/car-scale/cache lhcs autorag legal
-    nice -n 10 python benchmarks/scale.py --cache /tmp/car-scale/cache --sizes 10000 100000
+    git -C /work/main archive HEAD | tar -x -C /tmp/car-main     # "today's code", frozen
+    nice -n 10 python benchmarks/scale.py --cache /tmp/car-scale/cache --sizes 10000 100000 \
+        --code today=/tmp/car-main this=. --slow today
 """
 
 from __future__ import annotations
@@ -115,8 +122,9 @@ def _passages(cache: Path, sets: list[str]) -> np.ndarray:
     return np.concatenate([vectors(s, cache)[0] for s in sets])
 
 
-def generate(n: int, cache: Path, noise: float, vector_sets: list[str], seed: int = 0) -> tuple[list[Any], dict[str, list[str]], np.ndarray]:
-    """``(nodes with embeddings, {EMBED text: tokens}, e5 passage vectors)`` of ``n`` sections."""
+def generate(n: int, cache: Path, noise: float, vector_sets: list[str], seed: int = 0) -> tuple[list[Any], dict[str, list[str]], np.ndarray, np.ndarray]:
+    """``(nodes, {EMBED text: tokens}, e5 passage vectors, the nodes' vectors)`` of ``n``
+    sections."""
     from llama_index.core.schema import TextNode
 
     sections, piece_tokens = pool(cache)
@@ -128,6 +136,7 @@ def generate(n: int, cache: Path, noise: float, vector_sets: list[str], seed: in
     vecs = e5[rng.integers(0, len(e5), n)] + noise * rng.standard_normal((n, e5.shape[1]), dtype=np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     nodes, token_map = [], {}
+    vecs = vecs.astype(np.float32)
     for i in range(n):
         if tables and rng.random() < p_table:
             s = tables[rng.integers(len(tables))]
@@ -141,11 +150,11 @@ def generate(n: int, cache: Path, noise: float, vector_sets: list[str], seed: in
             parts = ([title] if title else []) + parts
             meta = {}
         meta = {"file_name": f"syn{i // 50:06d}.hwpx", "section_title": title[3:], **meta}
-        node = TextNode(id_=f"s{i:08d}", text=text, metadata=meta, embedding=vecs[i].tolist(),
+        node = TextNode(id_=f"s{i:08d}", text=text, metadata=meta,
                         excluded_embed_metadata_keys=list(meta), excluded_llm_metadata_keys=list(meta))
         nodes.append(node)
         token_map[text] = [t for p in parts for t in piece_tokens.get(p, [])]
-    return nodes, token_map, e5
+    return nodes, token_map, e5, vecs
 
 
 class SyntheticE5:
@@ -204,8 +213,24 @@ def _rss_mb(field: str = "VmRSS") -> float:
 
 
 # ----------------------------------------------------------------------------- children
-def child_build(args: argparse.Namespace) -> dict[str, Any]:
+def _vector_index(nodes: list[Any], vecs: np.ndarray, model: Any) -> Any:
+    """The index's default in-memory vector index over ``nodes`` and their vectors: the flat
+    store where the code has it (``indices._dense.flat_index``), else ``SimpleVectorStore``."""
+    from llama_index_car.indices import _dense
+
+    if hasattr(_dense, "flat_index"):
+        from llama_index_car.flat_store import FlatState, resolve_scan
+
+        state = FlatState.empty(vecs.shape[1], resolve_scan("auto")).plus(
+            vecs, [n.node_id for n in nodes], [_dense.node_meta(n) for n in nodes])
+        return _dense.flat_index({}, [], model, state=state)
     from llama_index.core import VectorStoreIndex
+
+    embedded = [n.model_copy(update={"embedding": v.tolist()}) for n, v in zip(nodes, vecs, strict=True)]
+    return VectorStoreIndex(embedded, embed_model=model)
+
+
+def child_build(args: argparse.Namespace) -> dict[str, Any]:
     from llama_index.core.schema import MetadataMode
 
     from llama_index_car.indices._lexical import text_hash
@@ -214,7 +239,7 @@ def child_build(args: argparse.Namespace) -> dict[str, Any]:
 
     cache = Path(args.cache)
     t0 = time.perf_counter()
-    nodes, token_map, e5 = generate(args.n, cache, args.noise, args.vector_sets)
+    nodes, token_map, e5, vecs = generate(args.n, cache, args.noise, args.vector_sets)
     gen_s = time.perf_counter() - t0
     tok = KiwiTokenizer()
     prefix = tok.spec_hash[:16] + ":"
@@ -222,8 +247,8 @@ def child_build(args: argparse.Namespace) -> dict[str, Any]:
                    for n in nodes}
     model = SyntheticE5.make(e5, {}, args.noise)
     t0 = time.perf_counter()
-    vectors = VectorStoreIndex(nodes, embed_model=model)
-    nodes = [n.model_copy(update={"embedding": None}) for n in nodes]  # as the pipeline's nodes
+    vectors = _vector_index(nodes, vecs, model)
+    del vecs
     index = CriterionAwareIndex.from_defaults(nodes, vector_index=vectors, embed_model=model,
                                               spans=True, tokenizer=tok, token_cache=token_cache)
     build_s = time.perf_counter() - t0
@@ -234,7 +259,8 @@ def child_build(args: argparse.Namespace) -> dict[str, Any]:
     files: dict[str, int] = {}
     for f in Path(args.dir).rglob("*"):
         if f.is_file():
-            files[f.name] = files.get(f.name, 0) + f.stat().st_size
+            name = f"{f.parent.name}/{f.name}" if f.parent.name == "flat" else f.name
+            files[name] = files.get(name, 0) + f.stat().st_size
     return {"generate_s": gen_s, "build_s": build_s, "persist_s": persist_s, "files": files,
             "spans": n_spans, "build_rss_mb": _rss_mb(),
             "chars": sum(len(n.text) for n in nodes)}
@@ -251,12 +277,14 @@ def child_query(args: argparse.Namespace) -> dict[str, Any]:
     index = ca.CriterionAwareIndex.load(args.dir, embed_model=model)
     load_s = time.perf_counter() - t0
     rss_load = _rss_mb()
-    out: dict[str, Any] = {"load_s": load_s, "rss_before_mb": rss0, "rss_load_mb": rss_load}
+    out: dict[str, Any] = {"load_s": load_s, "rss_before_mb": rss0, "rss_load_mb": rss_load,
+                           "loadavg": os.getloadavg()[0]}
     texts = list(queries)
     for kind in KINDS:
         r = index.as_retriever(kind, similarity_top_k=10)
         r.retrieve(texts[0])  # warm-up (Kiwi model, first touch)
-        limit = args.slow_queries if kind != "bm25" and args.n > args.fast_max else len(texts)
+        slow = args.slow and kind != "bm25" and args.n > args.fast_max
+        limit = args.slow_queries if slow else len(texts)
         times = []
         for q in texts[:limit]:
             t1 = time.perf_counter()
@@ -287,15 +315,17 @@ def _e5_query_ms(cache: Path) -> float:
 
 
 # ----------------------------------------------------------------------------- driver
-def _child(phase: str, n: int, where: Path, args: argparse.Namespace) -> dict[str, Any] | str:
+def _child(phase: str, n: int, where: Path, args: argparse.Namespace, label: str,
+           root: Path) -> dict[str, Any] | str:
     cmd = [sys.executable, __file__, "--child", phase, "--n", str(n), "--dir", str(where),
            "--cache", args.cache, "--noise", str(args.noise), "--queries", str(args.queries),
            "--slow-queries", str(args.slow_queries), "--fast-max", str(args.fast_max),
-           "--vector-sets", *args.vector_sets]
+           "--vector-sets", *args.vector_sets, *(["--slow", label] if label in args.slow else [])]
+    env = dict(os.environ, PYTHONPATH=f"{root}:{root / 'readers' / 'llama-index-readers-hwpx'}")
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     with open(args.log, "a") as fh:
-        fh.write(f"--- {n} {phase} ({time.perf_counter() - t0:.0f} s)\n{p.stderr[-4000:]}\n")
+        fh.write(f"--- {label} {n} {phase} ({time.perf_counter() - t0:.0f} s)\n{p.stderr[-4000:]}\n")
     if p.returncode != 0:
         return "failed: " + ((p.stderr.strip().splitlines() or ["?"])[-1])[:160]
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -312,11 +342,17 @@ def main() -> None:
     ap.add_argument("--slow-queries", type=int, default=10,
                     help="queries for the dense-using kinds above --fast-max sections")
     ap.add_argument("--fast-max", type=int, default=10_000)
+    ap.add_argument("--code", nargs="+", default=[f"this={Path(__file__).resolve().parents[1]}"],
+                    help="LABEL=ROOT code versions to measure (checkouts of this repository)")
+    ap.add_argument("--slow", nargs="*", default=[],
+                    help="labels whose dense-using kinds run --slow-queries above --fast-max")
     ap.add_argument("--workdir", default="/tmp/car-scale/work")
     ap.add_argument("--keep", action="store_true", help="keep the index folders")
     ap.add_argument("--model", nargs="*", type=int, default=[1_000_000, 10_000_000],
                     help="sizes predicted by the memory model from the measured ones")
     ap.add_argument("--log", default="/tmp/car-scale/scale.log")
+    ap.add_argument("--save", help="write the measurements as JSON (for --report)")
+    ap.add_argument("--report", help="print the tables of a --save file (nothing measured)")
     ap.add_argument("--child")
     ap.add_argument("--n", type=int)
     ap.add_argument("--dir")
@@ -325,55 +361,94 @@ def main() -> None:
         fn = child_build if args.child == "build" else child_query
         print(json.dumps(fn(args)))
         return
-    print(f"# scale: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start\n")
+    if args.report:
+        got = json.loads(Path(args.report).read_text())
+        saved = {(label, n): (b, q) for label, n, b, q in got["results"]}
+        args.sizes = sorted({n for _, n in saved})
+        _report(saved, got["codes"], args, got["e5_ms"])
+        return
+    codes = dict(c.split("=", 1) for c in args.code)
+    print(f"# scale: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
+          f"code versions: {', '.join(codes)}\n")
     e5_ms = _e5_query_ms(Path(args.cache))
-    results: dict[int, tuple[Any, Any]] = {}
+    results: dict[tuple[str, int], tuple[Any, Any]] = {}
     for n in args.sizes:
-        where = Path(args.workdir) / f"scale-{n}"
-        shutil.rmtree(where, ignore_errors=True)
-        built = _child("build", n, where, args)
-        got = _child("query", n, where, args) if isinstance(built, dict) else "not run"
-        results[n] = (built, got)
-        print(f"[{n}] build {built}\n[{n}] query {got}", file=sys.stderr, flush=True)
-        if not args.keep:
+        for label, root in codes.items():
+            where = Path(args.workdir) / f"scale-{label}-{n}"
             shutil.rmtree(where, ignore_errors=True)
-    print("## Today's code (CriterionAwareIndex + SimpleVectorStore, JSON nodes and spans)\n")
+            built = _child("build", n, where, args, label, Path(root))
+            got = (_child("query", n, where, args, label, Path(root)) if isinstance(built, dict)
+                   else "not run")
+            results[(label, n)] = (built, got)
+            print(f"[{label} {n}] build {built}\n[{label} {n}] query {got}", file=sys.stderr,
+                  flush=True)
+            if not args.keep:
+                shutil.rmtree(where, ignore_errors=True)
+    if args.save:
+        Path(args.save).write_text(json.dumps({"e5_ms": e5_ms, "codes": codes, "results": [
+            [label, n, b, q] for (label, n), (b, q) in results.items()]}))
+    _report(results, codes, args, e5_ms)
+    print(f"\nload average {os.getloadavg()[0]:.1f} at the end (1-minute; each row: the "
+          "machine's at the start of its query process)")
+
+
+def _report(results: dict[tuple[str, int], tuple[Any, Any]], codes: dict[str, str],
+            args: argparse.Namespace, e5_ms: float) -> None:
     print(f"e5 query embedding (offline default, excluded below): p50 {e5_ms:.0f} ms\n")
-    print("| sections | spans | build s | persist s | folder MB | bytes/node | load s | RSS after load MB | RSS after queries MB |"
+    print("| code | sections | load avg | spans | build s | persist s | folder MB | bytes/node | load s | RSS after load MB | RSS after queries MB (private + mapped files) |"
           + "".join(f" {k} p50 / p95 ms |" for k in KINDS))
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(KINDS))
-    for n, (b, q) in results.items():
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(KINDS))
+    for (label, n), (b, q) in results.items():
         if isinstance(b, str) or isinstance(q, str):
-            print(f"| {n:,} | {b if isinstance(b, str) else ''} {q if isinstance(q, str) else ''} |")
+            print(f"| {label} | {n:,} | {b if isinstance(b, str) else ''} {q if isinstance(q, str) else ''} |")
             continue
         total = sum(b["files"].values())
-        cells = "".join(f" {q[k]['p50']:.0f} / {q[k]['p95']:.0f} ({q[k]['queries']} q) |" for k in KINDS)
-        print(f"| {n:,} | {b['spans']:,} | {b['build_s']:.0f} | {b['persist_s']:.0f} | {total / 2**20:.0f} | "
-              f"{total / n:,.0f} | {q['load_s']:.1f} | {q['rss_load_mb']:.0f} | {q['rss_end_mb']:.0f} |{cells}")
+        cells = "".join(f" {q[k]['p50']:.1f} / {q[k]['p95']:.1f} ({q[k]['queries']} q) |" for k in KINDS)
+        print(f"| {label} | {n:,} | {q['loadavg']:.1f} | {b['spans']:,} | {b['build_s']:.0f} | {b['persist_s']:.0f} | {total / 2**20:.0f} | "
+              f"{total / n:,.0f} | {q['load_s']:.2f} | {q['rss_load_mb']:.0f} | {q['rss_end_mb']:.0f} "
+              f"({q['anon_end_mb']:.0f} + {q['file_end_mb']:.0f}) |{cells}")
+    labels = list(codes)
+    if len(labels) == 2:
+        old, new = labels
+        print(f"\nRatios {old} ÷ {new}, measured in this run (p50; > 1: {new} is faster or smaller):\n")
+        print("| sections | load s | RSS after queries | folder bytes |" + "".join(f" {k} p50 |" for k in KINDS))
+        print("|---:|---:|---:|---:|" + "---:|" * len(KINDS))
+        for n in args.sizes:
+            bo, qo = results.get((old, n), ("", ""))
+            bn, qn = results.get((new, n), ("", ""))
+            if not all(isinstance(x, dict) for x in (bo, qo, bn, qn)):
+                continue
+            cells = "".join(f" {qo[k]['p50'] / qn[k]['p50']:.1f}× |" for k in KINDS)
+            print(f"| {n:,} | {qo['load_s'] / qn['load_s']:.1f}× | {qo['rss_end_mb'] / qn['rss_end_mb']:.1f}× | "
+                  f"{sum(bo['files'].values()) / sum(bn['files'].values()):.2f}× |{cells}")
     print("\nBytes per node by file:\n")
-    for n, (b, _) in results.items():
+    for (label, n), (b, _) in results.items():
         if isinstance(b, dict):
             per = ", ".join(f"{k} {v / n:,.0f}" for k, v in sorted(b["files"].items(), key=lambda t: -t[1]) if v / n >= 1)
-            print(f"- {n:,}: {per}")
-    ok = [(n, b, q) for n, (b, q) in results.items() if isinstance(b, dict) and isinstance(q, dict)]
-    if len(ok) >= 2 and args.model:
-        print("\nMemory model (a straight line a + b·n through the measured sizes; today's code):\n")
+            print(f"- {label} {n:,}: {per}")
+    for label in labels:
+        ok = [(n, b, q) for (lab, n), (b, q) in results.items()
+              if lab == label and isinstance(b, dict) and isinstance(q, dict)]
+        if len(ok) < 2 or not args.model:
+            continue
+        print(f"\nMemory model of {label} (a straight line a + b·n through its measured sizes, "
+              "never below the largest measured value: a quantity that did not grow is taken as "
+              "constant):\n")
         print("| sections | folder GB | load s | RSS after load GB | RSS after queries GB | fits in 24 GiB? |")
         print("|---:|---:|---:|---:|---:|---|")
         ns = np.array([n for n, _, _ in ok], dtype=np.float64)
 
-        def fit(values: list[float], n: int) -> float:
+        def fit(values: list[float], n: int, ns: np.ndarray = ns) -> float:
             b, a = np.polyfit(ns, np.array(values, dtype=np.float64), 1)
-            return float(a + b * n)
+            return max(float(a + b * n), float(values[int(np.argmax(ns))]))
 
         for n in args.model:
             folder = fit([sum(b["files"].values()) for _, b, _ in ok], n) / 2**30
             load = fit([q["load_s"] for _, _, q in ok], n)
             rss = fit([q["rss_load_mb"] for _, _, q in ok], n) / 1024
             rss_end = fit([q["rss_end_mb"] for _, _, q in ok], n) / 1024
-            print(f"| {n:,} | {folder:.1f} | {load:.0f} | {rss:.1f} | {rss_end:.1f} | "
+            print(f"| {n:,} | {folder:.1f} | {load:.1f} | {rss:.1f} | {rss_end:.1f} | "
                   f"{'yes' if rss_end < 24 else 'no'} |")
-    print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

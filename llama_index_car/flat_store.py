@@ -43,9 +43,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -75,6 +76,8 @@ from llama_index_car._persist import live_dir, read_manifest, replace_dir, write
 __all__ = [
     "FlatState",
     "FlatVectorStore",
+    "open_state",
+    "write_state",
 ]
 
 FLAT_FORMAT_VERSION = 1
@@ -359,6 +362,14 @@ class FlatVectorStore(BasePydanticVectorStore):
     def __len__(self) -> int:
         return self._state.count
 
+    def publish(self, state: FlatState) -> None:
+        """Make ``state`` (of this store's dimensions) the current one: the owner of the
+        rows (an index publishing its snapshots) swaps in the state it built."""
+        if state.dim != self.dim:
+            raise ConfigurationError(f"a {state.dim}-d state for a {self.dim}-d store")
+        with self._lock:
+            self._state = state
+
     # ------------------------------------------------------------------ writes
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         if not nodes:
@@ -470,11 +481,30 @@ class FlatVectorStore(BasePydanticVectorStore):
         manifest = read_manifest(root, kind=KIND, format_versions=(FLAT_FORMAT_VERSION,),
                                  verify=(lambda n: True) if verify == "full" else
                                  (lambda n: n.endswith(".json")), required=REQUIRED)
-        for name, entry in manifest["files"].items():
-            path = root / name
-            if not path.is_file() or path.stat().st_size != entry["bytes"]:
-                raise IndexPersistError(f"{path} is missing or its size differs from manifest.json")
-        seg, dim = read_segment(root, verify)
-        store = cls(dim=dim, scan=scan)
-        store._state = FlatState(dim, (seg,), (np.ones(seg.size, dtype=bool),), store._state.scan)
+        state = open_state(root, manifest["files"], scan=scan, verify=verify)
+        store = cls(dim=state.dim, scan=scan)
+        store._state = state
         return store
+
+
+def open_state(
+    root: Path, files: Mapping[str, Any], *, scan: Scan = "auto",
+    verify: Literal["lazy", "full"] = "lazy",
+) -> FlatState:
+    """The state in ``root`` (the files :func:`write_state` wrote there), whose manifest
+    entries ``files`` (name under ``root`` → ``{"bytes", ...}``) a caller has read: every
+    required file listed, every listed file of the recorded size, then the checks of
+    :func:`~llama_index_car._flat_storage.read_segment` (headers, shapes, records).
+
+    Raises:
+        IndexPersistError: naming the first file missing, of another size, or malformed.
+    """
+    missing = [n for n in REQUIRED if n not in files]
+    if missing:
+        raise IndexPersistError(f"{root}: the manifest does not list {missing}; rebuild")
+    for name, entry in files.items():
+        path = root / name
+        if not path.is_file() or path.stat().st_size != entry["bytes"]:
+            raise IndexPersistError(f"{path} is missing or its size differs from manifest.json")
+    seg, dim = read_segment(root, verify)
+    return FlatState(dim, (seg,), (np.ones(seg.size, dtype=bool),), resolve_scan(scan))

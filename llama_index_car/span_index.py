@@ -14,7 +14,10 @@ measured in ``benchmarks/span_cost.py``), one contiguous ``(n_spans, dim)`` matr
 disturbed by an update.
 
 Persisted as a folder: ``spans.json`` (format, dimension, node ids, offsets, span records) and
-``vectors.npy`` (float16, no pickle). :meth:`SpanIndex.load` treats both as untrusted: sizes,
+``vectors.npy`` (float16, no pickle); inside an index generation as files read when used
+(:meth:`SpanIndex.persist_records` / :meth:`SpanIndex.open_records`: a record set of each
+node's span records, the row offsets, the memory-mapped vectors; a node's spans are parsed
+and checked when a query reads them). :meth:`SpanIndex.load` treats both as untrusted: sizes,
 shapes, dtype, offsets, finiteness and record fields are checked before use, and any problem
 is an :class:`~llama_index_car._errors.IndexPersistError` naming the file.
 """
@@ -22,7 +25,7 @@ is an :class:`~llama_index_car._errors.IndexPersistError` naming the file.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,6 +41,8 @@ __all__ = [
 
 SPAN_FORMAT_VERSION = 1
 RECORDS_NAME = "spans.json"
+#: the record-set name of an index generation's spans (:meth:`SpanIndex.persist_records`)
+SPANS_NAME = "spans"
 VECTORS_NAME = "vectors.npy"
 #: largest ``spans.json`` read (bytes): ~1.5 KB per node at 10⁵ nodes
 MAX_RECORDS_BYTES = 1 << 30
@@ -58,6 +63,14 @@ class SpanHit:
 
     span: Span
     score: float
+
+
+def _finite(cos: np.ndarray) -> np.ndarray:
+    """``cos``, unless a stored span vector was not finite (a damaged vectors file)."""
+    if not np.isfinite(cos).all():
+        raise IndexPersistError("a span vector is not finite: the span vectors file is damaged; "
+                                "rebuild the index")
+    return cos
 
 
 def _unit(m: np.ndarray) -> np.ndarray:
@@ -114,12 +127,13 @@ class SpanIndex:
             raise ConfigurationError("SpanIndex: offsets must not decrease")
         if vectors.ndim != 2 or vectors.shape[0] != len(spans):
             raise ConfigurationError("SpanIndex: one vector per span is needed")
-        self._ids = list(node_ids)
-        self._row = {d: i for i, d in enumerate(self._ids)}
+        # lists and a dict here; a stored index (open_records) reads them from its files
+        self._ids: Sequence[str] = list(node_ids)
+        self._row: Mapping[str, int] = {d: i for i, d in enumerate(self._ids)}
         if len(self._row) != len(self._ids):
             raise ConfigurationError("SpanIndex: node ids must be unique")
         self._offsets = offsets
-        self._spans = list(spans)
+        self._spans: Sequence[Span] = list(spans)
         self._vectors = np.ascontiguousarray(vectors, dtype=np.float16)
 
     # ------------------------------------------------------------------ build
@@ -249,7 +263,7 @@ class SpanIndex:
 
     def spans_of(self, node_id: str) -> list[Span]:
         i = self._row[node_id]
-        return self._spans[self._offsets[i] : self._offsets[i + 1]]
+        return list(self._spans[int(self._offsets[i]) : int(self._offsets[i + 1])])
 
     def _query(self, query_vector: Sequence[float] | np.ndarray) -> np.ndarray:
         q = np.asarray(query_vector, dtype=np.float32).ravel()
@@ -274,7 +288,8 @@ class SpanIndex:
                 out.append(None)
                 continue
             rows = self._vectors[self._offsets[i] : self._offsets[i + 1]]
-            out.append(rows.astype(np.float32) @ q if len(rows) else np.zeros(0, np.float32))
+            out.append(_finite(rows.astype(np.float32) @ q) if len(rows)
+                       else np.zeros(0, np.float32))
         return out
 
     def best_spans(
@@ -294,13 +309,72 @@ class SpanIndex:
         ends = np.asarray([self._offsets[i + 1] for _, i in present])
         lengths = ends - starts
         rows = np.repeat(ends - np.cumsum(lengths), lengths) + np.arange(int(lengths.sum()))
-        cos = self._vectors[rows].astype(np.float32) @ q
+        cos = _finite(self._vectors[rows].astype(np.float32) @ q)
         bounds = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         best = np.maximum.reduceat(cos, bounds)
         for (j, _), lo, hi, b in zip(present, bounds, bounds + lengths, best, strict=True):
             k = int(lo + np.argmax(cos[lo:hi]))  # first maximum: text order breaks ties
             out[j] = SpanHit(self._spans[int(rows[k])], float(b))
         return out
+
+    # ------------------------------------------------------------------ records
+    def persist_records(self, root: str | os.PathLike[str], name: str = SPANS_NAME) -> None:
+        """Write the index as files read when used (an index generation's layout): the record
+        set ``NAME.*`` (:mod:`~llama_index_car._records`; record ``i``: key node ``i``'s id,
+        payload the JSON list of its span records), ``NAME.rows.npy`` (int64, the nodes' row
+        offsets) and ``NAME.vectors.npy`` (float16 unit vectors) in the existing ``root``."""
+        import json
+
+        from llama_index_car._npy import write_npy
+        from llama_index_car._records import write_records
+
+        out = Path(root)
+        write_records(out, name, (
+            (d, json.dumps([s.to_dict() for s in self.spans_of(d)], ensure_ascii=False).encode())
+            for d in self._ids))
+        write_npy(out / f"{name}.rows.npy", np.asarray(self._offsets, dtype=np.int64))
+        write_npy(out / f"{name}.vectors.npy", np.asarray(self._vectors, dtype=np.float16))
+
+    @classmethod
+    def open_records(
+        cls, root: str | os.PathLike[str], name: str = SPANS_NAME, *, nodes: int, spans: int,
+        dim: int, full: bool = False,
+    ) -> SpanIndex:
+        """The index :meth:`persist_records` wrote, expected to hold ``nodes`` nodes and
+        ``spans`` spans of ``dim`` dimensions: the row offsets are checked whole (8 bytes per
+        node), the vectors memory-mapped, each node's span records parsed and checked when
+        read; ``full`` also checks the record tables and that every vector is finite (else a
+        non-finite cosine is an error when computed).
+
+        Raises:
+            IndexPersistError: naming the file that is missing, malformed or disagrees.
+        """
+        from llama_index_car._npy import open_npy
+        from llama_index_car._records import RecordFile
+
+        out = Path(root)
+        rf = RecordFile.open(out, name, verify="full" if full else "lazy")
+        if len(rf) != nodes:
+            raise IndexPersistError(f"{out / (name + '.meta.json')}: spans of {len(rf)} nodes, "
+                                    f"not of the index's {nodes} nodes; rebuild the index")
+        rows_path, vec_path = out / f"{name}.rows.npy", out / f"{name}.vectors.npy"
+        offsets = np.asarray(open_npy(rows_path, dtypes=(np.int64,), ndim=1, shape=(nodes + 1,),
+                                      fix="rebuild the index"))
+        if offsets[0] != 0 or offsets[-1] != spans or (np.diff(offsets) < 0).any():
+            raise IndexPersistError(f"{rows_path}: offsets do not partition the {spans} spans")
+        if not 0 <= dim <= MAX_DIM or (spans and dim == 0):
+            raise IndexPersistError(f"{vec_path}: dimension {dim} is out of range")
+        vectors = open_npy(vec_path, dtypes=(np.float16,), ndim=2, random_access=True,
+                           shape=(spans, dim if spans else None), fix="rebuild the index")
+        if full and spans and not np.isfinite(np.asarray(vectors)).all():
+            raise IndexPersistError(f"{vec_path} holds non-finite values; rebuild the index")
+        self = cls.__new__(cls)
+        self._ids = _Keys(rf)
+        self._row = _Rows(rf)
+        self._offsets = offsets
+        self._spans = _StoredSpans(rf, offsets)
+        self._vectors = vectors
+        return self
 
     # ------------------------------------------------------------------ persistence
     def persist(
@@ -366,6 +440,91 @@ class SpanIndex:
         spans = [_record(r, records_path) for r in records]
         vectors = _load_vectors(root / names[1], len(spans), dim)
         return cls(ids, off, spans, vectors)
+
+
+class _Keys(Sequence[str]):
+    """The node ids of a stored span index (record keys)."""
+
+    def __init__(self, rf: Any) -> None:
+        self._rf = rf
+
+    def __len__(self) -> int:
+        return len(self._rf)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._rf.key(j) for j in range(*i.indices(len(self)))]
+        return self._rf.key(i)
+
+
+class _Rows(Mapping[str, int]):
+    """``{node id: position}`` of a stored span index, through its key table."""
+
+    def __init__(self, rf: Any) -> None:
+        self._rf = rf
+
+    def __getitem__(self, key: str) -> int:
+        i = self._rf.find(key) if isinstance(key, str) else None
+        if i is None:
+            raise KeyError(key)
+        return int(i)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._rf.find(key) is not None
+
+    def __len__(self) -> int:
+        return len(self._rf)
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._rf.key(i) for i in range(len(self._rf)))
+
+
+class _StoredSpans(Sequence[Span]):
+    """Span ``j`` of a stored index: its node's record parsed (and checked) when read."""
+
+    def __init__(self, rf: Any, offsets: np.ndarray) -> None:
+        self._rf, self._offsets = rf, offsets
+        self._path = Path(rf._paths["blob"])
+        self._cache: dict[int, list[Span]] = {}
+
+    def __len__(self) -> int:
+        return int(self._offsets[-1])
+
+    def node(self, i: int) -> list[Span]:
+        got = self._cache.get(i)
+        if got is None:
+            recs = self._rf.json(i)
+            want = int(self._offsets[i + 1] - self._offsets[i])
+            if not isinstance(recs, list) or len(recs) != want:
+                raise IndexPersistError(f"{self._path}: record {i} is not a list of its {want} "
+                                        "spans; rebuild the index")
+            got = [_record(r, self._path) for r in recs]
+            if len(self._cache) >= 4096:
+                self._cache.clear()
+            self._cache[i] = got
+        return got
+
+    def _at(self, j: int) -> tuple[int, int]:
+        i = int(np.searchsorted(self._offsets, j, side="right")) - 1
+        return i, j - int(self._offsets[i])
+
+    def __getitem__(self, j: Any) -> Any:
+        if isinstance(j, slice):
+            a, b, step = j.indices(len(self))
+            if a >= b:
+                return []
+            i, k = self._at(a)
+            if step == 1 and b <= int(self._offsets[i + 1]):
+                return self.node(i)[k : k + b - a]
+            return [self[x] for x in range(a, b, step)]
+        if not 0 <= int(j) < len(self):
+            raise IndexError(j)
+        i, k = self._at(int(j))
+        return self.node(i)[k]
+
+    def __iter__(self) -> Iterator[Span]:
+        for i in range(len(self._offsets) - 1):
+            yield from self.node(i)
 
 
 def _record(r: Any, path: Path) -> Span:

@@ -177,14 +177,16 @@ def oracle_data(demo: dict[str, Any]) -> dict[str, Any]:
     ids = sorted(stored)
     from llama_index.core.storage.docstore.utils import json_to_doc
 
-    bm25_nodes = [json_to_doc(d) for d in json.loads(
-        (live_dir(keep) / "nodes.json").read_text(encoding="utf-8"))]
+    from llama_index_car._records import RecordFile
+
+    rf = RecordFile.open(live_dir(keep), "nodes")
+    bm25_nodes = [json_to_doc(rf.json(i)["n"]) for i in range(len(rf))]
     nodes = {n.node_id: n for n in bm25_nodes}
-    records = json.loads((live_dir(keep) / "spans.json").read_text(encoding="utf-8"))
-    offsets = records["offsets"]
+    span_rf = RecordFile.open(live_dir(keep), "spans")
+    offsets = np.load(live_dir(keep) / "spans.rows.npy", allow_pickle=False).tolist()
     spans = {
-        "rows": {d: (offsets[i], offsets[i + 1]) for i, d in enumerate(records["node_ids"])},
-        "vectors": np.load(live_dir(keep) / "span_vectors.npy", allow_pickle=False),
+        "rows": {span_rf.key(i): (offsets[i], offsets[i + 1]) for i in range(len(span_rf))},
+        "vectors": np.load(live_dir(keep) / "spans.vectors.npy", allow_pickle=False),
     }
     return {
         "ids": ids,

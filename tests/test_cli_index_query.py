@@ -87,10 +87,11 @@ def test_index_manifest_and_layout(index_run: dict[str, Any]) -> None:
     assert sorted(Path(f["path"]).name for f in manifest["failures"]) == sorted(BAD)
     assert manifest["documents"] == 3
     assert not (live_dir(out) / "hypothesizer").exists()  # nothing learnt at index time
-    # one generation of flat files bound by one manifest (no nested generation or manifest)
-    assert not [p for p in live_dir(out).iterdir() if p.is_dir()]
+    # one generation of flat files bound by one manifest (no nested generation or manifest;
+    # the one folder is the flat store's files)
+    assert [p.name for p in live_dir(out).iterdir() if p.is_dir()] == ["flat"]
     assert [p.parent for p in out.rglob("manifest.json")] == [live_dir(out)]
-    for name in ("embeddings.npy", "bm25.indices.npy", "nodes.json", "index.json"):
+    for name in ("flat/vectors.npy", "bm25.indices.npy", "nodes.blob", "index.json"):
         assert (live_dir(out) / name).is_file(), name
     assert not list(out.rglob("*.pkl")) and not list(out.rglob("*.pickle"))
 
@@ -128,7 +129,7 @@ def test_query_reads_each_json_file_of_the_folder_once(
     assert rc == 0 and stdout
     gen = live_dir(index_run["out"])
     counts = Counter(p.name for p in reads if p.parent == gen)
-    assert counts["car_index.json"] == counts["index.json"] == counts["nodes.json"] == 1, counts
+    assert counts["car_index.json"] == counts["index.json"] == counts["nodes.meta.json"] == 1, counts
 
 
 def test_index_refuses_non_empty_folder(
@@ -472,12 +473,12 @@ def test_a_folder_never_mixes_two_corpora(
 
     copy = tmp_path / "mixed"
     shutil.copytree(index_run["out"], copy)
-    vectors = live_dir(copy) / "embeddings.npy"
+    vectors = live_dir(copy) / "flat" / "vectors.npy"
     other = np.load(vectors)[::-1].copy()  # "another corpus": same shape, other rows
     np.save(vectors, other)
     rc, stdout, stderr = _query(capsys, str(copy), "교량 점검통로 폭")
     assert rc == 2 and not stdout
-    assert "embeddings.npy" in stderr and len(stderr.strip().splitlines()) == 1
+    assert "vectors.npy" in stderr and len(stderr.strip().splitlines()) == 1
 
     shutil.rmtree(copy)
     shutil.copytree(index_run["out"], copy)

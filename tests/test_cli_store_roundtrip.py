@@ -88,7 +88,7 @@ def test_index_query_update_query(
     rc, out, err = _run(capsys, "index", str(src), "--persist", str(idx), "--embed", "use",
                         *build, "--no-progress")
     assert rc == 0 and "3 files" in out, err
-    assert bool(list(idx.rglob("embeddings.npy"))) is (kind == "local")
+    assert bool(list(idx.rglob("flat/vectors.npy"))) is (kind == "local")
     before = {k: _hits(capsys, idx, k, *again) for k in ("dense", "bm25")}
     assert all(before["dense"].values()) and all(before["bm25"].values())
 

@@ -163,7 +163,7 @@ def test_store_build_update_and_query(
     rc, _, err = _run(capsys, "index", str(src), "--persist", str(idx), "--embed", "use",
                       *store, "--no-progress")
     assert rc == 0, err
-    assert not list(idx.rglob("embeddings.npy"))  # vectors live in the store
+    assert not list(idx.rglob("flat/vectors.npy"))  # vectors live in the store
     assert (idx / "store").is_dir() == (where == "inside")
     _change(src)
     if where == "outside":

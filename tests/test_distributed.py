@@ -261,7 +261,7 @@ def test_same_embeddings(built: dict[str, Any]) -> None:
     eb = b.vector_index.vector_store.data.embedding_dict
     assert eb == ea  # exact: float32 values on both paths
     # span vectors: embedded on the workers, the same files as the single-process build
-    for name in ("spans.json", "span_vectors.npy"):
+    for name in ("spans.blob", "spans.rows.npy", "spans.vectors.npy"):
         ray_file = live_dir(built["out"] / "ray") / name
         assert ray_file.read_bytes() == (live_dir(built["out"] / "local") / name).read_bytes()
     assert b.spans is not None and b.spans.n_spans > len(b.nodes)

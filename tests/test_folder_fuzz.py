@@ -1,7 +1,7 @@
 """A hostile index folder gives typed errors only (issue 37, item 2).
 
 A real small folder (one demo file, a model-free 64-d embedding) is copied and one field of
-``index.json``, ``spans.json``, ``nodes.json`` or ``car_index.json`` is changed — wrong types,
+``index.json``, ``spans.meta.json``, ``nodes.meta.json`` or ``car_index.json`` is changed — wrong types,
 huge and negative numbers, deep nesting, deleted keys — and the generation's manifest is bound
 again, as whoever controls the folder can. Loading it and querying it with every retriever
 kind must either work or raise a :class:`~llama_index_car._errors.CarError`: never a
@@ -27,7 +27,7 @@ from llama_index_car._errors import CarError, IndexPersistError
 from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from tests.fakes.embeddings import HashedBigramEmbedding
 
-FILES = ("index.json", "spans.json", "nodes.json", "car_index.json")
+FILES = ("index.json", "spans.meta.json", "nodes.meta.json", "car_index.json")
 VALUES: tuple[Any, ...] = (
     None, True, False, -1, 0, 1, 3000, 2**63, 2**64, -(2**63) - 1, 10**30, 1e308, -1e308, 0.5,
     "", "x" * 300, "NNG", [], {}, [1], ["a"], {"a": 1}, [[[[[[[[1]]]]]]]], {"a": {"b": {"c": []}}},
@@ -169,19 +169,43 @@ def test_the_tokenizer_spec_is_checked_against_an_allow_list(
     assert threading.active_count() <= threads + 2  # no pool of the folder's size
 
 
-@pytest.mark.parametrize("where", [("offsets", 1), ("spans", 0, "start"), ("spans", 0, "end"),
-                                   ("spans", 0, "row")])
-def test_span_offsets_beyond_int64_are_named(
-    base: Path, tmp_path: Path, where: tuple[Any, ...]
-) -> None:
-    spans = json.loads((_persist.live_dir(base) / "spans.json").read_text(encoding="utf-8"))
-    folder = _hostile(base, tmp_path, "spans.json",
-                      json.dumps(_mutated(spans, where, 2**63, False)).encode())
-    with pytest.raises(IndexPersistError, match="spans.json"):
+@pytest.mark.parametrize("field", ["start", "end", "row"])
+def test_span_offsets_beyond_int64_are_named(base: Path, tmp_path: Path, field: str) -> None:
+    """Every span record of the folder gets a field of 2**63: the first span read names the
+    record file (spans are parsed when read)."""
+    from llama_index_car._records import RecordFile, write_records
+
+    folder = tmp_path / "case"
+    shutil.copytree(base, folder)
+    gen = _persist.live_dir(folder)
+    rf = RecordFile.open(gen, "spans")
+    items = [(rf.key(i), json.dumps([s | {field: 2**63} for s in rf.json(i)]).encode())
+             for i in range(len(rf))]
+    del rf
+    for path in gen.glob("spans.*"):
+        if not path.name.startswith(("spans.rows", "spans.vectors")):
+            path.unlink()
+    write_records(gen, "spans", items)
+    bound = json.loads((gen / _persist.MANIFEST_NAME).read_text(encoding="utf-8"))
+    _persist.write_manifest(gen, kind=bound["kind"], format_version=bound["format_version"])
+    with pytest.raises(IndexPersistError, match="spans.blob"):
         _open_and_query(folder)
 
 
-@pytest.mark.parametrize("name", ["embeddings.npy", "span_vectors.npy"])
+def test_span_row_offsets_beyond_the_spans_are_named(base: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    raw = np.load(_persist.live_dir(base) / "spans.rows.npy")
+    raw[1] = 2**62
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, raw)
+    with pytest.raises(IndexPersistError, match="spans.rows.npy"):
+        _open_and_query(_hostile(base, tmp_path, "spans.rows.npy", buf.getvalue()))
+
+
+@pytest.mark.parametrize("name", ["flat/vectors.npy", "flat/codes.npy", "spans.vectors.npy"])
 def test_an_npy_header_cut_mid_dict_is_named(base: Path, tmp_path: Path, name: str) -> None:
     """The header's declared length is kept and its dict cut in the middle: numpy's parser
     raised ``tokenize.TokenError``. Every other cut through the header as well."""
@@ -195,7 +219,7 @@ def test_an_npy_header_cut_mid_dict_is_named(base: Path, tmp_path: Path, name: s
         folder = _hostile(base, tmp_path, name, content)
         with pytest.raises(IndexPersistError, match=name):
             _open_and_query(folder)
-        if name == "embeddings.npy":
+        if name.startswith("flat/"):
             with pytest.raises(IndexPersistError, match=name):
                 read_vectors(folder)
 

@@ -110,7 +110,7 @@ def test_no_spans_builds_none_and_update_keeps_that(
     idx = tmp_path / "idx"
     _index(capsys, src, idx, "--embed", "use", "--no-spans")
     assert read_record(idx)["spans"] is None
-    assert not (live_dir(idx) / "spans.json").exists()
+    assert not list(live_dir(idx).glob("spans.*"))
     local = load_index(idx)
     assert local.spans is None
     car = local.as_retriever("car")
@@ -130,7 +130,7 @@ def test_store_backed_folder_keeps_its_spans_in_the_folder(
     pytest.importorskip("qdrant_client", reason="the [stores] extra is not installed")
     idx = tmp_path / "idx"
     _index(capsys, src, idx, "--embed", "use", "--store", "qdrant")
-    assert (live_dir(idx) / "span_vectors.npy").is_file()
+    assert (live_dir(idx) / "spans.vectors.npy").is_file()
     local = load_index(idx)
     assert local.spans is not None
     assert sorted(local.spans.node_ids) == sorted(n.node_id for n in local.nodes)
@@ -151,7 +151,6 @@ def test_spans_of_other_nodes_are_refused_on_load(
     import json
 
     from llama_index_car import _persist
-    from llama_index_car.indices._storage import SPAN_NAMES
 
     idx = tmp_path / "idx"
     _index(capsys, src, idx, "--embed", "use")
@@ -164,7 +163,9 @@ def test_spans_of_other_nodes_are_refused_on_load(
         (gen / "manifest.json").unlink()
         _persist.write_manifest(gen, kind="CriterionAwareIndex", format_version=FORMAT_VERSION)
 
-    fewer.persist(gen, names=SPAN_NAMES)
+    for path in gen.glob("spans.*"):
+        path.unlink()
+    fewer.persist_records(gen)
     spec = json.loads((gen / "index.json").read_text(encoding="utf-8"))
     (gen / "index.json").write_text(json.dumps(
         spec | {"spans": {"spans": fewer.n_spans, "dim": fewer.dim}}), encoding="utf-8")

@@ -266,10 +266,11 @@ def test_persist_roundtrip(tmp_path: Path, retriever: KiwiBM25Retriever) -> None
     assert sorted(p.name for p in gen.iterdir()) == [
         "bm25.doc_len.npy", "bm25.indices.npy", "bm25.indptr.npy", "bm25.term_hash.npy",
         "bm25.term_offsets.npy", "bm25.term_order.npy", "bm25.terms.npy", "bm25.tf.npy",
-        "index.json", "manifest.json", "nodes.json",
+        "index.json", "manifest.json", "nodes.blob", "nodes.key_hash.npy", "nodes.key_len.npy",
+        "nodes.key_order.npy", "nodes.meta.json", "nodes.offsets.npy",
     ]
     spec = json.loads((gen / "index.json").read_text(encoding="utf-8"))
-    assert spec["format_version"] == storage.FORMAT_VERSION == 5
+    assert spec["format_version"] == storage.FORMAT_VERSION == 6
     assert spec["tokenizer"]["spec_hash"] == retriever.tokenizer.spec_hash
     assert spec["vectors"] == "none"  # BM25 only: no vector store bound
     loaded = load(d)
@@ -304,7 +305,9 @@ def test_views_keep_their_own_filters_and_top_k(tmp_path: Path, tokenizer: KiwiT
         "bm25.indices.npy",
         "bm25.terms.npy",
         "bm25.doc_len.npy",
-        "nodes.json",
+        "nodes.blob",
+        "nodes.offsets.npy",
+        "nodes.meta.json",
         "index.json",
     ],
 )
@@ -373,7 +376,7 @@ def test_crash_mid_persist_keeps_old_index(
     # a directory with data files but no manifest (crash before the manifest) never loads
     partial = tmp_path / "partial"
     partial.mkdir()
-    for name in ("index.json", "nodes.json"):
+    for name in ("index.json", "nodes.blob"):
         (partial / name).write_bytes((live_dir(d) / name).read_bytes())
     with pytest.raises(IndexPersistError, match="manifest.json is missing"):
         load(partial)

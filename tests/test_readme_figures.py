@@ -59,6 +59,23 @@ def test_a_stale_block_is_caught(tmp_path: Path) -> None:
     assert rebuilt != text and "0.123" in rebuilt
 
 
+def test_scale_bullet_and_table_6_are_the_saved_scale_run() -> None:
+    """The README's ceilings and docs/SCALE.md table 6 both come from the one saved run."""
+    import subprocess
+
+    run = json.loads(build_readme.SCALE_RUN.read_text(encoding="utf-8"))
+    assert _block("scale") == build_readme.scale_block(run)
+    this = {n: q for code, n, _b, q in run["results"] if code == "this"}
+    assert f"{this[max(this)]['load_s']:.2f} s" in _block("scale")
+    report = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--report",
+         str(build_readme.SCALE_RUN)], check=True, capture_output=True, text=True,
+    ).stdout
+    doc = (ROOT / "docs" / "SCALE.md").read_text(encoding="utf-8")
+    rows = [line for line in report.splitlines() if line.startswith("| ")]
+    assert rows and all(line in doc for line in rows)
+
+
 def test_p_value_format() -> None:
     assert build_readme._p(3.516704811451925e-23) == "4e-23"
     assert build_readme._p(7.62939453125e-06) == "8e-6"

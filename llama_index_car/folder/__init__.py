@@ -6,11 +6,14 @@ place and opened again::
       car_index.json      the folder's record (record.py): format_version, embedding spec,
                           chunking, counts, failures, sources (sha256, node ids, text digest,
                           alias_of), the store record
-      index.json, nodes.json, bm25.*.npy   the index: tokenizer and embedding specs, nodes,
-                          BM25 arrays (llama_index_car.indices._storage)
-      embeddings.npy      the vectors (absent with a store)
-      spans.json, span_vectors.npy   every node's sentences and table rows and their
-                          vectors (float16; in the folder also for store-backed indexes)
+      index.json, nodes.*, bm25.*.npy   the index: tokenizer and embedding specs, the
+                          nodes (a record set read when used), BM25 arrays
+                          (llama_index_car.indices._storage)
+      flat/               the vectors: the exact flat store's arrays and records,
+                          memory-mapped at load (absent with a store)
+      spans.*             every node's sentences and table rows and their vectors
+                          (records + float16 vectors, read when used; in the folder also
+                          for store-backed indexes)
       manifest.json       every file's size and sha256: the only manifest
 
 Modules: :mod:`~llama_index_car.folder.sources` (files, readers, parsing),

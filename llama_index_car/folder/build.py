@@ -173,22 +173,20 @@ def finish_build(
     :class:`~llama_index_car.indices.CriterionAwareIndex` (the BM25 state ``lexical`` of
     ``nodes``, tokenized by ``tokens``; ``spans`` when given) written as one crash-safe
     generation with its ``car_index.json`` (``read``: what the sources gave)."""
-    from llama_index.core import StorageContext, VectorStoreIndex
-
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
     from llama_index_car.providers import embed_spec
 
     dims = len(next(iter(vectors.values())))
-    embedded = [n.model_copy(update={"embedding": vectors[n.node_id]}) for n in nodes]
     if store:
         if record and record.get("inside"):
             out.mkdir(parents=True, exist_ok=True)
         index = open_store_index(store, model, dims, create=True)
-        index.insert_nodes(embedded)
-    else:
-        index = VectorStoreIndex(
-            embedded, storage_context=StorageContext.from_defaults(), embed_model=model
-        )
+        index.insert_nodes([n.model_copy(update={"embedding": vectors[n.node_id]})
+                            for n in nodes])
+    else:  # the folder keeps its vectors: the flat store (written into the generation)
+        from llama_index_car.indices._dense import flat_index
+
+        index = flat_index(vectors, nodes, model)
     spec = embed_spec(model, dims)
     keys = read.keys
     failed = {keys.get(f.path, f.path) for f in read.failures}

@@ -124,29 +124,32 @@ def load_index(
     index = _persist.load_live(persist_dir, read)
     index.persist_dir = folder
     if "uri" in opened and index.vector_index is not None:
-        check_store_holds(index.vector_index, [n.node_id for n in index.nodes], opened["uri"])
+        lex = index.snapshot.lexical  # a sample of ids: no node parsed
+        check_store_holds(index.vector_index,
+                          [lex.node_id(i) for i in range(min(len(lex.nodes), 64))], opened["uri"])
     return index
 
 
 def read_vectors(persist_dir: str | Path) -> dict[str, list[float]]:
-    """``{node_id: vector}`` stored in an index folder (``embeddings.npy``); ``{}`` for a
-    store-backed folder."""
+    """``{node_id: vector}`` kept in an index folder (its flat store, every row read); ``{}``
+    for a store-backed folder."""
     import numpy as np
 
-    from llama_index_car import _files, _persist
-    from llama_index_car._npy import open_npy
+    from llama_index_car import _persist
     from llama_index_car.indices import _layout
+    from llama_index_car.indices._storage import open_flat
 
     root = _persist.live_dir(persist_dir)
-    if not (root / _layout.VECTORS_NAME).is_file():
+    manifest = _persist.read_manifest(
+        root, kind=_layout.KIND, format_versions=(_layout.FORMAT_VERSION,),
+        verify=lambda name: not _layout.checked_by_loader(name))
+    if f"{_layout.FLAT_DIR}/flat.json" not in manifest["files"]:
         return {}
-    spec = _files.read_json(root / _layout.INDEX_NAME)
-    ids = spec.get("node_ids") if isinstance(spec, dict) else None
-    matrix = open_npy(root / _layout.VECTORS_NAME, dtypes=(np.float32,), ndim=2, mmap=False,
-                      fix="rebuild the index")
-    if not isinstance(ids, list) or matrix.shape[0] != len(ids):
-        raise IndexPersistError(f"{root}: index.json and embeddings.npy disagree; rebuild")
-    return {str(i): row.tolist() for i, row in zip(ids, matrix, strict=True)}
+    state = open_flat(root, manifest)
+    out: dict[str, list[float]] = {}
+    for seg, i in state.live_rows():
+        out[seg.node_id(i)] = seg.rows(np.asarray([i])).astype(np.float32)[0].tolist()
+    return out
 
 
 def load_retriever(

@@ -159,7 +159,7 @@ def read_record(persist_dir: str | Path) -> dict[str, Any]:
             manifest = _persist.read_manifest(
                 root, kind=_layout.KIND, format_versions=(_layout.FORMAT_VERSION,),
                 required=(RECORD_NAME,),
-                verify=lambda name: not name.startswith(_layout.BM25_PREFIX)
+                verify=lambda name: not _layout.checked_by_loader(name)
                 and name != RECORD_NAME)
         except IndexPersistError as exc:
             raise IndexPersistError(f"{exc}; or rebuild the index with llama-car index") from exc

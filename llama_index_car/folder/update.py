@@ -156,7 +156,7 @@ def update_index(
     touched = changed_keys | {keys[str(f)] for f in promoted} | demoted
     gone = touched | set(vanished)
     stale = {i for k in gone for i in sources.get(k, {}).get("node_ids", [])}
-    live = {n.node_id for n in index.nodes}
+    live = set(index.snapshot.lexical.positions)  # the ids (a loaded table: its keys, no node parsed)
     # ids are content-addressed: a live id is the same content, kept as it is
     fresh = [n for n in nodes if n.node_id not in live]
     from llama_index_car.folder.embed import embed_nodes, span_index

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +29,10 @@ import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from llama_index_car._errors import ConfigurationError
+from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car._filters import matches
 from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
+from llama_index_car.indices._node_records import NodeTable
 
 
 def text_hash(text: str) -> str:
@@ -56,9 +57,14 @@ class Lexical:
     """BM25 arrays and their nodes, one version (see the module docstring)."""
 
     bm25: BM25Okapi
-    nodes: tuple[BaseNode, ...]
-    hashes: tuple[str, ...]
-    positions: dict[str, int] = field(repr=False)
+    #: a tuple, or a loaded generation's :class:`~llama_index_car.indices._node_records.NodeTable`
+    #: (nodes parsed when read)
+    nodes: Sequence[BaseNode]
+    hashes: Sequence[str]
+    positions: Mapping[str, int] = field(repr=False)
+    #: metadata masks of this state by filter (computed once: a loaded table reads every
+    #: node's metadata for a new filter)
+    _masks: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, bm25: BM25Okapi, nodes: Sequence[BaseNode], hashes: Sequence[str]) -> Lexical:
@@ -69,6 +75,16 @@ class Lexical:
             )
         check_unique(nodes)
         return cls(bm25, tuple(nodes), tuple(hashes), {n.node_id: i for i, n in enumerate(nodes)})
+
+    @classmethod
+    def stored(cls, bm25: BM25Okapi, table: NodeTable) -> Lexical:
+        """The state of a loaded generation: document ``i`` is ``table[i]``, read when used
+        (ids looked up through the table's keys; nothing proportional to the nodes read)."""
+        if len(table) != bm25.corpus_size:
+            raise IndexPersistError(
+                f"{table.path}: {len(table)} nodes for BM25 arrays of {bm25.corpus_size} "
+                "documents; rebuild the index")
+        return cls(bm25, table, table.hashes, table.positions)
 
     @classmethod
     def build(
@@ -117,6 +133,25 @@ class Lexical:
             self.bm25.add_documents(tokens), [*self.nodes, *nodes], [*self.hashes, *hashes]
         )
 
+    def by_id(self) -> Mapping[str, BaseNode]:
+        """``{node id: node}`` of this state, each node read when looked up (no copy)."""
+        return _ById(self.nodes, self.positions)
+
+    def node_id(self, i: int) -> str:
+        """The id of node ``i`` (a loaded table's key: nothing parsed)."""
+        nodes = self.nodes
+        return nodes.node_id(i) if isinstance(nodes, NodeTable) else nodes[i].node_id
+
+    def node(self, node_id: str) -> BaseNode:
+        """The node ``node_id`` of this state; an id it does not hold (a vector file that
+        names another node) is an :class:`IndexPersistError`."""
+        pos = self.positions.get(node_id)
+        if pos is None:
+            raise IndexPersistError(
+                f"the vectors name node {node_id[:80]!r}, which the index does not hold; "
+                "rebuild the index")
+        return self.nodes[pos]
+
     def token_counts(self, node_id: str) -> Counter[str]:
         """The indexed token counts of one node."""
         pos = self.positions.get(node_id)
@@ -157,11 +192,35 @@ class Lexical:
         every channel."""
         if filters is None or not filters.filters:
             return None
-        return np.fromiter(
-            (matches(filters, dict(n.metadata)) for n in self.nodes),
-            dtype=bool,
-            count=len(self.nodes),
-        )
+        key = filters.model_dump_json()
+        got = self._masks.get(key)
+        if got is None:
+            nodes = self.nodes
+            metadata = (nodes.metadata(i) if isinstance(nodes, NodeTable) else dict(
+                nodes[i].metadata) for i in range(len(nodes)))
+            got = np.fromiter((matches(filters, m) for m in metadata), dtype=bool,
+                              count=len(nodes))
+            got.setflags(write=False)
+            if len(self._masks) < 64:
+                self._masks[key] = got
+        return got
+
+
+class _ById(Mapping[str, BaseNode]):
+    def __init__(self, nodes: Sequence[BaseNode], positions: Mapping[str, int]) -> None:
+        self._nodes, self._positions = nodes, positions
+
+    def __getitem__(self, key: str) -> BaseNode:
+        return self._nodes[self._positions[key]]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._positions)
 
 
 class Tokens:

@@ -3,6 +3,7 @@ query pins at its start and reads to its end (the index's writer publishes a new
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,7 @@ from llama_index_car.indices._lexical import Lexical
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.schema import BaseNode
 
-    from llama_index_car.indices._dense import DenseVectors
+    from llama_index_car.flat_store import FlatState
     from llama_index_car.span_index import SpanIndex
 
 
@@ -23,16 +24,17 @@ class IndexSnapshot:
 
     lexical: Lexical
     spans: SpanIndex | None
-    ids: frozenset[str]
-    #: the vectors of an in-memory index, aligned with ``lexical.nodes`` (None: a store's)
-    dense: DenseVectors | None = None
+    #: the node ids (a membership test: the BM25 state's positions, no copy)
+    ids: Mapping[str, int]
+    #: the vectors of an index that keeps them itself (None: an outside store's)
+    dense: FlatState | None = None
     readers: list[int] = field(default_factory=lambda: [0], repr=False)
 
     @classmethod
     def of(
-        cls, lexical: Lexical, spans: SpanIndex | None, dense: DenseVectors | None = None
+        cls, lexical: Lexical, spans: SpanIndex | None, dense: FlatState | None = None
     ) -> IndexSnapshot:
-        return cls(lexical, spans, frozenset(lexical.positions), dense)
+        return cls(lexical, spans, lexical.positions, dense)
 
     @property
     def nodes(self) -> list[BaseNode]:

@@ -1,22 +1,28 @@
 """One generation of a :class:`~llama_index_car.indices.CriterionAwareIndex`: flat files, one
-manifest (format 4).
+manifest (format 6).
 
 ``DIR/CURRENT`` names the live ``gen-…/`` (:func:`llama_index_car._persist.replace_dir`: written
 and fsynced, then switched atomically), which holds::
 
-    index.json          format_version, tokenizer spec, BM25 parameters and sizes, node ids,
-                        text hashes, how the vectors are kept, span counts, extra documents
-    nodes.json          doc_to_json of every node, index order
+    index.json          format_version, tokenizer spec, BM25 parameters and sizes, node
+                        count, how the vectors are kept, span counts, extra documents
+    nodes.*             the nodes, index order: a record set (``_node_records``: id →
+                        text hash + doc_to_json), read when a node is used
     bm25.<array>.npy    the BM25 arrays (BM25Okapi.write_to, no manifest of their own)
-    embeddings.npy      float32, one row per node (only for an in-memory SimpleVectorStore;
-                        a store keeps its vectors, the caller opens it again)
-    spans.json, span_vectors.npy   the span index (when the index has one)
+    flat/               the vectors when the index keeps them (the default
+                        FlatVectorStore: ``flat_store.write_state``; an outside store keeps
+                        its vectors, the caller opens it again)
+    spans.*             the span index (when the index has one): a record set (node id →
+                        its span records), row offsets, float16 vectors; read when used
     <documents>         extra JSON a caller adds (a folder's ``car_index.json``)
     manifest.json       every file's size and sha256, written last — the only manifest
 
 Reading checks the manifest once: every file is hashed except the BM25 arrays, which
 :meth:`BM25Okapi.load <llama_index_car.bm25.BM25Okapi.load>` (``bound``) checks per its
-``verify`` mode (memory-mapped). No pickle; format 3 folders and older are not read (rebuild).
+``verify`` mode, and the flat store's arrays and records, whose sizes, headers and every read
+:func:`~llama_index_car.flat_store.open_state` checks (both memory-mapped: nothing read at load
+grows with the vectors), and the nodes' record set likewise (``nodes.meta.json`` hashed).
+No pickle; format 5 folders and older are not read (rebuild).
 """
 
 from __future__ import annotations
@@ -29,56 +35,55 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.schema import BaseNode
-from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
-
 from llama_index_car import _files, _persist
 from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
 from llama_index_car.bm25 import BM25Okapi, Verify
 from llama_index_car.indices._layout import (
     BM25_PREFIX,
+    FLAT_DIR,
     FORMAT_VERSION,
     INDEX_NAME,
     KIND,
     NODES_NAME,
-    SPAN_NAMES,
-    VECTORS_NAME,
+    NODES_PREFIX,
+    SPANS_META,
+    SPANS_PREFIX,
+    checked_by_loader,
 )
 from llama_index_car.indices._lexical import Lexical, Tokens
+from llama_index_car.indices._node_records import NodeTable, write_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
 
 
-MAX_NODES_BYTES = 16 << 30
 _VECTOR_KINDS = ("none", "local", "store")
 
 
 
 def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]) -> None:
     """Persist ``index``'s current snapshot to ``target`` (see the module docstring)."""
-    import numpy as np
+    from llama_index_car.flat_store import write_state
 
     snap = index.snapshot
     lex = snap.lexical
-    ids = [n.node_id for n in lex.nodes]
-    dense = snap.dense  # an in-memory index's vectors, of the snapshot written
+    ids = lex.positions
+    dense = snap.dense  # the index's own vectors, of the snapshot written
     kind = "none" if index.vector_index is None else ("store" if dense is None else "local")
-    if dense is not None and not dense.present.all():
-        missing = [i for i, p in zip(dense.ids, dense.present, strict=True) if not p]
+    if dense is not None and dense.count != len(ids):
+        missing = [n for n in ids if dense._locate(n) is None][:3]
         raise IndexPersistError(f"the vector index lacks vectors for {missing[:3]}")
     bad = [n for n in documents if n in (INDEX_NAME, NODES_NAME, _persist.MANIFEST_NAME)]
     if bad:
         raise ConfigurationError(f"documents may not be named {bad}")
     with _persist.replace_dir(target) as gen:
         meta = lex.bm25.write_to(gen, prefix=BM25_PREFIX, manifest=False)
-        _files.write_json(gen / NODES_NAME, [doc_to_json(n) for n in lex.nodes])
+        write_nodes(gen, lex.nodes, lex.hashes)
         if dense is not None:
-            matrix = dense.matrix if ids else np.zeros((0, 0), dtype=np.float32)
-            with open(gen / VECTORS_NAME, "wb") as fh:
-                np.save(fh, matrix, allow_pickle=False)
+            (gen / FLAT_DIR).mkdir()
+            write_state(gen / FLAT_DIR, dense)
         if snap.spans is not None:
-            snap.spans.persist(gen, names=SPAN_NAMES)
+            snap.spans.persist_records(gen)
         for name, value in documents.items():
             _files.write_json(gen / name, value)
         _files.write_json(gen / INDEX_NAME, {
@@ -86,8 +91,7 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
             "kind": KIND,
             "tokenizer": index.tokenizer.to_dict(),
             "bm25": meta,
-            "node_ids": ids,
-            "text_hashes": list(lex.hashes),
+            "nodes": len(ids),
             "vectors": kind,
             "vector_store": type(getattr(index.vector_index, "vector_store", None)).__name__,
             "embed": _embed_record(index, dense),
@@ -105,7 +109,7 @@ def _embed_record(index: CriterionAwareIndex, dense: Any) -> dict[str, Any] | No
         return None
     from llama_index_car.providers import embed_spec
 
-    width = None if dense is None or not dense.ids else int(dense.matrix.shape[1])
+    width = None if dense is None or not dense.count else dense.dim
     return embed_spec(index.embed_model, width)
 
 
@@ -132,8 +136,8 @@ def _hashed_by_manifest(name: str) -> bool:
     """Whether :func:`~llama_index_car._persist.read_manifest` hashes ``name``: not the BM25
     arrays (:meth:`BM25Okapi.load` checks them) nor the JSON files read once with their
     check (:func:`~llama_index_car._persist.read_bound_json`)."""
-    return not name.startswith(BM25_PREFIX) and not (
-        name.endswith(".json") and name not in SPAN_NAMES)
+    return not checked_by_loader(name) and not (
+        "/" not in name and name.endswith(".json") and name not in (SPANS_META, NODES_NAME))
 
 
 @dataclass(frozen=True)
@@ -184,11 +188,8 @@ class Generation:
         does another kiwipiepy or model version).
         """
         root, spec, manifest = self.root, self.spec, self.manifest
-        try:
-            raw = _persist.read_bound_json(root, manifest, NODES_NAME, max_bytes=MAX_NODES_BYTES)
-            nodes: list[BaseNode] = [json_to_doc(d) for d in raw]
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
-            raise IndexPersistError(f"{root / NODES_NAME} is damaged ({exc}); rebuild") from exc
+        table = NodeTable.open(root, manifest["files"],
+                               full=_hash_if_small(root, manifest, NODES_PREFIX, "", verify))
         saved = spec["tokenizer"]
         persisted = tokenizer_from_spec(saved, root / INDEX_NAME)  # checked even if one is given
         if tokenizer is None:
@@ -200,17 +201,16 @@ class Generation:
         except IndexPersistError as exc:  # its arrays are part of this index: rebuilt with it
             raise IndexPersistError(str(exc).replace("save the index again", "rebuild the index")
                                     .replace("save it again", "rebuild the index")) from exc
-        if [n.node_id for n in nodes] != spec["node_ids"] or len(nodes) != bm25.corpus_size or len(
-                spec["text_hashes"]) != len(nodes):
+        if len(table) != bm25.corpus_size or len(table) != spec["nodes"]:
             raise IndexPersistError(
                 f"{root}: {NODES_NAME}, {INDEX_NAME} and the BM25 arrays disagree; rebuild the "
                 "index"
             )
-        lexical = Lexical.of(bm25, nodes, spec["text_hashes"])
+        lexical = Lexical.stored(bm25, table)
         tokens = Tokens(tokenizer, token_cache)
         if same_analysis:
             tokens.answering_from(lexical)
-        spans = _spans(root, spec, manifest, spec["node_ids"])
+        spans = _spans(root, spec, manifest, lexical.positions, verify)
         if vector_index is None and spec["vectors"] == "store":
             raise ConfigurationError(
                 f"{root} keeps its vectors in a {spec['vector_store']}: pass vector_index= (a "
@@ -223,10 +223,14 @@ class Generation:
                     f"{root / INDEX_NAME} records no embedding for its vectors; pass "
                     "embed_model= (the embedding they were made with)"
                 )
-            vector_index, matrix = _index_from_vectors(root / VECTORS_NAME, nodes, embed_model)
-            from llama_index_car.indices._dense import DenseVectors
+            dense = open_flat(root, manifest, verify)
+            if dense.count != len(table):
+                raise IndexPersistError(
+                    f"{root / FLAT_DIR} holds {dense.count} vectors, not one per node "
+                    f"({len(table)}); rebuild the index")
+            from llama_index_car.indices._dense import flat_index
 
-            dense = DenseVectors.from_matrix(spec["node_ids"], matrix)
+            vector_index = flat_index({}, [], embed_model, state=dense)
         index = cls.from_parts(lexical, tokens, vector_index=vector_index,
                                embed_model=embed_model, spans=spans, dense=dense)
         index.metadata = dict(self.documents)
@@ -256,7 +260,6 @@ def open_generation(root: Path) -> Generation:
 
 
 _TAG = re.compile(r"^[A-Z][A-Z_-]{0,15}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: Kiwi model types a persisted spec may name (kiwipiepy 0.24)
 KIWI_MODEL_TYPES = ("none", "knlm", "sbg", "cong", "cong-global", "largest")
 MAX_WORDS = 100_000
@@ -341,8 +344,7 @@ def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     spec = _persist.read_bound_json(root, manifest, INDEX_NAME)
     if not isinstance(spec, dict) or spec.get("format_version") != FORMAT_VERSION:
         raise IndexPersistError(f"{path}: not a format {FORMAT_VERSION} index; rebuild the index")
-    types = {"tokenizer": dict, "bm25": dict, "node_ids": list, "text_hashes": list,
-             "vectors": str, "documents": list}
+    types = {"tokenizer": dict, "bm25": dict, "nodes": int, "vectors": str, "documents": list}
     wrong = [k for k, t in types.items() if not isinstance(spec.get(k), t)]
     if wrong or spec["vectors"] not in _VECTOR_KINDS or not (
         spec.get("spans") is None or isinstance(spec["spans"], dict)
@@ -350,16 +352,13 @@ def _spec(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
                  for d in spec["documents"]):
         raise IndexPersistError(f"{path}: malformed fields {wrong or ['vectors/spans/documents']}"
                                 "; rebuild the index")
-    ids, hashes = spec["node_ids"], spec["text_hashes"]
-    if not all(isinstance(i, str) and 0 < len(i) <= 512 for i in ids) or not all(
-            isinstance(h, str) and _SHA256.match(h) for h in hashes):
-        raise IndexPersistError(f"{path}: node_ids or text_hashes hold something else than "
-                                "node ids and sha256 digests; rebuild the index")
+    if isinstance(spec["nodes"], bool) or not 0 <= spec["nodes"] < 1 << 40:
+        raise IndexPersistError(f"{path}: 'nodes' is not a node count; rebuild the index")
     if not _embed_spec_ok(spec.get("embed")):
         raise IndexPersistError(f"{path}: field 'embed' is not an embedding spec (provider, "
                                 "class_name, model_name, dimensions, engine); rebuild the index")
-    if spec["vectors"] == "local" and VECTORS_NAME not in manifest["files"]:
-        raise IndexPersistError(f"{root / VECTORS_NAME} is not listed; rebuild the index")
+    if spec["vectors"] == "local" and f"{FLAT_DIR}/flat.json" not in manifest["files"]:
+        raise IndexPersistError(f"{root / FLAT_DIR} is not listed; rebuild the index")
     return spec
 
 
@@ -380,33 +379,39 @@ def _embed_spec_ok(embed: Any) -> bool:
 
 
 def _spans(
-    root: Path, spec: dict[str, Any], manifest: dict[str, Any], ids: list[str]
+    root: Path, spec: dict[str, Any], manifest: dict[str, Any], ids: Mapping[str, int],
+    verify: Verify = "auto",
 ) -> Any:
-    """The span index the spec records, checked against the nodes and the record."""
-    from llama_index_car.span_index import SpanIndex
+    """The span index the spec records (``spans.*``, read when used), its sizes checked
+    against the manifest, the spec and the nodes; ``full`` (a small folder, or
+    ``verify="full"``): every file hashed, the tables and vectors checked whole and every
+    node id found among the index's."""
+    from llama_index_car.span_index import SPANS_NAME, SpanIndex
 
     recorded = spec.get("spans")
-    listed = [n for n in SPAN_NAMES if n in manifest["files"]]
+    names = [n for n in manifest["files"] if n.startswith(SPANS_PREFIX)]
+    meta = root / SPANS_META
     if recorded is None:
-        if listed:
+        if names:
             raise IndexPersistError(
-                f"{root / SPAN_NAMES[0]} is present but {root / INDEX_NAME} records no span "
-                "index; rebuild"
-            )
+                f"{meta} is present but {root / INDEX_NAME} records no span index; rebuild")
         return None
-    if len(listed) != 2:
-        raise IndexPersistError(f"{root / SPAN_NAMES[0]} is missing; rebuild the index")
-    spans = SpanIndex.load(root, names=SPAN_NAMES)
-    if set(spans.node_ids) != set(ids) or len(spans.node_ids) != len(ids):
-        raise IndexPersistError(
-            f"{root / SPAN_NAMES[0]} holds spans of {len(spans.node_ids)} nodes, not of the "
-            f"index's {len(ids)} nodes; rebuild the index"
-        )
-    if recorded != {"spans": spans.n_spans, "dim": spans.dim}:
-        raise IndexPersistError(
-            f"{root / SPAN_NAMES[0]}: {spans.n_spans} spans of dim {spans.dim}, but "
-            f"{root / INDEX_NAME} records {recorded}; rebuild the index"
-        )
+    if not (isinstance(recorded, dict) and set(recorded) == {"spans", "dim"} and all(
+            type(v) is int and 0 <= v < 1 << 40 for v in recorded.values())):
+        raise IndexPersistError(f"{root / INDEX_NAME}: 'spans' is not a span count and a "
+                                "dimension; rebuild the index")
+    for name in (SPANS_META, "spans.blob", "spans.rows.npy", "spans.vectors.npy"):
+        entry = manifest["files"].get(name)
+        path = root / name
+        if entry is None or not path.is_file() or path.stat().st_size != entry["bytes"]:
+            raise IndexPersistError(f"{path} is missing or its size differs from manifest.json; "
+                                    "rebuild the index")
+    full = _hash_if_small(root, manifest, SPANS_PREFIX, "", verify)
+    spans = SpanIndex.open_records(root, SPANS_NAME, nodes=len(ids), spans=recorded["spans"],
+                                   dim=recorded["dim"], full=full)
+    if full and not all(i in ids for i in spans.node_ids):
+        raise IndexPersistError(f"{root / 'spans.blob'} holds spans of unknown nodes (not the "
+                                "index's); rebuild the index")
     return spans
 
 
@@ -437,50 +442,40 @@ def _check_spec(saved: dict[str, Any], tokenizer: Any, root: Path) -> bool:
     return not problems
 
 
-def _index_from_vectors(
-    path: Path, nodes: list[BaseNode], embed_model: Any
-) -> tuple[Any, Any]:
-    """An in-memory ``VectorStoreIndex`` over ``nodes`` with the stored vectors (no
-    embedding), and the vectors' matrix (one float32 row per node)."""
-    import numpy as np
-    from llama_index.core import StorageContext, VectorStoreIndex
-    from llama_index.core.data_structs.data_structs import IndexDict
-    from llama_index.core.storage.docstore import SimpleDocumentStore
-    from llama_index.core.vector_stores.simple import SimpleVectorStore, SimpleVectorStoreData
+def open_flat(root: Path, manifest: dict[str, Any], verify: Verify = "auto") -> Any:
+    """The :class:`~llama_index_car.flat_store.FlatState` in ``root/flat``: its files' sizes
+    checked against ``manifest``, headers and records by
+    :func:`~llama_index_car.flat_store.open_state`; ``verify="full"`` (and ``"auto"`` up to
+    :data:`~llama_index_car._bm25_storage.AUTO_VERIFY_BYTES` of files, as for the BM25
+    arrays) also hashes every file against the manifest and checks every value, so vectors
+    copied in from another folder are refused; above it (``"lazy"``) a query reads rows by
+    bounds-checked positions only."""
+    from llama_index_car.flat_store import open_state
 
-    from llama_index_car._npy import open_npy
+    prefix = FLAT_DIR + "/"
+    files = {n[len(prefix):]: e for n, e in manifest["files"].items() if n.startswith(prefix)}
+    full = _hash_if_small(root, manifest, prefix, FLAT_DIR, verify)
+    return open_state(root / FLAT_DIR, files, verify="full" if full else "lazy")
 
-    matrix = open_npy(path, dtypes=(np.float32,), ndim=2, mmap=False, fix="rebuild the index")
-    if matrix.shape[0] != len(nodes):
-        raise IndexPersistError(
-            f"{path} holds {matrix.shape[0]} rows, not one per node ({len(nodes)}); "
-            "rebuild the index"
-        )
-    if not np.isfinite(matrix).all():
-        raise IndexPersistError(f"{path} holds non-finite values; rebuild the index")
-    vectors = {n.node_id: row.tolist() for n, row in zip(nodes, matrix, strict=True)}
-    # filled directly: VectorStoreIndex(nodes) re-serialises every node and its document's
-    # node list once per node (~1 s for 752 nodes); the stores hold the same entries
-    refs = {n.node_id: n.ref_doc_id or "None" for n in nodes}
-    data = SimpleVectorStoreData(
-        embedding_dict=vectors,
-        text_id_to_ref_doc_id=refs,
-        metadata_dict={
-            n.node_id: {**n.metadata, "_node_type": n.class_name(), "document_id": refs[n.node_id],
-                        "doc_id": refs[n.node_id], "ref_doc_id": refs[n.node_id]}
-            for n in nodes
-        },
-    )
-    docstore = SimpleDocumentStore()
-    docstore._kvstore.put_all(
-        [(n.node_id, doc_to_json(n)) for n in nodes], collection=docstore._node_collection
-    )
-    struct = IndexDict()
-    for n in nodes:
-        struct.nodes_dict[n.node_id] = n.node_id
-    storage = StorageContext.from_defaults(
-        docstore=docstore, vector_store=SimpleVectorStore(data=data)
-    )
-    index = VectorStoreIndex(index_struct=struct, storage_context=storage,
-                             embed_model=embed_model)
-    return index, matrix
+
+def _hash_if_small(
+    root: Path, manifest: dict[str, Any], prefix: str, sub: str, verify: Verify
+) -> bool:
+    """Whether the files listed under ``prefix`` are verified whole (``verify="full"``, or
+    ``"auto"`` up to :data:`~llama_index_car._bm25_storage.AUTO_VERIFY_BYTES` of them, as for
+    the BM25 arrays); if so they are hashed against ``manifest`` here, so a file copied in
+    from another folder is refused."""
+    from llama_index_car._bm25_storage import AUTO_VERIFY_BYTES
+
+    files = {n: e for n, e in manifest["files"].items() if n.startswith(prefix)}
+    total = sum(int(e["bytes"]) for e in files.values())
+    full = verify == "full" or (verify == "auto" and total <= AUTO_VERIFY_BYTES)
+    if full:
+        for name, entry in files.items():
+            path = root / name
+            if not path.is_file() or path.stat().st_size != entry["bytes"] or (
+                    _files.sha256_file(path) != entry["sha256"]):
+                raise IndexPersistError(
+                    f"{path} is missing or corrupt (size or sha256 differs from "
+                    f"{_persist.MANIFEST_NAME}); rebuild the index")
+    return full

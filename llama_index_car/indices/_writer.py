@@ -21,7 +21,7 @@ from llama_index_car.indices._lexical import Lexical, check_unique
 from llama_index_car.indices._snapshot import IndexSnapshot
 
 if TYPE_CHECKING:  # pragma: no cover
-    from llama_index_car.indices._dense import DenseVectors
+    from llama_index_car.flat_store import FlatState
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
     from llama_index_car.span_index import SpanIndex
 
@@ -84,10 +84,12 @@ def plan_update(
         part = added.without([d for d in added.node_ids if d not in ids]) if added else None
         return SpanIndex.concat([base_spans, *([part] if part is not None else [])])
 
-    base_dense = old.dense.without(removed) if old.dense is not None else None
+    from llama_index_car.indices import _dense
 
-    def with_dense(dense: DenseVectors | None, chosen: Sequence[BaseNode]) -> DenseVectors | None:
-        return None if dense is None else dense.plus(vectors, [n.node_id for n in chosen])
+    base_dense = _dense.without(old.dense, removed) if old.dense is not None else None
+
+    def with_dense(dense: FlatState | None, chosen: Sequence[BaseNode]) -> FlatState | None:
+        return None if dense is None else _dense.plus(dense, vectors, chosen)
 
     if not store or not removed or not again:
         final = IndexSnapshot.of(plus(base, nodes), with_spans(nodes),
@@ -104,13 +106,21 @@ def plan_update(
 
 def embed(index: CriterionAwareIndex, nodes: Sequence[BaseNode]) -> dict[str, list[float]]:
     """``{node_id: vector}``: a node's own ``embedding`` if set, else the index's model's."""
+    return embed_with(index.embed_model, nodes)
+
+
+def embed_with(
+    embed_model: Any, nodes: Sequence[BaseNode], show_progress: bool = False
+) -> dict[str, list[float]]:
+    """``{node_id: vector}``: a node's own ``embedding`` if set, else ``embed_model``'s of its
+    embedding text (what ``VectorStoreIndex`` embeds)."""
     out = {n.node_id: list(n.embedding) for n in nodes if n.embedding is not None}
     todo = [n for n in nodes if n.node_id not in out]
     if todo:
-        if index.embed_model is None:
+        if embed_model is None:
             raise ConfigurationError("this index has no embed_model to embed new nodes")
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in todo]
-        vecs = index.embed_model.get_text_embedding_batch(texts)
+        vecs = embed_model.get_text_embedding_batch(texts, show_progress=show_progress)
         for node, vec in zip(todo, vecs, strict=True):
             out[node.node_id] = list(vec)
     return out

@@ -53,7 +53,7 @@ from llama_index_car.indices._snapshot import IndexSnapshot
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.base_retriever import BaseRetriever
 
-    from llama_index_car.indices._dense import DenseVectors
+    from llama_index_car.flat_store import FlatState
     from llama_index_car.postprocessors.criterion_spans import CriterionSpanPostprocessor
     from llama_index_car.span_index import SpanIndex
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
@@ -102,18 +102,20 @@ class CriterionAwareIndex:
 
     def _setup(
         self, lexical: Lexical, tokens: Tokens, vector_index: Any, embed_model: Any,
-        spans: SpanIndex | None, dense: DenseVectors | None = None,
+        spans: SpanIndex | None, dense: FlatState | None = None,
     ) -> None:
-        if spans is not None and set(spans.node_ids) != set(lexical.positions):
+        if spans is not None and (len(spans) != len(lexical.positions) or (
+                isinstance(lexical.positions, dict)  # a loaded table: its loader checked them
+                and not all(i in lexical.positions for i in spans.node_ids))):
             raise ConfigurationError("spans must cover exactly the index's nodes")
-        from llama_index_car.indices._dense import DenseVectors, local_vectors
+        from llama_index_car.indices._dense import flat_store_of, local_state
 
-        ids = [n.node_id for n in lexical.nodes]
         if dense is None and vector_index is not None:
-            held = local_vectors(vector_index)  # an in-memory store: its vectors, copied once
-            dense = None if held is None else DenseVectors.of(held, ids)
-        if dense is not None and list(dense.ids) != ids:
-            raise ConfigurationError("the vectors must be aligned with the index's nodes")
+            dense = local_state(vector_index, lexical.nodes)  # in memory: the index keeps it
+        if dense is not None and dense.count > len(lexical.positions):
+            raise ConfigurationError("the vectors must be of the index's nodes")
+        #: the index's own FlatVectorStore (kept equal to the current snapshot's vectors)
+        self._flat = flat_store_of(vector_index)
         self._tokens = tokens
         self._vector_index = vector_index
         self._embed_model = embed_model if embed_model is not None else getattr(
@@ -131,7 +133,7 @@ class CriterionAwareIndex:
     def from_parts(
         cls, lexical: Lexical, tokens: Tokens, *, vector_index: Any | None = None,
         embed_model: Any | None = None, spans: SpanIndex | None = None,
-        dense: DenseVectors | None = None,
+        dense: FlatState | None = None,
     ) -> CriterionAwareIndex:
         """An index over a built BM25 state (a load, merged Ray shards): nothing tokenized.
         ``dense``: the in-memory vectors aligned with its nodes (default: read from an
@@ -269,7 +271,7 @@ class CriterionAwareIndex:
         live = [i for i in ids if i in self._snap.ids]
         if live:
             raise ConfigurationError(f"{live[:5]} are indexed; use delete_nodes")
-        if ids and self._vector_index is not None:
+        if ids and self._vector_index is not None and self._flat is None:
             with self._writer:
                 self._drain()
                 self._vector_index.delete_nodes(ids, delete_from_docstore=True)
@@ -282,7 +284,8 @@ class CriterionAwareIndex:
 
         old = self._snap
         plan = plan_update(self, old, delete_ids, nodes, spans)
-        store = self._vector_index
+        # an outside store is written; the index's own flat store follows its snapshots
+        store = self._vector_index if self._flat is None else None
         if store is not None and plan.fresh:
             store.insert_nodes(plan.embedded(plan.fresh))
         if not plan.removed:
@@ -306,6 +309,8 @@ class CriterionAwareIndex:
             self._older = [s for s in (*self._older, self._snap)
                            if s.readers[0] and s is not snap]
             self._snap = snap
+            if self._flat is not None and snap.dense is not None:
+                self._flat.publish(snap.dense)
 
     def _drain(self) -> None:
         """Wait until no query is pinned to an older snapshot (``drain_timeout``)."""
@@ -383,8 +388,6 @@ def _bind_vectors(
     """``(nodes, vector_index, embed_model)`` of :meth:`CriterionAwareIndex.from_defaults`: a
     ``VectorStoreIndex`` built over ``nodes``, or ``vector_index`` with its docstore's nodes."""
     if vector_index is None:
-        from llama_index.core import VectorStoreIndex
-
         if embed_model is None:
             from llama_index_car.providers import resolve_embed_model
 
@@ -392,8 +395,11 @@ def _bind_vectors(
         node_list = list(nodes or [])
         if not node_list:
             raise ConfigurationError("nodes is empty; pass the nodes to index")
-        return node_list, VectorStoreIndex(node_list, embed_model=embed_model,
-                                           show_progress=show_progress), embed_model
+        from llama_index_car.indices._dense import flat_index
+        from llama_index_car.indices._writer import embed_with
+
+        vectors = embed_with(embed_model, node_list, show_progress)
+        return node_list, flat_index(vectors, node_list, embed_model), embed_model
     if embed_model is None:
         embed_model = getattr(vector_index, "_embed_model", None)
     if nodes is None:

@@ -26,10 +26,10 @@ __all__ = ["IndexDense"]
 class IndexDense(VectorIndexRetriever):
     """The dense channel: a ``VectorIndexRetriever`` over the index's vector store with
     ``filters`` applied by the store, its hits restricted to the ids of the snapshot it reads
-    (the one it is bound to, else the one pinned at query start). An index whose vectors are
-    in memory (``SimpleVectorStore``) is searched in that snapshot's own vectors
-    (:mod:`~llama_index_car.indices._dense`, the store's cosine; filters evaluated as the BM25
-    channel does), since the store's dicts change under a query while the index is updated.
+    (the one it is bound to, else the one pinned at query start). An index that keeps its
+    vectors itself (the default ``FlatVectorStore``) is searched in that snapshot's own
+    vector state (:mod:`~llama_index_car.indices._dense`: exact cosine; filters evaluated as
+    the BM25 channel does), which an update replaces and never changes.
 
     Every query goes through the package's query guard
     (:func:`~llama_index_car.query_guard.guarded_retrieve`) before anything is embedded.
@@ -83,7 +83,7 @@ class IndexDense(VectorIndexRetriever):
     def _search_memory(
         self, query_bundle: QueryBundle, snap: IndexSnapshot
     ) -> list[NodeWithScore]:
-        """Cosine top-k over the snapshot's vectors (what ``SimpleVectorStore`` computes)."""
+        """Exact cosine top-k over the snapshot's vectors (``SimpleVectorStore``'s cosine)."""
         dense = snap.dense
         if dense is None:  # pragma: no cover - _search checked it
             return []
@@ -92,9 +92,8 @@ class IndexDense(VectorIndexRetriever):
             embedding = self._embed_model.get_agg_embedding_from_queries(
                 query_bundle.embedding_strs)
         lexical = snap.lexical
-        hits = dense.search(embedding, self._similarity_top_k, lexical.mask(self._filters))
-        return [NodeWithScore(node=lexical.nodes[lexical.positions[i]], score=score)
-                for i, score in hits]
+        hits = dense.search(embedding, self._similarity_top_k, self._filters)
+        return [NodeWithScore(node=lexical.node(i), score=score) for i, score in hits]
 
     @guarded_retrieve
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

@@ -32,7 +32,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,7 +127,7 @@ class Generation:
 
     name: str
     index: Any
-    nodes: dict[str, Any]
+    nodes: Mapping[str, Any]  # read when looked up (a loaded index's nodes are records)
     loaded_at: float
     leases: int = 0
     retired: bool = False
@@ -217,7 +217,7 @@ class FolderEngine:
                 continue  # swapped while loading: load_index may have read the next one
             if self._embed_model is None:
                 self._embed_model = index.embed_model  # later generations reuse the model
-            gen = Generation(before, index, {n.node_id: n for n in index.nodes}, time.time())
+            gen = Generation(before, index, index.snapshot.lexical.by_id(), time.time())
             self._warm(gen)
             return gen
         raise CarError(f"{self.folder}: the generation kept changing while it was opened")
@@ -288,7 +288,7 @@ class FolderEngine:
         newer = getattr(getattr(new, "index", None), "vector_index", None)
         if store is None or store is getattr(newer, "vector_store", None):
             return
-        if type(store).__name__ == "SimpleVectorStore":
+        if type(store).__name__ in ("SimpleVectorStore", "FlatVectorStore"):  # no client
             return
         from llama_index_car.stores import close_vector_store
 
