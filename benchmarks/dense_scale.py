@@ -52,6 +52,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _proc import rss_mb  # noqa: E402 - after the path insert
+
 K = 100
 #: HNSW search breadth (faiss efSearch, usearch expansion_search): 2·K
 EF_SEARCH = 200
@@ -234,15 +236,6 @@ def open_searcher(method: str, where: Path, d: int):  # type: ignore[no-untyped-
     raise ValueError(method)
 
 
-def _rss_mb(field: str = "VmRSS") -> float:
-    """Resident memory from /proc/self/status: ``VmRSS`` (all), ``RssAnon`` (private, what
-    the process holds), ``RssFile`` (mapped file pages: clean, dropped under pressure)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def child(args: argparse.Namespace) -> None:
     """One method at one size, in its own process: build, or open + query."""
     where = Path(args.child_dir)
@@ -267,8 +260,8 @@ def child(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - t1)
         recall.append(len(set(got) & set(truth[j].tolist())) / K)
     print(json.dumps({"open_s": open_s, "p50": float(np.percentile(times, 50)) * 1000,
-                      "p95": float(np.percentile(times, 95)) * 1000, "rss_mb": _rss_mb(),
-                      "anon_mb": _rss_mb("RssAnon"), "file_mb": _rss_mb("RssFile"),
+                      "p95": float(np.percentile(times, 95)) * 1000, "rss_mb": rss_mb(),
+                      "anon_mb": rss_mb("RssAnon"), "file_mb": rss_mb("RssFile"),
                       "recall": float(np.mean(recall)), "queries": len(q)}))
 
 

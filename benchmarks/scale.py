@@ -61,6 +61,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _proc import rss_mb  # noqa: E402 - after the path insert
+
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 KINDS = ("bm25", "dense", "hybrid", "car")
 _SENT = re.compile(r"(?<=[.!?다])\s+")
@@ -203,15 +205,6 @@ def _queries(cache: Path, count: int) -> dict[str, list[float]]:
     return dict(list(out.items())[:count])
 
 
-def _rss_mb(field: str = "VmRSS") -> float:
-    """Resident memory from /proc/self/status: ``VmRSS`` (all), ``RssAnon`` (private, what
-    the process holds), ``RssFile`` (mapped file pages: clean, dropped under pressure)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 # ----------------------------------------------------------------------------- children
 def _vector_index(nodes: list[Any], vecs: np.ndarray, model: Any) -> Any:
     """The index's default in-memory vector index over ``nodes`` and their vectors: the flat
@@ -262,7 +255,7 @@ def child_build(args: argparse.Namespace) -> dict[str, Any]:
             name = f"{f.parent.name}/{f.name}" if f.parent.name == "flat" else f.name
             files[name] = files.get(name, 0) + f.stat().st_size
     return {"generate_s": gen_s, "build_s": build_s, "persist_s": persist_s, "files": files,
-            "spans": n_spans, "build_rss_mb": _rss_mb(),
+            "spans": n_spans, "build_rss_mb": rss_mb(),
             "chars": sum(len(n.text) for n in nodes)}
 
 
@@ -272,11 +265,11 @@ def child_query(args: argparse.Namespace) -> dict[str, Any]:
     cache = Path(args.cache)
     queries = _queries(cache, args.queries)
     model = SyntheticE5.make(_passages(cache, args.vector_sets), queries, args.noise)
-    rss0 = _rss_mb()
+    rss0 = rss_mb()
     t0 = time.perf_counter()
     index = ca.CriterionAwareIndex.load(args.dir, embed_model=model)
     load_s = time.perf_counter() - t0
-    rss_load = _rss_mb()
+    rss_load = rss_mb()
     out: dict[str, Any] = {"load_s": load_s, "rss_before_mb": rss0, "rss_load_mb": rss_load,
                            "loadavg": os.getloadavg()[0]}
     texts = list(queries)
@@ -293,8 +286,8 @@ def child_query(args: argparse.Namespace) -> dict[str, Any]:
         out[kind] = {"p50": float(np.percentile(times, 50)) * 1000,
                      "p95": float(np.percentile(times, 95)) * 1000, "queries": len(times)}
         print(f"[{args.n}] {kind}: {out[kind]}", file=sys.stderr, flush=True)
-    out["rss_end_mb"] = _rss_mb()
-    out["anon_end_mb"], out["file_end_mb"] = _rss_mb("RssAnon"), _rss_mb("RssFile")
+    out["rss_end_mb"] = rss_mb()
+    out["anon_end_mb"], out["file_end_mb"] = rss_mb("RssAnon"), rss_mb("RssFile")
     return out
 
 
