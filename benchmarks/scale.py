@@ -214,7 +214,7 @@ def _vector_index(nodes: list[Any], vecs: np.ndarray, model: Any) -> Any:
     if hasattr(_dense, "flat_index"):
         from llama_index_car.flat_store import FlatState, resolve_scan
 
-        state = FlatState.empty(vecs.shape[1], resolve_scan("auto")).plus(
+        state = FlatState.empty(vecs.shape[1], resolve_scan("auto", vecs.shape[1])).plus(
             vecs, [n.node_id for n in nodes], [_dense.node_meta(n) for n in nodes])
         return _dense.flat_index({}, [], model, state=state)
     from llama_index.core import VectorStoreIndex

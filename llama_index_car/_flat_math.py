@@ -4,7 +4,7 @@ Each row ``x`` (float32) is stored twice: as itself, and as int8 codes ``c = rou
 with the per-row scale ``s = max|x| / 127`` (:func:`quantize_rows`). A query ``q`` is coded
 the same way (``t``, ``q̂``). The approximate dot product ``a = s·t·(c·q̂)`` uses only an exact
 integer dot product (int32 accumulation of int8 × int8: |c·q̂| <= d·127² < 2**24 for d <= 1040,
-so its float32 value is exact too), and its error is bounded per row:
+so its float32 value is exact too; wider vectors are scanned in float32 instead), and its error is bounded per row:
 
     x·q = s·t·(c·q̂) + (s·c)·e_q + e_x·q        with e_x = x − s·c, e_q = q − t·q̂
     |x·q − a| <= ‖s·c‖₂·‖e_q‖₂ + ‖e_x‖₂·‖q‖₂    (Cauchy–Schwarz twice)

@@ -31,7 +31,11 @@ if TYPE_CHECKING:
     from llama_index_car.flat_store import FlatState
 
 
-MAX_DIM = 1040  # int8 dot products stay below 2**24 (exact in float32)
+#: the most dimensions a folder may declare (a bound on what its data makes us allocate)
+MAX_DIM = 8_192
+#: the most dimensions the int8 first pass takes: its dot products stay below 2**24, exact in
+#: float32 (wider vectors, e.g. OpenAI's 1536/3072, are scanned in float32)
+MAX_INT8_DIM = 1040
 
 
 class RowFile:

@@ -65,6 +65,7 @@ from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car._filters import check_filters, matches
 from llama_index_car._flat_storage import (
     MAX_DIM,
+    MAX_INT8_DIM,
     REQUIRED,
     Segment,
     memory_segment,
@@ -100,12 +101,23 @@ def _numkong() -> Any:
     return numkong
 
 
-def resolve_scan(scan: str) -> str:
-    """``"int8"`` or ``"float32"`` for a ``scan`` option (``"auto"``: int8 with numkong)."""
+def resolve_scan(scan: str, dim: int) -> str:
+    """``"int8"`` or ``"float32"`` for a ``scan`` option and ``dim``-dimensional vectors
+    (``"auto"``: int8 with numkong up to :data:`MAX_INT8_DIM` dimensions, else float32; both
+    are exact after rescoring).
+
+    >>> resolve_scan("float32", 384), resolve_scan("auto", 3072)
+    ('float32', 'float32')
+    """
     if scan not in ("auto", "int8", "float32"):
         raise ConfigurationError(f"scan must be 'auto', 'int8' or 'float32', got {scan!r}")
     if scan == "auto":
-        return "int8" if _numkong() is not None else "float32"
+        return "int8" if _numkong() is not None and dim <= MAX_INT8_DIM else "float32"
+    if scan == "int8" and dim > MAX_INT8_DIM:
+        raise ConfigurationError(
+            f"scan='int8' takes at most {MAX_INT8_DIM} dimensions (its integer dot products must "
+            f"stay exact in float32); {dim}-d vectors: use scan='float32' or 'auto'"
+        )
     if scan == "int8" and _numkong() is None:
         raise ConfigurationError("scan='int8' needs numkong: pip install 'llama-index-car[fast]'")
     return scan
@@ -338,14 +350,14 @@ class FlatVectorStore(BasePydanticVectorStore):
     scan: Scan = Field(
         default="auto",
         description="First pass: 'int8' (numkong SIMD codes), 'float32' (numpy) or 'auto' "
-        "(int8 when numkong is installed). Results are exact either way.",
+        "(int8 when numkong is installed and dim <= 1040). Results are exact either way.",
     )
     _state: FlatState = PrivateAttr()
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, **data: Any) -> None:
         super().__init__(**data)
-        self._state = FlatState.empty(self.dim, resolve_scan(self.scan))
+        self._state = FlatState.empty(self.dim, resolve_scan(self.scan, self.dim))
 
     @classmethod
     def class_name(cls) -> str:
@@ -507,4 +519,4 @@ def open_state(
         if not path.is_file() or path.stat().st_size != entry["bytes"]:
             raise IndexPersistError(f"{path} is missing or its size differs from manifest.json")
     seg, dim = read_segment(root, verify)
-    return FlatState(dim, (seg,), (np.ones(seg.size, dtype=bool),), resolve_scan(scan))
+    return FlatState(dim, (seg,), (np.ones(seg.size, dtype=bool),), resolve_scan(scan, dim))

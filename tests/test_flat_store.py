@@ -24,7 +24,7 @@ from llama_index_car._filters import matches
 from llama_index_car._persist import live_dir
 from llama_index_car.flat_store import FlatVectorStore, resolve_scan
 
-SCANS = ["float32"] + (["int8"] if resolve_scan("auto") == "int8" else [])
+SCANS = ["float32"] + (["int8"] if resolve_scan("auto", 384) == "int8" else [])
 
 
 def _data(n: int, d: int, seed: int = 0) -> np.ndarray:
@@ -74,6 +74,28 @@ def test_exact_top_k_equals_float64_brute_force(scan: str) -> None:
         q = x[rng.integers(0, len(x))] + 0.05 * rng.standard_normal(48).astype(np.float32)
         k = [1, 10, 100, 3000, 5000][t % 5]
         _same(store.snapshot().search(q, k), _oracle(x, ids, q, k))
+
+
+@pytest.mark.parametrize("dim", [1536, 3072])
+def test_wide_vectors_are_exact_too(dim: int) -> None:
+    """OpenAI's 1536-d (the `--embed openai` default) and 3072-d vectors: past the int8 pass's
+    exact range the store scans in float32, still the exact float64 top-k."""
+    x = _data(400, dim, seed=dim)
+    nodes = _nodes(x)
+    store = FlatVectorStore(dim=dim)
+    assert store.snapshot().scan == "float32"
+    store.add(nodes)
+    ids = [n.node_id for n in nodes]
+    rng = np.random.default_rng(2)
+    for k in (1, 10, 400):
+        q = x[rng.integers(0, len(x))] + 0.05 * rng.standard_normal(dim).astype(np.float32)
+        _same(store.snapshot().search(q, k), _oracle(x, ids, q, k))
+
+
+def test_int8_scan_refuses_vectors_past_its_exact_range() -> None:
+    with pytest.raises(ConfigurationError, match="at most 1040 dimensions"):
+        resolve_scan("int8", 1041)
+    assert resolve_scan("float32", 1041) == "float32"
 
 
 def test_ties_are_broken_by_id() -> None:

@@ -77,7 +77,7 @@ def state_of(
         dim = next((len(vectors[n.node_id]) for n in nodes), 0)
     if dim <= 0:
         raise ConfigurationError("the index has no vectors to keep (no node, or 0-d vectors)")
-    return plus(FlatState.empty(dim, resolve_scan("auto")), vectors, nodes)
+    return plus(FlatState.empty(dim, resolve_scan("auto", dim)), vectors, nodes)
 
 
 def without(state: FlatState, node_ids: Iterable[str]) -> FlatState:
