@@ -1,0 +1,156 @@
+"""The lexical channel kept in Milvus Lite / Qdrant local (issue 39, item 3, wired).
+
+``llama-car index --store milvus|qdrant`` writes the Kiwi BM25 postings into the store as
+sparse rows and keeps only the document-frequency table (``bm25_df.json``) in the folder; a
+query is exact. The oracle is ``rank_bm25.BM25Okapi`` over the same Kiwi tokens of the
+folder's nodes: every query's top-10 ids and scores equal (ties by id), before and after an
+``--update`` that inserts a tenth of the documents and deletes another tenth; a filter gives
+the oracle restricted to the nodes that pass it. A hostile df table is an
+``IndexPersistError`` naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_index.core.schema import MetadataMode
+from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+
+from llama_index_car._errors import IndexPersistError
+from llama_index_car.cli import main
+from llama_index_car.demo.loader import DEMO_CORPUS_DIR
+from llama_index_car.demo.spec import QUESTIONS
+from llama_index_car.folder import load_index
+from llama_index_car.indices._store_bm25 import DF_NAME, StoreBM25
+
+rank_bm25 = pytest.importorskip("rank_bm25")
+
+FILES = sorted(p.name for p in DEMO_CORPUS_DIR.glob("*.hwpx"))
+MODULES = {"milvus": ("pymilvus", "milvus_lite"), "qdrant": ("qdrant_client",)}
+EXTRA = ("측구 깊이", "설치기준 높이 이상", "교량 점검통로 폭", "터널 조명 휘도", "포장 두께")
+
+
+def _needs(kind: str) -> None:
+    for module in MODULES[kind]:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} not installed ([stores] extra)")
+
+
+def _cli(*argv: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(list(argv))
+    assert rc == 0, out.getvalue()
+    return out.getvalue()
+
+
+def _generation(idx: Path) -> Path:
+    """The live generation (``CURRENT``); no generation of the folder holds BM25 arrays."""
+    assert not list(idx.glob("gen-*/bm25.*"))
+    return idx / json.loads((idx / "CURRENT").read_text())["generation"]
+
+
+def _oracle(index, query: str, k: int, keep=None) -> list[tuple[str, float]]:  # type: ignore[no-untyped-def]
+    nodes = [n for n in index.nodes if keep is None or keep(n)]
+    tok = index.tokenizer
+    corpus = [tok.tokenize(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in index.nodes]
+    full = rank_bm25.BM25Okapi(corpus)  # idf over every node, as the index's channel
+    pos = {n.node_id: i for i, n in enumerate(index.nodes)}
+    scores = full.get_scores(tok.tokenize(query))
+    got = [(n.node_id, float(scores[pos[n.node_id]])) for n in nodes]
+    got = [g for g in got if g[1] != 0]
+    return sorted(got, key=lambda t: (-t[1], t[0]))[:k]
+
+
+def _agree(index, k: int = 10, filters=None, keep=None) -> int:  # type: ignore[no-untyped-def]
+    retriever = index.as_retriever("bm25", similarity_top_k=k, filters=filters)
+    n = 0
+    for q in [s.question for s in QUESTIONS] + list(EXTRA):
+        got = [(h.node.node_id, float(h.score)) for h in retriever.retrieve(q)]
+        want = _oracle(index, q, k, keep)
+        assert [g[0] for g in got] == [w[0] for w in want], q
+        np.testing.assert_allclose([g[1] for g in got], [w[1] for w in want], rtol=1e-6)
+        n += bool(want)
+    return n
+
+
+@pytest.mark.parametrize("kind", ["milvus", "qdrant"])
+def test_store_bm25_is_exact_before_and_after_an_update(kind: str, tmp_path: Path) -> None:
+    _needs(kind)
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    src.mkdir()
+    for name in FILES[1:]:  # nine of the ten
+        shutil.copy(DEMO_CORPUS_DIR / name, src / name)
+    _cli("index", str(src), "--persist", str(idx), "--embed", "use", "--store", kind,
+         "--no-progress")
+    gen = _generation(idx)
+    assert not list(gen.glob("bm25.*")) and (gen / DF_NAME).is_file()
+    index = load_index(idx)
+    assert isinstance(index.snapshot.lexical.bm25, StoreBM25)
+    assert _agree(index) >= 15
+    one = FILES[1]  # a filter: the BM25 channel's meaning, exact in the store too
+    meta_key = "file_name"
+    assert index.nodes[0].metadata.get(meta_key)
+    filters = MetadataFilters(filters=[MetadataFilter(key=meta_key, value=one)])
+    _agree(index, 5, filters, keep=lambda n: n.metadata.get(meta_key) == one)
+
+    shutil.copy(DEMO_CORPUS_DIR / FILES[0], src / FILES[0])  # a tenth in, another out
+    (src / FILES[5]).unlink()
+    out = _cli("index", str(src), "--persist", str(idx), "--update", "--no-progress")
+    assert "1 changed or new, 1 removed, 8 unchanged" in out
+    gen = _generation(idx)
+    assert not list(gen.glob("bm25.*")) and (gen / DF_NAME).is_file()
+    index = load_index(idx)
+    assert not any(n.metadata.get(meta_key) == FILES[5] for n in index.nodes)
+    assert any(n.metadata.get(meta_key) == FILES[0] for n in index.nodes)
+    assert _agree(index) >= 15
+    # every retriever works over it, from the CLI
+    for kind_ in ("bm25", "hybrid", "car"):
+        hits = json.loads(_cli("query", str(idx), "터널 조명 기준", "--retriever", kind_,
+                               "--top-k", "5", "--json"))["hits"]
+        assert hits
+
+
+def _rewrite(gen: Path, name: str, raw: bytes) -> None:
+    """Replace ``gen/name`` and its manifest entry (the loader's own checks must catch it)."""
+    (gen / name).write_bytes(raw)
+    manifest = json.loads((gen / "manifest.json").read_text())
+    manifest["files"][name] = {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}
+    (gen / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_hostile_df_table_is_refused_naming_it(tmp_path: Path) -> None:
+    _needs("milvus")
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    src.mkdir()
+    for name in FILES[:2]:
+        shutil.copy(DEMO_CORPUS_DIR / name, src / name)
+    _cli("index", str(src), "--persist", str(idx), "--embed", "use", "--store", "milvus",
+         "--no-progress")
+    gen = _generation(idx)
+    good = (gen / DF_NAME).read_bytes()
+    table = json.loads(good)
+    assert table["df"] and table["n_docs"] > 1
+    wrong_dtype = dict(table, df=[float(d) + 0.5 for d in table["df"]])
+    negative = dict(table, df=[-1, *table["df"][1:]])
+    short = dict(table, df=table["df"][:-1])
+    fewer_docs = dict(table, n_docs=table["n_docs"] - 1)
+    hostile = [good[: len(good) // 2]] + [json.dumps(t).encode() for t in
+                                          (wrong_dtype, negative, short, fewer_docs)]
+    for raw in hostile:
+        _rewrite(gen, DF_NAME, raw)
+        with pytest.raises(IndexPersistError, match=DF_NAME):
+            load_index(idx)
+    (gen / DF_NAME).write_bytes(b"{}")  # the manifest's hash first
+    with pytest.raises(IndexPersistError, match=DF_NAME):
+        load_index(idx)
+    _rewrite(gen, DF_NAME, good)
+    assert len(load_index(idx).nodes) == table["n_docs"]
