@@ -154,3 +154,27 @@ def test_a_hostile_df_table_is_refused_naming_it(tmp_path: Path) -> None:
         load_index(idx)
     _rewrite(gen, DF_NAME, good)
     assert len(load_index(idx).nodes) == table["n_docs"]
+
+
+def test_a_large_drift_rewrites_the_rows_and_stays_exact(tmp_path: Path) -> None:
+    _needs("milvus")
+    from llama_index.core.schema import TextNode
+
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    src.mkdir()
+    for name in FILES[:3]:
+        shutil.copy(DEMO_CORPUS_DIR / name, src / name)
+    _cli("index", str(src), "--persist", str(idx), "--embed", "use", "--store", "milvus",
+         "--no-progress")
+    index = load_index(idx)
+    before = index.snapshot.lexical.bm25
+    assert isinstance(before, StoreBM25) and len(before.stats.versions) == 1
+    long = "터널 조명 휘도는 설치기준 이상으로 하고 측구 깊이는 0.3m 이상으로 한다. " * 40
+    index.insert_nodes([TextNode(text=long + str(i), id_=f"long-{i}") for i in range(4)])
+    after = index.snapshot.lexical.bm25
+    assert isinstance(after, StoreBM25)
+    assert after.stats.avgdl > 1.5 * before.stats.avgdl  # past the 1.25 drift: rows rewritten
+    assert list(after.stats.versions) == [after.stats.avgdl]
+    assert _agree(index) >= 15
+    index.delete_nodes(["long-0", "long-1"])  # a delete leaves the rows as written: the bound
+    assert _agree(index) >= 15
