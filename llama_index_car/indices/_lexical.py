@@ -111,16 +111,17 @@ class Lexical:
         hashes = [text_hash(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in nodes]
         return cls.of(bm25, nodes, hashes)
 
-    def into_store(self, backend: SparseBackend) -> Lexical:
+    def into_store(self, backend: SparseBackend, over_fetch: int = 4) -> Lexical:
         """This state with its BM25 kept in ``backend`` (a Milvus or Qdrant collection, empty):
-        the same documents, parameters and scores, every row written now."""
+        the same documents, parameters and scores, every row written now (``over_fetch``:
+        the first fetch of a search is ``over_fetch·k`` rows)."""
         bm25 = self.bm25
         if isinstance(bm25, StoreBM25):
             raise ConfigurationError("this BM25 is already kept in a store")
         docs = [(self.node_id(i), bm25.doc_term_counts(i)) for i in range(len(self.nodes))]
         rows = StoreBM25.of_counts(backend, docs, k1=bm25.k1, b=bm25.b, epsilon=bm25.epsilon)
         rows.write_pending()
-        return Lexical(StoreBM25(backend, rows.stats), self.nodes, self.hashes, self.positions)
+        return Lexical(StoreBM25(backend, rows.stats, (), over_fetch), self.nodes, self.hashes, self.positions)
 
     def without(self, node_ids: Iterable[str]) -> Lexical:
         """A new state without ``node_ids`` (unknown ids: :class:`ConfigurationError`)."""

@@ -23,15 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from llama_index_car._errors import IndexPersistError
-import numpy as np
-
 from llama_index_car.bm25_sparse import (
-    PRESENCE_DIM,
     BM25Stats,
     DocRow,
     SparseBackend,
-    doc_weights,
-    drift_bounds,
     exact_search,
     make_row,
 )
@@ -40,9 +35,6 @@ from llama_index_car.bm25_sparse import (
 DF_NAME = "bm25_df.json"
 #: rows written per store call
 _BATCH = 1000
-#: an insert that leaves the drift bound ``hi/lo`` above this rewrites every row at today's
-#: mean length (one version left): scores are exact either way, this caps the over-fetch
-REWEIGHT = 1.25
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,9 +77,8 @@ class StoreBM25:
 
     def plus(self, docs: Sequence[tuple[str, Mapping[str, int]]]) -> StoreBM25:
         """A new state with ``docs`` added: df, N and total length grow, their rows (pending)
-        are weighted at the mean length after the insert (one new write version). When the
-        drift bound exceeds :data:`REWEIGHT`, every other row the store holds is rewritten at
-        that mean length too (pending: read now, written by the writer)."""
+        are weighted at the mean length after the insert (one new write version; the rows
+        already written keep theirs, so a generation left by a crash stays exact)."""
         st = self.stats.frozen()
         for _, counts in docs:
             st.n_docs += 1
@@ -101,25 +92,7 @@ class StoreBM25:
             rows.append(row)
         if rows:
             st.versions[avgdl] = st.versions.get(avgdl, 0) + len(rows)
-        lo, hi = drift_bounds(avgdl, st.versions)
-        if hi > REWEIGHT * lo:  # the bound would over-fetch a lot: every row at today's avgdl
-            rows += self._reweighted(st, {d for d, _ in docs})
-            st.versions = {avgdl: st.n_docs}
         return StoreBM25(self.backend, st, tuple(rows), self.over_fetch)
-
-    def _reweighted(self, st: BM25Stats, skip: set[str]) -> list[DocRow]:
-        """Every row the store holds (but ``skip``) rewritten at ``st``'s mean length."""
-        ids = [d for d in self.backend.ids() if d not in skip]
-        out = []
-        for i in range(0, len(ids), _BATCH):
-            for row in self.backend.fetch(ids[i : i + _BATCH]).values():
-                tids = list(row.tf)
-                w = doc_weights(np.asarray([row.tf[t] for t in tids], dtype=np.float64),
-                                row.doc_len, st.avgdl, st.k1, st.b)
-                weights = dict(zip(tids, w.tolist(), strict=True))
-                weights[PRESENCE_DIM] = 1.0
-                out.append(DocRow(row.doc_id, weights, row.tf, row.doc_len, st.avgdl))
-        return out
 
     def without(self, doc_ids: Sequence[str]) -> StoreBM25:
         """A new state without ``doc_ids``: their term counts (read back from the store)
