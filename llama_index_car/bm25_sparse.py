@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -173,6 +173,12 @@ class BM25Stats:
             got = read_json(path, max_bytes=1 << 30, max_depth=3)
         except FileNotFoundError as exc:
             raise IndexPersistError(f"{path} is missing") from exc
+        return cls.from_json(got, path)
+
+    @classmethod
+    def from_json(cls, got: Any, path: Path) -> BM25Stats:
+        """The table of :meth:`save`'s parsed JSON ``got`` (read from ``path``), every field
+        checked (``IndexPersistError`` naming ``path``)."""
 
         def bad(what: str) -> IndexPersistError:
             return IndexPersistError(f"{path}: {what}; write the index again")
@@ -231,6 +237,103 @@ class SparseBackend(Protocol):
     def ids(self) -> list[str]: ...
 
 
+def make_row(stats: BM25Stats, doc_id: str, counts: Mapping[str, int], avgdl: float) -> DocRow:
+    """The store row of a document of token counts ``counts`` written at mean length
+    ``avgdl`` (new terms get ids in ``stats``: its one writer calls this)."""
+    tf = {stats.term_id(t, create=True): int(c) for t, c in counts.items() if c > 0}
+    ids = list(tf)
+    doc_len = sum(tf.values())  # type: ignore[arg-type]
+    w = doc_weights(np.asarray([tf[t] for t in ids], dtype=np.float64), doc_len, avgdl,
+                    stats.k1, stats.b)
+    weights = dict(zip(ids, w.tolist(), strict=True))
+    weights[PRESENCE_DIM] = 1.0
+    return DocRow(doc_id, weights, tf, doc_len, avgdl)  # type: ignore[arg-type]
+
+
+def query_term_weights(tokens: Sequence[str], st: BM25Stats, idf: Mapping[int, float]) -> dict[int, float]:
+    """``{term id: count·idf}`` of a query's known terms with a nonzero weight."""
+    counts: Counter[int] = Counter()
+    for tok, c in Counter(tokens).items():
+        t = st.term_ids.get(tok)
+        if t is not None and t in idf:
+            counts[t] += c
+    return {t: w for t, w in query_weights(counts, idf).items() if w != 0}
+
+
+def exact_scores(rows: Mapping[str, DocRow], qw: Mapping[int, float], st: BM25Stats) -> dict[str, float]:
+    """Exact float64 BM25 of ``rows`` (their stored term counts and lengths) at ``st``."""
+    out = {}
+    for doc_id, row in rows.items():
+        s = 0.0
+        for t, w in qw.items():
+            tf = row.tf.get(t)
+            if tf:
+                s += w * float(doc_weights(np.array([tf], dtype=np.float64), row.doc_len,
+                                           st.avgdl, st.k1, st.b)[0])
+        out[doc_id] = s
+    return out
+
+
+def exact_search(
+    backend: SparseBackend, st: BM25Stats, idf: Mapping[int, float], tokens: Sequence[str],
+    k: int, *, over_fetch: int = 4, accept: Callable[[str], bool] | None = None,
+    counter: list[int] | None = None,
+) -> list[tuple[str, float]]:
+    """The exact BM25 top-``k`` ``(doc id, score)`` with a nonzero score among the documents
+    ``accept`` takes (default all): score desc, then id asc. The store's top ``K`` (from
+    ``over_fetch·k``, 4× more until certified) rescored exactly; a document the store holds
+    but ``accept`` refuses (a filter, or a row of another version of the index) only takes a
+    slot, so the bound for the documents not fetched still holds (module docstring)."""
+    qw = query_term_weights(tokens, st, idf)
+    if k <= 0 or not qw or st.n_docs == 0:
+        return []
+    _, hi = drift_bounds(st.avgdl, st.versions)
+    if any(w < 0 for w in qw.values()):
+        return _exhaustive(backend, qw, st, k, accept, counter)
+    limit = min(over_fetch * k, backend.max_limit)
+    while True:
+        if counter is not None:
+            counter[0] += 1
+        hits = backend.search(qw, limit)
+        ids = [h[0] for h in hits if accept is None or accept(h[0])]
+        exact = exact_scores(backend.fetch(ids), qw, st)
+        got = sorted(((d, s) for d, s in exact.items() if s != 0), key=lambda t: (-t[1], t[0]))
+        kth = got[k - 1][1] if len(got) >= k else None
+        exhausted = len(hits) < limit
+        last = hits[-1][1] if hits else None
+        if certified_over_fetch(kth, last, hi, len(qw), exhausted):
+            return got[:k]
+        if limit >= backend.max_limit:
+            raise ConfigurationError(
+                f"the avgdl drift (x{hi:.3f}) or the filter needs more than {limit} candidates "
+                "for an exact top-k: reweight the store (SparseBM25.reweight) or rebuild"
+            )
+        limit = min(limit * 4, backend.max_limit)
+
+
+def _exhaustive(
+    backend: SparseBackend, qw: Mapping[int, float], st: BM25Stats, k: int,
+    accept: Callable[[str], bool] | None, counter: list[int] | None,
+) -> list[tuple[str, float]]:
+    # one search per query term, each to exhaustion: every document holding a term
+    cand: set[str] = set()
+    for t in qw:
+        limit = min(1024, backend.max_limit)
+        while True:
+            if counter is not None:
+                counter[0] += 1
+            hits = backend.search({t: 1.0}, limit)
+            if len(hits) < limit or limit >= backend.max_limit:
+                if len(hits) >= limit:
+                    raise ConfigurationError("too many documents for an exhaustive search")
+                break
+            limit = min(limit * 4, backend.max_limit)
+        cand.update(h[0] for h in hits if accept is None or accept(h[0]))
+    exact = exact_scores(backend.fetch(sorted(cand)), qw, st)
+    got = sorted(((d, s) for d, s in exact.items() if s != 0), key=lambda t: (-t[1], t[0]))
+    return got[:k]
+
+
 # ----------------------------------------------------------------------------- the engine
 class SparseBM25:
     """Kiwi BM25 kept in a store as sparse vectors, queried exactly (module docstring).
@@ -259,14 +362,7 @@ class SparseBM25:
         self._idf, self._frozen = frozen.idf(), frozen
 
     def _row(self, doc_id: str, tokens: Sequence[str], avgdl: float) -> DocRow:
-        counts = Counter(tokens)
-        tf = {self.stats.term_id(t, create=True): c for t, c in counts.items()}
-        ids = list(tf)
-        w = doc_weights(np.asarray([tf[t] for t in ids], dtype=np.float64), len(tokens), avgdl,
-                        self.stats.k1, self.stats.b)
-        weights = dict(zip(ids, w.tolist(), strict=True))
-        weights[PRESENCE_DIM] = 1.0
-        return DocRow(doc_id, weights, tf, len(tokens), avgdl)  # type: ignore[arg-type]
+        return make_row(self.stats, doc_id, Counter(tokens), avgdl)
 
     def insert(self, docs: Sequence[tuple[str, Sequence[str]]]) -> None:
         """Add documents (new ids): df, N and total length grow; rows are written at the
@@ -326,70 +422,15 @@ class SparseBM25:
         self._publish()
 
     # ------------------------------------------------------------------ query
-    def _exact(self, rows: Mapping[str, DocRow], qw: Mapping[int, float], st: BM25Stats) -> dict[str, float]:
-        out = {}
-        for doc_id, row in rows.items():
-            s = 0.0
-            for t, w in qw.items():
-                tf = row.tf.get(t)
-                if tf:
-                    s += w * float(doc_weights(np.array([tf], dtype=np.float64), row.doc_len,
-                                               st.avgdl, st.k1, st.b)[0])
-            out[doc_id] = s
-        return out
-
     def search(self, tokens: Sequence[str], k: int) -> list[tuple[str, float]]:
         """The exact BM25 top-``k`` ``(doc id, score)`` with a nonzero score: score desc, then
         id asc (the local channel's scores within float64 rounding)."""
-        st, idf = self._frozen, self._idf
-        counts: Counter[int] = Counter()
-        for tok, c in Counter(tokens).items():
-            t = st.term_ids.get(tok)
-            if t is not None and t in idf:
-                counts[t] += c
-        qw = query_weights(counts, idf)
-        qw = {t: w for t, w in qw.items() if w != 0}
-        self.last_fetches = 0
-        if k <= 0 or not qw or st.n_docs == 0:
-            return []
-        _, hi = drift_bounds(st.avgdl, st.versions)
-        if any(w < 0 for w in qw.values()):
-            return self._exhaustive(qw, st, k)
-        limit = min(self.over_fetch * k, self.backend.max_limit)
-        while True:
-            self.last_fetches += 1
-            hits = self.backend.search(qw, limit)
-            exact = self._exact(self.backend.fetch([h[0] for h in hits]), qw, st)
-            got = sorted(((d, s) for d, s in exact.items() if s != 0), key=lambda t: (-t[1], t[0]))
-            kth = got[k - 1][1] if len(got) >= k else None
-            exhausted = len(hits) < limit
-            last = hits[-1][1] if hits else None
-            if certified_over_fetch(kth, last, hi, len(qw), exhausted):
-                return got[:k]
-            if limit >= self.backend.max_limit:
-                raise ConfigurationError(
-                    f"the avgdl drift (x{hi:.3f}) needs more than {limit} candidates for an exact "
-                    "top-k: call reweight()"
-                )
-            limit = min(limit * 4, self.backend.max_limit)
-
-    def _exhaustive(self, qw: Mapping[int, float], st: BM25Stats, k: int) -> list[tuple[str, float]]:
-        # one search per query term, each to exhaustion: every document holding a term
-        cand: set[str] = set()
-        for t in qw:
-            limit = min(1024, self.backend.max_limit)
-            while True:
-                self.last_fetches += 1
-                hits = self.backend.search({t: 1.0}, limit)
-                if len(hits) < limit or limit >= self.backend.max_limit:
-                    if len(hits) >= limit:
-                        raise ConfigurationError("too many documents for an exhaustive search")
-                    break
-                limit = min(limit * 4, self.backend.max_limit)
-            cand.update(h[0] for h in hits)
-        exact = self._exact(self.backend.fetch(sorted(cand)), qw, st)
-        got = sorted(((d, s) for d, s in exact.items() if s != 0), key=lambda t: (-t[1], t[0]))
-        return got[:k]
+        counter = [0]
+        try:
+            return exact_search(self.backend, self._frozen, self._idf, tokens, k,
+                                over_fetch=self.over_fetch, counter=counter)
+        finally:
+            self.last_fetches = counter[0]
 
 
 def parse_tf(raw: Any, where: str) -> dict[int, int]:

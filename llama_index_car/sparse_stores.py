@@ -27,7 +27,7 @@ from typing import Any
 from llama_index_car._errors import ConfigurationError, StoreError, require
 from llama_index_car.bm25_sparse import DocRow, parse_tf
 
-__all__ = ["MilvusSparse", "QdrantSparse"]
+__all__ = ["BM25_COLLECTION", "MilvusSparse", "QdrantSparse", "sparse_backend"]
 
 _NS = uuid.UUID("6f1c1f0e-3b55-4c55-9a51-3f1c9e0b2d7a")
 _MAX_ID_CHARS = 512
@@ -57,13 +57,19 @@ class MilvusSparse:
 
     max_limit = 16384
 
-    def __init__(self, uri: str, collection: str = "car_bm25", *, create: bool = False) -> None:
+    def __init__(
+        self, uri: str | Any, collection: str = "car_bm25", *, create: bool = False,
+        overwrite: bool = False,
+    ) -> None:
         require("pymilvus", extra="stores", package="pymilvus")
         from pymilvus import DataType, MilvusClient
 
         self.where = f"milvus {collection}"
         self.collection = collection
-        self.client = MilvusClient(uri=uri)
+        # a URI, or the open client of the index's vector store (one Milvus Lite per path)
+        self.client = MilvusClient(uri=uri) if isinstance(uri, str) else uri
+        if overwrite and self.client.has_collection(collection):
+            self.client.drop_collection(collection)
         if not self.client.has_collection(collection):
             if not create:
                 raise ConfigurationError(f"{self.where}: no such collection (nothing is created)")
@@ -129,14 +135,21 @@ class QdrantSparse:
 
     max_limit = 100_000
 
-    def __init__(self, client: Any, collection: str = "car_bm25", *, create: bool = False) -> None:
+    def __init__(
+        self, client: Any, collection: str = "car_bm25", *, create: bool = False,
+        overwrite: bool = False, lock: Any = None,
+    ) -> None:
         require("qdrant_client", extra="stores", package="qdrant-client")
         from qdrant_client import models
 
         self.models = models
-        self.client = client
+        # a local client is shared with the vector store: its calls hold the store's lock
+        self.client = client if lock is None else _Locked(client, lock)
+        client = self.client
         self.collection = collection
         self.where = f"qdrant {collection}"
+        if overwrite and client.collection_exists(collection):
+            client.delete_collection(collection)
         if not client.collection_exists(collection):
             if not create:
                 raise ConfigurationError(f"{self.where}: no such collection (nothing is created)")
@@ -204,3 +217,42 @@ class QdrantSparse:
             out.extend(str((p.payload or {}).get("doc_id")) for p in points)
             if offset is None:
                 return out
+
+
+class _Locked:
+    """A Qdrant local client whose calls made through it hold ``lock`` (the lock of the
+    vector store sharing the client: local mode is not thread-safe)."""
+
+    def __init__(self, client: Any, lock: Any) -> None:
+        self._client, self._lock = client, lock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return call
+
+
+#: the collection of a store-kept index's BM25 rows (next to the vectors' collection)
+BM25_COLLECTION = "llama_car_bm25"
+
+
+def sparse_backend(
+    vector_store: Any, *, create: bool = False, collection: str = BM25_COLLECTION,
+) -> MilvusSparse | QdrantSparse | None:
+    """The BM25 rows' backend on the client of ``vector_store`` (Milvus or Qdrant, as opened
+    by :func:`llama_index_car.stores.open_vector_store`), ``None`` for any other store (it
+    keeps BM25 in the folder). ``create=True`` (a new build) replaces the collection."""
+    name = type(vector_store).__name__
+    if name == "MilvusVectorStore":
+        return MilvusSparse(vector_store.client, collection, create=create, overwrite=create)
+    if name in ("QdrantVectorStore", "LockedQdrantVectorStore"):
+        lock = getattr(vector_store, "_car_lock", None)
+        return QdrantSparse(vector_store.client, collection, create=create, overwrite=create,
+                            lock=lock)
+    return None

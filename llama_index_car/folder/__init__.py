@@ -8,7 +8,8 @@ place and opened again::
                           alias_of), the store record
       index.json, nodes.*, bm25.*.npy   the index: tokenizer and embedding specs, the
                           nodes (a record set read when used), BM25 arrays
-                          (llama_index_car.indices._storage)
+                          (llama_index_car.indices._storage); with a Milvus or
+                          Qdrant store bm25_df.json instead (the rows in the store)
       flat/               the vectors: the exact flat store's arrays and records,
                           memory-mapped at load (absent with a store)
       spans.*             every node's sentences and table rows and their vectors

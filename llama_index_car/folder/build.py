@@ -183,6 +183,11 @@ def finish_build(
         index = open_store_index(store, model, dims, create=True)
         index.insert_nodes([n.model_copy(update={"embedding": vectors[n.node_id]})
                             for n in nodes])
+        from llama_index_car.sparse_stores import sparse_backend
+
+        rows = sparse_backend(index.vector_store, create=True)
+        if rows is not None:  # Milvus, Qdrant: the BM25 rows go there too, the df table stays
+            lexical = lexical.into_store(rows)
     else:  # the folder keeps its vectors: the flat store (written into the generation)
         from llama_index_car.indices._dense import flat_index
 

@@ -23,7 +23,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
@@ -33,6 +33,10 @@ from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car._filters import matches
 from llama_index_car.bm25 import BM25Okapi, top_k_from_scores
 from llama_index_car.indices._node_records import NodeTable
+from llama_index_car.indices._store_bm25 import StoreBM25
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index_car.bm25_sparse import SparseBackend
 
 
 def text_hash(text: str) -> str:
@@ -56,7 +60,8 @@ def check_unique(nodes: Sequence[BaseNode], existing: Iterable[str] = ()) -> Non
 class Lexical:
     """BM25 arrays and their nodes, one version (see the module docstring)."""
 
-    bm25: BM25Okapi
+    #: the arrays, or the rows in a Milvus or Qdrant store (``_store_bm25``)
+    bm25: BM25Okapi | StoreBM25
     #: a tuple, or a loaded generation's :class:`~llama_index_car.indices._node_records.NodeTable`
     #: (nodes parsed when read)
     nodes: Sequence[BaseNode]
@@ -67,7 +72,7 @@ class Lexical:
     _masks: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def of(cls, bm25: BM25Okapi, nodes: Sequence[BaseNode], hashes: Sequence[str]) -> Lexical:
+    def of(cls, bm25: BM25Okapi | StoreBM25, nodes: Sequence[BaseNode], hashes: Sequence[str]) -> Lexical:
         """The state whose document ``i`` is ``nodes[i]`` with text hash ``hashes[i]``."""
         if not len(nodes) == len(hashes) == bm25.corpus_size:
             raise ConfigurationError(
@@ -77,7 +82,7 @@ class Lexical:
         return cls(bm25, tuple(nodes), tuple(hashes), {n.node_id: i for i, n in enumerate(nodes)})
 
     @classmethod
-    def stored(cls, bm25: BM25Okapi, table: NodeTable) -> Lexical:
+    def stored(cls, bm25: BM25Okapi | StoreBM25, table: NodeTable) -> Lexical:
         """The state of a loaded generation: document ``i`` is ``table[i]``, read when used
         (ids looked up through the table's keys; nothing proportional to the nodes read)."""
         if len(table) != bm25.corpus_size:
@@ -106,6 +111,18 @@ class Lexical:
         hashes = [text_hash(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in nodes]
         return cls.of(bm25, nodes, hashes)
 
+    def into_store(self, backend: SparseBackend, over_fetch: int = 4) -> Lexical:
+        """This state with its BM25 kept in ``backend`` (a Milvus or Qdrant collection, empty):
+        the same documents, parameters and scores, every row written now (``over_fetch``:
+        the first fetch of a search is ``over_fetch·k`` rows)."""
+        bm25 = self.bm25
+        if isinstance(bm25, StoreBM25):
+            raise ConfigurationError("this BM25 is already kept in a store")
+        docs = [(self.node_id(i), bm25.doc_term_counts(i)) for i in range(len(self.nodes))]
+        rows = StoreBM25.of_counts(backend, docs, k1=bm25.k1, b=bm25.b, epsilon=bm25.epsilon)
+        rows.write_pending()
+        return Lexical(StoreBM25(backend, rows.stats, (), over_fetch), self.nodes, self.hashes, self.positions)
+
     def without(self, node_ids: Iterable[str]) -> Lexical:
         """A new state without ``node_ids`` (unknown ids: :class:`ConfigurationError`)."""
         ids = list(node_ids)
@@ -116,8 +133,10 @@ class Lexical:
             return self
         drop = {self.positions[i] for i in ids}
         keep = [i for i in range(len(self.nodes)) if i not in drop]
+        bm25 = self.bm25
         return Lexical.of(
-            self.bm25.remove_documents(sorted(drop)),
+            bm25.without(ids) if isinstance(bm25, StoreBM25)
+            else bm25.remove_documents(sorted(drop)),
             [self.nodes[i] for i in keep],
             [self.hashes[i] for i in keep],
         )
@@ -129,8 +148,10 @@ class Lexical:
         if not nodes:
             return self
         check_unique(nodes, self.positions)
+        bm25 = self.bm25
         return Lexical.of(
-            self.bm25.add_documents(tokens), [*self.nodes, *nodes], [*self.hashes, *hashes]
+            bm25.plus([(n.node_id, Counter(t)) for n, t in zip(nodes, tokens, strict=True)])
+            if isinstance(bm25, StoreBM25) else bm25.add_documents(tokens), [*self.nodes, *nodes], [*self.hashes, *hashes]
         )
 
     def by_id(self) -> Mapping[str, BaseNode]:
@@ -157,7 +178,10 @@ class Lexical:
         pos = self.positions.get(node_id)
         if pos is None:
             raise ConfigurationError(f"unknown node id {node_id!r}")
-        return Counter(self.bm25.doc_term_counts(pos))
+        bm25 = self.bm25
+        if isinstance(bm25, StoreBM25):
+            return Counter(bm25.doc_term_counts(node_id))
+        return Counter(bm25.doc_term_counts(pos))
 
     def search(
         self, tokens: Sequence[str], k: int, mask: np.ndarray | None
@@ -167,6 +191,12 @@ class Lexical:
         if not tokens or not nodes:
             return []
         k = min(k, len(nodes))
+        if isinstance(bm25, StoreBM25):  # exact, in the store: this state's nodes only
+            pos = self.positions
+            accept = (lambda d: d in pos) if mask is None else (  # noqa: E731
+                lambda d: (i := pos.get(d)) is not None and bool(mask[i]))
+            return [NodeWithScore(node=nodes[pos[d]], score=s)
+                    for d, s in bm25.search(list(tokens), k, accept)]
         if mask is None:
             # fast path (compiled top-k when numba is installed): valid when all k are > 0
             idx, top = bm25.top_k(list(tokens), k)
@@ -272,7 +302,7 @@ class Tokens:
     def answering_from(self, lexical: Lexical) -> None:
         """Let the cache answer ``lexical``'s texts from its stored counts (a loaded index
         analysed by the same Kiwi: BM25 only needs token multisets)."""
-        if self.cache is not None:
+        if self.cache is not None and isinstance(lexical.bm25, BM25Okapi):
             self.cache = _StoredTokens(self.cache, self.prefix, lexical.hashes, lexical.bm25)
 
 

@@ -52,6 +52,7 @@ from llama_index_car.indices._layout import (
 )
 from llama_index_car.indices._lexical import Lexical, Tokens
 from llama_index_car.indices._node_records import NodeTable, write_nodes
+from llama_index_car.indices._store_bm25 import DF_NAME, StoreBM25, read_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
@@ -77,7 +78,9 @@ def write(index: CriterionAwareIndex, target: Path, documents: Mapping[str, Any]
     if bad:
         raise ConfigurationError(f"documents may not be named {bad}")
     with _persist.replace_dir(target) as gen:
-        meta = lex.bm25.write_to(gen, prefix=BM25_PREFIX, manifest=False)
+        bm25 = lex.bm25
+        meta = (bm25.write_to(gen) if isinstance(bm25, StoreBM25)
+                else bm25.write_to(gen, prefix=BM25_PREFIX, manifest=False))
         write_nodes(gen, lex.nodes, lex.hashes)
         if dense is not None:
             (gen / FLAT_DIR).mkdir()
@@ -195,12 +198,17 @@ class Generation:
         if tokenizer is None:
             tokenizer = persisted
         same_analysis = _check_spec(saved, tokenizer, root)
-        try:
-            bm25 = BM25Okapi.load(root, verify=verify, prefix=BM25_PREFIX,
-                                  bound=(manifest["files"], spec["bm25"]))
-        except IndexPersistError as exc:  # its arrays are part of this index: rebuilt with it
-            raise IndexPersistError(str(exc).replace("save the index again", "rebuild the index")
-                                    .replace("save it again", "rebuild the index")) from exc
+        bm25: BM25Okapi | StoreBM25
+        if spec["bm25"].get("store") is True:  # the rows in the vectors' Milvus or Qdrant
+            bm25 = _store_bm25(root, spec, manifest, vector_index)
+        else:
+            try:
+                bm25 = BM25Okapi.load(root, verify=verify, prefix=BM25_PREFIX,
+                                      bound=(manifest["files"], spec["bm25"]))
+            except IndexPersistError as exc:  # its arrays are part of this index: rebuilt with it
+                raise IndexPersistError(
+                    str(exc).replace("save the index again", "rebuild the index")
+                    .replace("save it again", "rebuild the index")) from exc
         if len(table) != bm25.corpus_size or len(table) != spec["nodes"]:
             raise IndexPersistError(
                 f"{root}: {NODES_NAME}, {INDEX_NAME} and the BM25 arrays disagree; rebuild the "
@@ -235,6 +243,27 @@ class Generation:
                                embed_model=embed_model, spans=spans, dense=dense)
         index.metadata = dict(self.documents)
         return index
+
+
+def _store_bm25(
+    root: Path, spec: dict[str, Any], manifest: dict[str, Any], vector_index: Any
+) -> StoreBM25:
+    """The store-kept BM25 of a generation: its df table (``bm25_df.json``, checked against
+    the manifest and field by field) over the rows in the vector store's Milvus or Qdrant."""
+    from llama_index_car.sparse_stores import sparse_backend
+
+    if vector_index is None:
+        raise ConfigurationError(
+            f"{root} keeps its BM25 rows in its {spec['vector_store']}: pass vector_index= (a "
+            "VectorStoreIndex over that store)")
+    got = _persist.read_bound_json(root, manifest, DF_NAME, max_bytes=1 << 30)
+    stats = read_table(got, root / DF_NAME, spec["nodes"])
+    backend = sparse_backend(getattr(vector_index, "vector_store", None))
+    if backend is None:
+        raise ConfigurationError(
+            f"{root} keeps its BM25 rows in a Milvus or Qdrant store, not in a "
+            f"{type(getattr(vector_index, 'vector_store', None)).__name__}")
+    return StoreBM25(backend, stats)
 
 
 def open_generation(root: Path) -> Generation:

@@ -49,6 +49,7 @@ from llama_index.core.schema import BaseNode
 from llama_index_car._errors import ConfigurationError, EmptyIndexError
 from llama_index_car.indices._lexical import Lexical, Tokens
 from llama_index_car.indices._snapshot import IndexSnapshot
+from llama_index_car.indices._store_bm25 import StoreBM25
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.base_retriever import BaseRetriever
@@ -275,6 +276,9 @@ class CriterionAwareIndex:
             with self._writer:
                 self._drain()
                 self._vector_index.delete_nodes(ids, delete_from_docstore=True)
+                rows = self._snap.lexical.bm25
+                if isinstance(rows, StoreBM25):
+                    rows.delete(ids)
 
     def _update(
         self, delete_ids: list[str], nodes: list[BaseNode], spans: SpanIndex | None,
@@ -286,8 +290,12 @@ class CriterionAwareIndex:
         plan = plan_update(self, old, delete_ids, nodes, spans)
         # an outside store is written; the index's own flat store follows its snapshots
         store = self._vector_index if self._flat is None else None
+        # BM25 kept in the vectors' store: its rows are written and deleted with the vectors
+        mid_rows, final_rows = plan.mid.lexical.bm25, plan.final.lexical.bm25
         if store is not None and plan.fresh:
             store.insert_nodes(plan.embedded(plan.fresh))
+        if isinstance(mid_rows, StoreBM25):
+            mid_rows.write_pending()
         if not plan.removed:
             self._publish(plan.final)
             return []
@@ -297,9 +305,13 @@ class CriterionAwareIndex:
         if store is not None and now:
             self._drain()
             store.delete_nodes(now, delete_from_docstore=True)
+            if isinstance(mid_rows, StoreBM25):
+                mid_rows.delete(now)
         if plan.again:
             if store is not None:
                 store.insert_nodes(plan.embedded(plan.again))
+            if isinstance(final_rows, StoreBM25) and final_rows is not mid_rows:
+                final_rows.write_pending()
             self._publish(plan.final)
         return deferred
 

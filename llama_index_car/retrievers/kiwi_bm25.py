@@ -51,6 +51,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llama_index_car._errors import ConfigurationError
 from llama_index_car.bm25 import BM25Okapi
 from llama_index_car.indices._lexical import Lexical, Tokens
+from llama_index_car.indices._store_bm25 import StoreBM25
 from llama_index_car.query_guard import guarded_retrieve
 from llama_index_car.retrievers._channels import check_view_filters
 from llama_index_car.tokenizers.kiwi import KiwiTokenizer
@@ -229,8 +230,9 @@ class KiwiBM25Retriever(BaseRetriever):
         return self.index.tokenizer
 
     @property
-    def bm25(self) -> BM25Okapi:
-        """The BM25 arrays (document ``i`` is ``self.nodes[i]``) of the snapshot read."""
+    def bm25(self) -> BM25Okapi | StoreBM25:
+        """The BM25 arrays (document ``i`` is ``self.nodes[i]``) of the snapshot read, or
+        its rows in a Milvus or Qdrant store (an index built with ``--store milvus|qdrant``)."""
         return self._lexical().bm25
 
     @property
