@@ -104,6 +104,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.indices._dense",
     "llama_index_car.indices._layout",
     "llama_index_car.indices._node_records",
+    "llama_index_car.indices._store_bm25",
     "llama_index_car.indices._lexical",
     "llama_index_car.indices._snapshot",
     "llama_index_car.indices._storage",
