@@ -12,7 +12,10 @@ synthetic file) and ``section_title``, excluded from the embedded text like ``ll
 
 **Vectors.** Each section's vector is a real e5 passage vector (the eval sets, embedded once
 by ``_eval_vectors.py``) drawn at random, plus Gaussian noise (σ = ``--noise`` per component),
-renormalised; span vectors likewise (seeded by the span text). Embedding 10^6 real texts with
+renormalised; span vectors likewise. Both are generated as numpy arrays a chunk at a time (the
+span vectors into a mapped float16 file handed to ``SpanIndex``'s constructor, the node vectors
+into the flat store's state), never as Python lists of floats: at 10^6 sections the 6.3 x 10^6
+span vectors would be ~30 GB of floats. Embedding 10^6 real texts with
 the offline e5 here (~5-9 kchar/s on two cores, ~5 x 10^8 characters) would take one to three
 days, so no synthetic text is embedded. Query vectors are the real e5 vectors of the eval
 queries, looked up (so "query embedding" is excluded from every latency and reported apart).
@@ -27,7 +30,8 @@ this repository; default: the one this script is in, labelled ``this``), every c
 running with ``PYTHONPATH=ROOT`` (``CriterionAwareIndex`` over the nodes with their vectors in
 the index's default in-memory vector store — ``SimpleVectorStore`` before issue 39 phase 2,
 the flat store after — then ``persist``/``load``: the generation ``llama-car index`` writes,
-without ``car_index.json``): build s (index over nodes with vectors + span index), persist s,
+without ``car_index.json``): build s (cutting the spans, the flat state or vector store over
+the vectors, BM25 and the index; generating the synthetic vectors is not in it), persist s,
 folder bytes per node (per file), then in a fresh process ``load`` s, resident memory after
 load and after the queries, and p50/p95 per retriever kind (``bm25``, ``dense``, ``hybrid``,
 ``car``; top 10) over the eval queries. ``--slow LABEL`` marks a version whose dense channel
@@ -38,9 +42,10 @@ Sizes where a version cannot run within this machine are reported from the memor
 Usage::
 
     nice -n 10 python benchmarks/_eval_vectors.py --cache /tmp/car-scale/cache lhcs autorag legal
-    git -C /work/main archive HEAD | tar -x -C /tmp/car-main     # "today's code", frozen
-    nice -n 10 python benchmarks/scale.py --cache /tmp/car-scale/cache --sizes 10000 100000 \
-        --code today=/tmp/car-main this=. --slow today
+    git archive 344d17f | tar -x -C /tmp/car-main     # "today's code" (before phase 2), frozen
+    nice -n 10 python benchmarks/scale.py --cache /tmp/car-scale/cache \
+        --sizes 10000 100000 1000000 --code today=/tmp/car-main this=. --slow today \
+        --max-n today=100000
 """
 
 from __future__ import annotations
