@@ -189,8 +189,9 @@ def span_matrix(count: int, e5: np.ndarray, noise: float, path: Path, seed: int 
 
 
 class SyntheticE5:
-    """An embedding for the benchmark: passages (spans) get a real e5 vector chosen by the
-    text's sha256 plus noise; queries get their real e5 vector (looked up)."""
+    """An embedding for the benchmark: queries get their real e5 vector (looked up); a passage
+    the index embeds itself (none in this benchmark: sections and spans come with their vectors)
+    gets a real e5 vector chosen by the text's sha256 plus noise."""
 
     @staticmethod
     def make(e5: np.ndarray, queries: dict[str, list[float]], noise: float) -> Any:
