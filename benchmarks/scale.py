@@ -12,7 +12,10 @@ synthetic file) and ``section_title``, excluded from the embedded text like ``ll
 
 **Vectors.** Each section's vector is a real e5 passage vector (the eval sets, embedded once
 by ``_eval_vectors.py``) drawn at random, plus Gaussian noise (σ = ``--noise`` per component),
-renormalised; span vectors likewise (seeded by the span text). Embedding 10^6 real texts with
+renormalised; span vectors likewise. Both are generated as numpy arrays a chunk at a time (the
+span vectors into a mapped float16 file handed to ``SpanIndex``'s constructor, the node vectors
+into the flat store's state), never as Python lists of floats: at 10^6 sections the 6.3 x 10^6
+span vectors would be ~30 GB of floats. Embedding 10^6 real texts with
 the offline e5 here (~5-9 kchar/s on two cores, ~5 x 10^8 characters) would take one to three
 days, so no synthetic text is embedded. Query vectors are the real e5 vectors of the eval
 queries, looked up (so "query embedding" is excluded from every latency and reported apart).
@@ -27,7 +30,8 @@ this repository; default: the one this script is in, labelled ``this``), every c
 running with ``PYTHONPATH=ROOT`` (``CriterionAwareIndex`` over the nodes with their vectors in
 the index's default in-memory vector store — ``SimpleVectorStore`` before issue 39 phase 2,
 the flat store after — then ``persist``/``load``: the generation ``llama-car index`` writes,
-without ``car_index.json``): build s (index over nodes with vectors + span index), persist s,
+without ``car_index.json``): build s (cutting the spans, the flat state or vector store over
+the vectors, BM25 and the index; generating the synthetic vectors is not in it), persist s,
 folder bytes per node (per file), then in a fresh process ``load`` s, resident memory after
 load and after the queries, and p50/p95 per retriever kind (``bm25``, ``dense``, ``hybrid``,
 ``car``; top 10) over the eval queries. ``--slow LABEL`` marks a version whose dense channel
@@ -38,9 +42,10 @@ Sizes where a version cannot run within this machine are reported from the memor
 Usage::
 
     nice -n 10 python benchmarks/_eval_vectors.py --cache /tmp/car-scale/cache lhcs autorag legal
-    git -C /work/main archive HEAD | tar -x -C /tmp/car-main     # "today's code", frozen
-    nice -n 10 python benchmarks/scale.py --cache /tmp/car-scale/cache --sizes 10000 100000 \
-        --code today=/tmp/car-main this=. --slow today
+    git archive 344d17f | tar -x -C /tmp/car-main     # "today's code" (before phase 2), frozen
+    nice -n 10 python benchmarks/scale.py --cache /tmp/car-scale/cache \
+        --sizes 10000 100000 1000000 --code today=/tmp/car-main this=. --slow today \
+        --max-n today=100000
 """
 
 from __future__ import annotations
@@ -124,21 +129,30 @@ def _passages(cache: Path, sets: list[str]) -> np.ndarray:
     return np.concatenate([vectors(s, cache)[0] for s in sets])
 
 
-def generate(n: int, cache: Path, noise: float, vector_sets: list[str], seed: int = 0) -> tuple[list[Any], dict[str, list[str]], np.ndarray, np.ndarray]:
+def _unit_rows(e5: np.ndarray, noise: float, rng: np.random.Generator, m: int) -> np.ndarray:
+    """``m`` float32 unit rows: a real e5 passage vector drawn at random plus Gaussian noise."""
+    v = e5[rng.integers(0, len(e5), m)] + noise * rng.standard_normal((m, e5.shape[1]), dtype=np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return v.astype(np.float32, copy=False)
+
+
+def generate(n: int, cache: Path, noise: float, vector_sets: list[str], seed: int = 0,
+             chunk: int = 50_000) -> tuple[list[Any], dict[str, list[str]], np.ndarray, np.ndarray]:
     """``(nodes, {EMBED text: tokens}, e5 passage vectors, the nodes' vectors)`` of ``n``
-    sections."""
+    sections; the vectors are one float32 array filled ``chunk`` rows at a time (no lists of
+    floats)."""
     from llama_index.core.schema import TextNode
 
     sections, piece_tokens = pool(cache)
-    e5 = _passages(cache, vector_sets)
+    e5 = _passages(cache, vector_sets).astype(np.float32)
     rng = np.random.default_rng(seed)
     tables = [s for s in sections if s["cells"]]
     texts = [s for s in sections if not s["cells"] and s["pieces"]]
     p_table = len(tables) / (len(tables) + len(texts))
-    vecs = e5[rng.integers(0, len(e5), n)] + noise * rng.standard_normal((n, e5.shape[1]), dtype=np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    vecs = np.empty((n, e5.shape[1]), dtype=np.float32)
+    for lo in range(0, n, chunk):
+        vecs[lo : lo + chunk] = _unit_rows(e5, noise, rng, min(chunk, n - lo))
     nodes, token_map = [], {}
-    vecs = vecs.astype(np.float32)
     for i in range(n):
         if tables and rng.random() < p_table:
             s = tables[rng.integers(len(tables))]
@@ -159,9 +173,25 @@ def generate(n: int, cache: Path, noise: float, vector_sets: list[str], seed: in
     return nodes, token_map, e5, vecs
 
 
+def span_matrix(count: int, e5: np.ndarray, noise: float, path: Path, seed: int = 1,
+                chunk: int = 100_000) -> np.ndarray:
+    """``count`` span vectors (e5 sample + noise, unit, float16 as the span index stores them)
+    in a float16 file mapped at ``path``, filled ``chunk`` rows at a time: at 10^6 sections
+    the 6.3 x 10^6 vectors are 4.8 GB of page cache the kernel can write back, not Python
+    floats (~30 GB) or an anonymous float32 matrix (9.7 GB)."""
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16,
+                                    shape=(count, e5.shape[1]))
+    rng = np.random.default_rng(seed)
+    for lo in range(0, count, chunk):
+        out[lo : lo + chunk] = _unit_rows(e5, noise, rng, min(chunk, count - lo))
+    out.flush()
+    return out
+
+
 class SyntheticE5:
-    """An embedding for the benchmark: passages (spans) get a real e5 vector chosen by the
-    text's sha256 plus noise; queries get their real e5 vector (looked up)."""
+    """An embedding for the benchmark: queries get their real e5 vector (looked up); a passage
+    the index embeds itself (none in this benchmark: sections and spans come with their vectors)
+    gets a real e5 vector chosen by the text's sha256 plus noise."""
 
     @staticmethod
     def make(e5: np.ndarray, queries: dict[str, list[float]], noise: float) -> Any:
@@ -228,27 +258,44 @@ def child_build(args: argparse.Namespace) -> dict[str, Any]:
 
     from llama_index_car.indices._lexical import text_hash
     from llama_index_car.indices.criterion_aware import CriterionAwareIndex
+    from llama_index_car.span_index import SpanIndex, cut_nodes
     from llama_index_car.tokenizers.kiwi import KiwiTokenizer
 
     cache = Path(args.cache)
     t0 = time.perf_counter()
     nodes, token_map, e5, vecs = generate(args.n, cache, args.noise, args.vector_sets)
-    gen_s = time.perf_counter() - t0
     tok = KiwiTokenizer()
     prefix = tok.spec_hash[:16] + ":"
     token_cache = {prefix + text_hash(n.get_content(metadata_mode=MetadataMode.EMBED)): token_map[n.text]
                    for n in nodes}
+    del token_map
+    gen_s = time.perf_counter() - t0
     model = SyntheticE5.make(e5, {}, args.noise)
+    # the span index: cut as the index cuts (cut_nodes), vectors generated as arrays into a
+    # mapped float16 file and given to SpanIndex's constructor (it keeps float16 unchanged)
     t0 = time.perf_counter()
+    cut = cut_nodes(nodes)
+    cut_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    span_file = Path(args.dir).parent / (Path(args.dir).name + ".span-vectors.npy")
+    span_file.parent.mkdir(parents=True, exist_ok=True)
+    span_vecs = span_matrix(len(cut.spans), e5, args.noise, span_file)
+    gen_s += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    spans = SpanIndex(cut.node_ids, cut.offsets, cut.spans, span_vecs)
+    del cut, span_vecs
     vectors = _vector_index(nodes, vecs, model)
     del vecs
     index = CriterionAwareIndex.from_defaults(nodes, vector_index=vectors, embed_model=model,
-                                              spans=True, tokenizer=tok, token_cache=token_cache)
-    build_s = time.perf_counter() - t0
+                                              spans=spans, tokenizer=tok, token_cache=token_cache)
+    build_s = time.perf_counter() - t0 + cut_s
+    print(f"[{args.n}] built in {build_s:.0f} s (generate {gen_s:.0f} s), RSS {rss_mb():.0f} MB",
+          file=sys.stderr, flush=True)
     n_spans = index.spans.n_spans if index.spans is not None else 0
     t0 = time.perf_counter()
     index.persist(args.dir)
     persist_s = time.perf_counter() - t0
+    span_file.unlink()
     files: dict[str, int] = {}
     for f in Path(args.dir).rglob("*"):
         if f.is_file():
@@ -339,6 +386,9 @@ def main() -> None:
                     help="LABEL=ROOT code versions to measure (checkouts of this repository)")
     ap.add_argument("--slow", nargs="*", default=[],
                     help="labels whose dense-using kinds run --slow-queries above --fast-max")
+    ap.add_argument("--max-n", nargs="*", default=[],
+                    help="LABEL=N: sizes above N are not run for LABEL (its memory model "
+                         "covers them)")
     ap.add_argument("--workdir", default="/tmp/car-scale/work")
     ap.add_argument("--keep", action="store_true", help="keep the index folders")
     ap.add_argument("--model", nargs="*", type=int, default=[1_000_000, 10_000_000],
@@ -364,9 +414,12 @@ def main() -> None:
     print(f"# scale: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
           f"code versions: {', '.join(codes)}\n")
     e5_ms = _e5_query_ms(Path(args.cache))
+    max_n = {label: int(n) for label, n in (m.split("=", 1) for m in args.max_n)}
     results: dict[tuple[str, int], tuple[Any, Any]] = {}
     for n in args.sizes:
         for label, root in codes.items():
+            if n > max_n.get(label, n):
+                continue
             where = Path(args.workdir) / f"scale-{label}-{n}"
             shutil.rmtree(where, ignore_errors=True)
             built = _child("build", n, where, args, label, Path(root))
@@ -377,9 +430,9 @@ def main() -> None:
                   flush=True)
             if not args.keep:
                 shutil.rmtree(where, ignore_errors=True)
-    if args.save:
-        Path(args.save).write_text(json.dumps({"e5_ms": e5_ms, "codes": codes, "results": [
-            [label, n, b, q] for (label, n), (b, q) in results.items()]}))
+            if args.save:  # after every row: a long run keeps what it measured
+                Path(args.save).write_text(json.dumps({"e5_ms": e5_ms, "codes": codes, "results": [
+                    [label, n, b, q] for (label, n), (b, q) in results.items()]}))
     _report(results, codes, args, e5_ms)
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end (1-minute; each row: the "
           "machine's at the start of its query process)")

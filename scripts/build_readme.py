@@ -10,7 +10,9 @@ Every figure on the README's first pages comes from a script. The blocks between
 * ``span-hits``: how often the top criterion span is the answer, from
   ``docs/results/span_eval.json`` (written by ``benchmarks/span_eval.py``);
 * ``scale``: the measured ceilings of the Limits section, from ``docs/results/scale_run.json``
-  (written by ``benchmarks/scale.py --save``; its tables: ``docs/SCALE.md`` table 6);
+  and ``docs/results/scale_run_1e6.json`` (written by ``benchmarks/scale.py --save``; their
+  tables: ``docs/SCALE.md`` tables 6 and 7), with ``docs/results/scale_1e6_requery.json``
+  (the 10^6 query process run again, ``scale.py --child query``);
 * ``demo``: an excerpt of ``llama-car demo`` (run by this script; minutes on a cold cache).
 
 Usage::
@@ -35,6 +37,8 @@ README = ROOT / "README.md"
 SPAN_CV = ROOT / "docs" / "results" / "span_cv.json"
 SPAN_EVAL = ROOT / "docs" / "results" / "span_eval.json"
 SCALE_RUN = ROOT / "docs" / "results" / "scale_run.json"
+SCALE_RUN_1E6 = ROOT / "docs" / "results" / "scale_run_1e6.json"
+SCALE_REQUERY = ROOT / "docs" / "results" / "scale_1e6_requery.json"
 
 SETS = ("lhcs_construction", "autorag_ko", "legal_prec2statute")
 SYSTEMS = ("bm25", "dense", "hybrid", "car (CV)", "car (LOSO)")
@@ -102,14 +106,25 @@ def span_hits_block(span_eval: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def scale_block(run: dict) -> str:
-    """The Limits bullet on scale: the shipped code's rows (``this``) of a ``scale.py`` run,
-    its largest size and its smallest, to the precision the run supports."""
-    rows = {n: q for code, n, _build, q in run["results"] if code == "this"}
+def _this_rows(run: dict, path: Path) -> dict[int, dict]:
+    rows = {n: q for code, n, _build, q in run["results"] if code == "this" and isinstance(q, dict)}
     if not rows:
-        raise SystemExit(f"{SCALE_RUN} has no rows of the code labelled 'this'")
+        raise SystemExit(f"{path} has no measured rows of the code labelled 'this'")
+    return rows
+
+
+def scale_block(run: dict, run_1e6: dict, requery: dict) -> str:
+    """The Limits bullet on scale: the shipped code's rows (``this``) of two ``scale.py`` runs,
+    table 6's (its largest size and its smallest) and table 7's largest (10^6) with the
+    repeats of its query process at the lowest load, to the precision the runs support."""
+    rows = _this_rows(run, SCALE_RUN)
     small, big = min(rows), max(rows)
     b, s = rows[big], rows[small]
+    rows7 = _this_rows(run_1e6, SCALE_RUN_1E6)
+    m = max(rows7)
+    t = rows7[m]
+    load7 = [r["loadavg"] for _code, _n, _b, r in run_1e6["results"] if isinstance(r, dict)]
+    q = min(requery["runs"], key=lambda r: r["loadavg"])
     return (
         "- **Measured ceilings** ([`docs/SCALE.md`](docs/SCALE.md) table 6, `benchmarks/scale.py`:\n"
         "  synthetic sections of real Korean text and e5-like vectors, 2 cores; measured up to "
@@ -128,6 +143,17 @@ def scale_block(run: dict) -> str:
         "  (≈ 5 bytes per posting, *BM25 at scale*); its arrays and the flat store's int8 codes "
         "are what\n"
         "  a query scans.\n"
+        f"  At {m:,} sections (table 7, a run at load average {min(load7):.1f}–{max(load7):.1f} "
+        "on the 2 cores): the\n"
+        f"  folder loads in {t['load_s']:.2f} s with {t['rss_load_mb']:,.0f} MB resident; "
+        f"after {t['car']['queries']} queries the process holds\n"
+        f"  {t['rss_end_mb']:,.0f} MB ({t['anon_end_mb']:,.0f} MB private); `dense` "
+        f"{t['dense']['p50']:.1f} ms p50, `car` {t['car']['p50']:.1f} ms p50 /\n"
+        f"  {t['car']['p95']:.1f} ms p95 (query embedding excluded; issue 39's targets: 100 / "
+        "250 ms). The same query\n"
+        f"  process at load {q['loadavg']:.1f}: {q['load_s']:.2f} s, `car` {q['car']['p50']:.1f} "
+        f"ms p50 / {q['car']['p95']:.1f} ms p95, {q['rss_end_mb']:,.0f} MB\n"
+        f"  resident after the queries ({q['anon_end_mb']:,.0f} MB private).\n"
     )
 
 
@@ -166,7 +192,8 @@ def run_demo() -> str:
 BUILDERS: dict[str, Callable[[], str]] = {
     "results": lambda: results_block(json.loads(SPAN_CV.read_text(encoding="utf-8"))),
     "span-hits": lambda: span_hits_block(json.loads(SPAN_EVAL.read_text(encoding="utf-8"))),
-    "scale": lambda: scale_block(json.loads(SCALE_RUN.read_text(encoding="utf-8"))),
+    "scale": lambda: scale_block(*(json.loads(p.read_text(encoding="utf-8"))
+                                   for p in (SCALE_RUN, SCALE_RUN_1E6, SCALE_REQUERY))),
     "demo": lambda: demo_excerpt(run_demo()),
 }
 
