@@ -126,10 +126,11 @@ def scale_block(run: dict, run_1e6: dict, requery: dict) -> str:
     load7 = [r["loadavg"] for _code, _n, _b, r in run_1e6["results"] if isinstance(r, dict)]
     q = min(requery["runs"], key=lambda r: r["loadavg"])
     return (
-        "- **Measured ceilings** ([`docs/SCALE.md`](docs/SCALE.md) table 6, `benchmarks/scale.py`:\n"
-        "  synthetic sections of real Korean text and e5-like vectors, 2 cores; measured up to "
-        f"{big:,}\n"
-        "  sections). The default dense channel is an exact flat store (memory-mapped int8 scan,\n"
+        "- **Measured ceilings** ([`docs/SCALE.md`](docs/SCALE.md) tables 6 and 7, "
+        "`benchmarks/scale.py`:\n"
+        "  synthetic sections of real Korean text and e5-like vectors, 2 cores; table 6: "
+        f"{small:,} and\n"
+        f"  {big:,} sections). The default dense channel is an exact flat store (memory-mapped int8 scan,\n"
         f"  certified float64 rescoring): {b['dense']['p50']:.1f} ms p50 at {big:,} sections. "
         "Nodes, spans and\n"
         f"  vectors are read when used: a {big:,}-section folder loads in {b['load_s']:.2f} s "
