@@ -24,8 +24,8 @@ import pytest
 
 from llama_index_car import _persist
 from llama_index_car._errors import CarError, IndexPersistError
-from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from tests.fakes.embeddings import HashedBigramEmbedding
+from tests.fakes.folders import tunnel_folder
 
 FILES = ("index.json", "spans.meta.json", "nodes.meta.json", "car_index.json")
 VALUES: tuple[Any, ...] = (
@@ -36,13 +36,7 @@ VALUES: tuple[Any, ...] = (
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from llama_index_car.folder import BuildOptions, build_index
-
-    src = tmp_path_factory.mktemp("src")
-    shutil.copy(DEMO_CORPUS_DIR / "dg2012_tunnel.hwpx", src)
-    out = tmp_path_factory.mktemp("fuzz") / "base"
-    build_index(src, out, BuildOptions(embed_model=HashedBigramEmbedding(), use_cache=False))
-    return out
+    return tunnel_folder(tmp_path_factory, "fuzz")
 
 
 def _paths(obj: Any, prefix: tuple[Any, ...] = (), depth: int = 0) -> Iterator[tuple[Any, ...]]:

@@ -22,19 +22,13 @@ import pytest
 from llama_index_car import _persist
 from llama_index_car._errors import IndexPersistError
 from llama_index_car._records import RecordFile, write_records
-from llama_index_car.demo.loader import DEMO_CORPUS_DIR
 from tests.fakes.embeddings import HashedBigramEmbedding
+from tests.fakes.folders import tunnel_folder
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from llama_index_car.folder import BuildOptions, build_index
-
-    src = tmp_path_factory.mktemp("src")
-    shutil.copy(DEMO_CORPUS_DIR / "dg2012_tunnel.hwpx", src)
-    out = tmp_path_factory.mktemp("records") / "base"
-    build_index(src, out, BuildOptions(embed_model=HashedBigramEmbedding(), use_cache=False))
-    return out
+    return tunnel_folder(tmp_path_factory, "records")
 
 
 def _hits(folder: Path) -> dict[str, list[tuple[str, str]]]:
