@@ -115,46 +115,29 @@ def _this_rows(run: dict, path: Path) -> dict[int, dict]:
 
 def scale_block(run: dict, run_1e6: dict, requery: dict) -> str:
     """The Limits bullet on scale: the shipped code's rows (``this``) of two ``scale.py`` runs,
-    table 6's (its largest size and its smallest) and table 7's largest (10^6) with the
+    table 6's largest size and table 7's (10^6) with the
     repeats of its query process at the lowest load, to the precision the runs support."""
     rows = _this_rows(run, SCALE_RUN)
-    small, big = min(rows), max(rows)
-    b, s = rows[big], rows[small]
+    big = max(rows)
+    b = rows[big]
     rows7 = _this_rows(run_1e6, SCALE_RUN_1E6)
     m = max(rows7)
     t = rows7[m]
     load7 = [r["loadavg"] for _code, _n, _b, r in run_1e6["results"] if isinstance(r, dict)]
     q = min(requery["runs"], key=lambda r: r["loadavg"])
     return (
-        "- **Measured ceilings** ([`docs/SCALE.md`](docs/SCALE.md) tables 6 and 7, "
-        "`benchmarks/scale.py`:\n"
-        "  synthetic sections of real Korean text and e5-like vectors, 2 cores; table 6: "
-        f"{small:,} and\n"
-        f"  {big:,} sections). The default dense channel is an exact flat store (memory-mapped int8 scan,\n"
-        f"  certified float64 rescoring): {b['dense']['p50']:.1f} ms p50 at {big:,} sections. "
-        "Nodes, spans and\n"
-        f"  vectors are read when used: a {big:,}-section folder loads in {b['load_s']:.2f} s "
-        f"with {b['rss_load_mb']:,.0f} MB\n"
-        f"  resident ({small:,}: {s['load_s']:.2f} s, {s['rss_load_mb']:,.0f} MB); after "
-        f"{b['car']['queries']} queries its process holds\n"
-        f"  {b['rss_end_mb']:,.0f} MB ({b['anon_end_mb']:,.0f} MB private, the rest clean pages "
-        "of the mapped files), `car`\n"
-        f"  {b['car']['p50']:.1f} ms p50 / {b['car']['p95']:.1f} ms p95 (query embedding "
-        "excluded). BM25 is memory-mapped\n"
-        "  (≈ 5 bytes per posting, *BM25 at scale*); its arrays and the flat store's int8 codes "
-        "are what\n"
-        "  a query scans.\n"
-        f"  At {m:,} sections (table 7, a run at load average {min(load7):.1f}–{max(load7):.1f} "
-        "on the 2 cores): the\n"
-        f"  folder loads in {t['load_s']:.2f} s with {t['rss_load_mb']:,.0f} MB resident; "
-        f"after {t['car']['queries']} queries the process holds\n"
-        f"  {t['rss_end_mb']:,.0f} MB ({t['anon_end_mb']:,.0f} MB private); `dense` "
-        f"{t['dense']['p50']:.1f} ms p50, `car` {t['car']['p50']:.1f} ms p50 /\n"
-        f"  {t['car']['p95']:.1f} ms p95 (query embedding excluded; issue 39's targets: 100 / "
-        "250 ms). The same query\n"
-        f"  process at load {q['loadavg']:.1f}: {q['load_s']:.2f} s, `car` {q['car']['p50']:.1f} "
-        f"ms p50 / {q['car']['p95']:.1f} ms p95, {q['rss_end_mb']:,.0f} MB\n"
-        f"  resident after the queries ({q['anon_end_mb']:,.0f} MB private).\n"
+        "- **Measured ceilings** (`benchmarks/scale.py`, 2 cores; tables 6 and 7 of "
+        "[`docs/SCALE.md`](docs/SCALE.md)).\n"
+        "  The dense channel is an exact flat store, nodes and spans are read when used: "
+        f"{big:,} sections\n"
+        f"  load in {b['load_s']:.2f} s ({b['rss_load_mb']:,.0f} MB), {m:,} in "
+        f"{t['load_s']:.2f} s ({t['rss_load_mb']:,.0f} MB). At {m:,}, `car` takes "
+        f"{t['car']['p50']:.1f} ms p50 /\n"
+        f"  {t['car']['p95']:.1f} ms p95 at load {min(load7):.1f}–{max(load7):.1f} and "
+        f"{q['car']['p50']:.1f} / {q['car']['p95']:.1f} ms at load {q['loadavg']:.1f} "
+        "(query embedding excluded); after\n"
+        f"  the queries the process holds {q['rss_end_mb']:,.0f} MB, "
+        f"{q['anon_end_mb']:,.0f} MB of it private (the rest: pages of the mapped files).\n"
     )
 
 
