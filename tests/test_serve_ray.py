@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -36,10 +37,12 @@ def test_two_ray_serve_replicas_share_the_folder(
         _wait_ready(url, proc, seconds=900)
         replicas = set()
         with httpx.Client(base_url=url, timeout=120) as c:
-            for _ in range(200):
+            # the proxy learns of the second replica from Serve's controller a moment after
+            # `serve.run` returns: ask until both have answered (or give up after 5 minutes)
+            until = time.monotonic() + 300
+            while len(replicas) < 2 and time.monotonic() < until:
                 replicas.add(c.get("/readyz").json()["replica"])
-                if len(replicas) == 2:
-                    break
+                time.sleep(0.05)
             for kind in ("car", "hybrid", "bm25", "dense"):
                 r = c.post("/v1/retrieve", json={"query": "난간 높이", "retriever": kind})
                 assert r.status_code == 200
