@@ -1,5 +1,5 @@
 """Storage of :mod:`llama_index_car.flat_store`: segments (rows, codes, bounds, ids and
-metadata), the pread row reader, and one folder generation's files (written by
+metadata), and one folder generation's files (written by
 :func:`write_state`, read and checked by :func:`read_segment`; layout in the flat store's
 module docstring).
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 from llama_index_car import _flat_math as fm
 from llama_index_car._errors import IndexPersistError
 from llama_index_car._files import read_json, write_json
-from llama_index_car._npy import open_npy, write_npy
+from llama_index_car._npy import RowReader, open_npy, open_rows, write_npy
 from llama_index_car._records import RecordFile, write_records
 
 if TYPE_CHECKING:
@@ -36,36 +35,6 @@ MAX_DIM = 8_192
 #: the most dimensions the int8 first pass takes: its dot products stay below 2**24, exact in
 #: float32 (wider vectors, e.g. OpenAI's 1536/3072, are scanned in float32)
 MAX_INT8_DIM = 1040
-
-
-class RowFile:
-    """Rows of a C-order float32 ``.npy`` (already checked by ``open_npy``) read by
-    ``os.pread``; a short read (the file changed after it was opened) is an
-    ``IndexPersistError`` naming it."""
-
-    def __init__(self, path: Path, offset: int, count: int, dim: int) -> None:
-        self.path, self.offset, self.count, self.dim = path, offset, count, dim
-        self.row_bytes = dim * 4
-        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-
-    def read(self, local: np.ndarray) -> np.ndarray:
-        out = np.empty((local.size, self.dim), dtype=np.float32)
-        view = out.data.cast("B")
-        rb = self.row_bytes
-        for j, i in enumerate(local.tolist()):
-            if not 0 <= i < self.count:
-                raise IndexPersistError(f"{self.path}: row {i} out of range [0, {self.count})")
-            got = os.preadv(self._fd, [view[j * rb : (j + 1) * rb]], self.offset + i * rb)
-            if got != rb:
-                raise IndexPersistError(f"{self.path} was truncated after it was opened")
-        return out.astype(np.float64)
-
-    def __del__(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
-
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,7 +50,7 @@ class Segment:
     norm: np.ndarray
     records: RecordFile | None = None
     refs: RecordFile | None = None
-    rows_file: RowFile | None = None
+    rows_file: RowReader | None = None
     mem_ids: tuple[str, ...] = ()
     mem_meta: tuple[tuple[str | None, dict[str, Any]], ...] = ()
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -91,7 +60,7 @@ class Segment:
         loaded segment's file (a row costs its bytes, not a mapped page neighbourhood: the
         query process's resident memory does not grow with the rows it rescores)."""
         if self.rows_file is not None:
-            return self.rows_file.read(local)
+            return self.rows_file.take(local).astype(np.float64)
         return np.asarray(self.vectors[local], dtype=np.float64)
 
     def coefficients(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -220,9 +189,8 @@ def read_segment(root: Path, verify: str) -> tuple[Segment, int]:
                 raise IndexPersistError(f"{root / (name + '.npy')}: values must be finite and >= 0")
         if not math.isfinite(float(np.asarray(arrays["vectors"]).sum(dtype=np.float64))):
             raise IndexPersistError(f"{root / 'vectors.npy'}: a value is not finite")
-    vec_path = root / "vectors.npy"
-    header = vec_path.stat().st_size - count * dim * 4  # open_npy checked header + data = size
+    rows = open_rows(root / "vectors.npy", dtypes=(np.float32,), shape=(count, dim)) if count else None
     seg = Segment(arrays["vectors"], arrays["codes"], arrays["scale"], arrays["code_norm"],
                    arrays["resid"], arrays["norm"], records=records, refs=refs,
-                   rows_file=RowFile(vec_path, header, count, dim) if count else None)
+                   rows_file=rows)
     return seg, dim

@@ -82,13 +82,143 @@ def open_npy(
     Raises:
         IndexPersistError: naming ``path``, the problem and ``fix`` (a missing file included).
     """
+    fh, got_shape, dtype, offset = _checked(path, dtypes, ndim, shape, fix)
+    count = math.prod(got_shape)
+    with fh:
+        try:
+            if count == 0:
+                return np.zeros(got_shape, dtype=dtype)
+            if mmap:  # a plain read-only ndarray over the map (np.memmap's item access is slow)
+                mm = _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
+                if random_access and hasattr(mm, "madvise") and hasattr(_mmap, "MADV_RANDOM"):
+                    mm.madvise(_mmap.MADV_RANDOM)
+                arr = np.frombuffer(mm, dtype=dtype, count=count, offset=offset)
+                return arr.reshape(got_shape)
+            arr = np.fromfile(fh, dtype=dtype, count=count)
+        except (OSError, ValueError) as exc:
+            raise IndexPersistError(f"{path} is unreadable ({exc}); {fix}") from exc
+        if arr.size != count:
+            raise IndexPersistError(f"{path} was truncated while read; {fix}")
+        return arr.reshape(got_shape)
+
+
+def open_rows(
+    path: Path,
+    *,
+    dtypes: Sequence[Any],
+    shape: Sequence[int | None] | None = None,
+    fix: str = "write the folder again",
+) -> RowReader:
+    """The 2-D array in ``path`` as a :class:`RowReader` (rows read with ``pread`` when
+    indexed), after the checks of :func:`open_npy`."""
+    fh, got_shape, dtype, offset = _checked(path, dtypes, 2, shape, fix)
+    with fh:
+        return RowReader(path, os.dup(fh.fileno()), offset, got_shape, dtype, fix)
+
+
+class RowReader:
+    """Rows of a checked C-order 2-D ``.npy`` file, read with ``os.pread`` when indexed
+    (``reader[i]``, ``reader[a:b]``, ``reader[int_array]``) instead of mapped: a row costs
+    the reader its bytes, not a page neighbourhood left resident, so a process that reads
+    rows at random does not grow with the rows it has read. ``np.asarray(reader)`` reads the
+    whole array. Positional reads: safe from any thread. A file truncated after opening is a
+    short read, an :class:`IndexPersistError` naming it."""
+
+    ndim = 2
+
+    def __init__(self, path: Path, fd: int, offset: int, shape: tuple[int, ...],
+                 dtype: np.dtype[Any], fix: str) -> None:
+        self.path, self._fd, self._offset, self._fix = path, fd, offset, fix
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.dtype = dtype
+        self._row_bytes = self.shape[1] * dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self._row_bytes
+
+    def _read_into(self, out: np.ndarray, runs: list[tuple[int, int, int]]) -> np.ndarray:
+        """Fill ``out`` from ``(row, count, at)`` runs: ``count`` file rows from ``row`` into
+        ``out[at:at + count]``, one ``pread`` each."""
+        if self._fd < 0:
+            raise ValueError(f"{self.path} is closed")
+        view, rb = out.reshape(-1).view(np.uint8).data, self._row_bytes
+        for row, count, at in runs:
+            want = count * rb
+            if want == 0:
+                continue
+            got = os.preadv(self._fd, [view[at * rb : at * rb + want]], self._offset + row * rb)
+            if got != want:
+                raise IndexPersistError(f"{self.path} was truncated after it was opened; {self._fix}")
+        return out
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` (clipped to the array, like a slice)."""
+        start, stop, _ = slice(start, stop).indices(self.shape[0])
+        count = max(0, stop - start)
+        out = np.empty((count, self.shape[1]), dtype=self.dtype)
+        return self._read_into(out, [(start, count, 0)])
+
+    def take(self, index: Any) -> np.ndarray:
+        """Rows ``index`` (ints, any order, repeats allowed), consecutive rows read at once.
+
+        Raises:
+            IndexError: an index out of ``[-n, n)``.
+        """
+        idx = np.asarray(index, dtype=np.int64).reshape(-1)
+        n = self.shape[0]
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise IndexError(f"row index out of range [0, {n}) in {self.path}")
+        idx = np.where(idx < 0, idx + n, idx)
+        out = np.empty((idx.size, self.shape[1]), dtype=self.dtype)
+        if not idx.size:
+            return out
+        cut = np.flatnonzero(np.diff(idx) != 1) + 1
+        starts = np.concatenate(([0], cut))
+        ends = np.concatenate((cut, [idx.size]))
+        runs = [(int(idx[a]), int(b - a), int(a)) for a, b in zip(starts, ends, strict=True)]
+        return self._read_into(out, runs)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if isinstance(key, slice):
+            if key.step not in (None, 1):
+                return self.take(np.arange(self.shape[0])[key])
+            return self.rows(*key.indices(self.shape[0])[:2])
+        if isinstance(key, int | np.integer):
+            return self.take([key])[0]
+        return self.take(key)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.rows(0, self.shape[0])
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+def _checked(
+    path: Path, dtypes: Sequence[Any], ndim: int, shape: Sequence[int | None] | None, fix: str
+) -> tuple[Any, tuple[int, ...], np.dtype[Any], int]:
+    """``(open file, shape, dtype, data offset)`` of ``path`` after the module's checks (the
+    caller closes the file)."""
     fmt = np.lib.format
     allowed = [np.dtype(d) for d in dtypes]
     try:
         fh = open_regular(path)
     except FileNotFoundError as exc:
         raise IndexPersistError(f"{path} is missing; {fix}") from exc
-    with fh:
+    try:
         try:
             version = fmt.read_magic(fh)
             if version == (1, 0):
@@ -126,18 +256,7 @@ def open_npy(
         ):
             raise IndexPersistError(
                 f"{path}: expected shape {tuple(shape)}, got {got_shape}; {fix}")
-        try:
-            if count == 0:
-                return np.zeros(got_shape, dtype=dtype)
-            if mmap:  # a plain read-only ndarray over the map (np.memmap's item access is slow)
-                mm = _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
-                if random_access and hasattr(mm, "madvise") and hasattr(_mmap, "MADV_RANDOM"):
-                    mm.madvise(_mmap.MADV_RANDOM)
-                arr = np.frombuffer(mm, dtype=dtype, count=count, offset=offset)
-                return arr.reshape(got_shape)
-            arr = np.fromfile(fh, dtype=dtype, count=count)
-        except (OSError, ValueError) as exc:
-            raise IndexPersistError(f"{path} is unreadable ({exc}); {fix}") from exc
-        if arr.size != count:
-            raise IndexPersistError(f"{path} was truncated while read; {fix}")
-        return arr.reshape(got_shape)
+    except BaseException:
+        fh.close()
+        raise
+    return fh, tuple(got_shape), dtype, offset

@@ -1,4 +1,5 @@
-"""Keyed records that are read, not loaded: an offsets table and one blob, memory-mapped.
+"""Keyed records that are read, not loaded: a memory-mapped offsets table and one blob read
+with ``pread``.
 
 A record set ``NAME`` in a folder is five plain files (no pickle), written once by
 :func:`write_records` inside a caller's crash-safe generation (``_persist.replace_dir``; the
@@ -15,13 +16,16 @@ caller's manifest binds them) and opened by :class:`RecordFile`:
   "blob_bytes": len(blob)}``.
 
 Opening reads the meta file and the ``.npy`` headers, checks every size against ``count`` and
-``blob_bytes`` and maps the files: nothing proportional to ``n`` is read, so open time and
-resident memory do not grow with the number of records (``verify="full"`` also checks the
+``blob_bytes``, maps the tables and keeps the blob open: nothing proportional to ``n`` is read,
+so open time and resident memory do not grow with the number of records (``verify="full"`` also checks the
 whole tables once, O(n)). Every read is bounds-checked where it happens (record index in
 range, ``offsets[i] <= offsets[i + 1] <= blob_bytes``, ``key_len <= length``, length at most
 :data:`MAX_RECORD_BYTES`), so a table damaged after opening gives
 :class:`~llama_index_car._errors.IndexPersistError` naming the file, never a wrong slice.
-Truncating a mapped file while it is open raises SIGBUS (inherent to mmap: deploy folders
+The blob is read with ``os.pread``, not mapped: a record costs the reader its bytes, not the
+pages around them (a query process's resident memory does not grow with the records it has
+read), and a blob truncated after opening is a short read, an ``IndexPersistError``.
+Truncating a mapped table while it is open raises SIGBUS (inherent to mmap: deploy folders
 read-only). Chosen over SQLite by ``benchmarks/records_bench.py`` (per-record reads several
 times faster; both open in constant time).
 
@@ -38,7 +42,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -122,9 +125,43 @@ def write_records(root: Path, name: str, items: Iterable[tuple[str, bytes]]) -> 
     return meta
 
 
+class _Blob:
+    """A blob file read with ``os.pread`` (positional: safe from any thread)."""
+
+    def __init__(self, path: Path, fd: int, size: int) -> None:
+        self.path, self.size = path, size
+        self._fd = fd
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, a: int, b: int) -> bytes:
+        """Bytes ``[a, b)`` (the caller checked ``0 <= a <= b <= size``)."""
+        if a == b:
+            return b""
+        if self._fd < 0:
+            raise ValueError(f"{self.path} is closed")
+        got = os.pread(self._fd, b - a, a)
+        if len(got) != b - a:
+            raise IndexPersistError(f"{self.path} was truncated after it was opened; "
+                                    "write the folder again")
+        return got
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
 class RecordFile:
-    """A read-only, memory-mapped record set (see the module docstring). Thread-safe: it
-    holds no mutable state after :meth:`open`."""
+    """A read-only record set (see the module docstring). Thread-safe: it holds no mutable
+    state after :meth:`open`."""
 
     def __init__(
         self,
@@ -134,7 +171,7 @@ class RecordFile:
         key_len: np.ndarray,
         key_hash: np.ndarray,
         key_order: np.ndarray,
-        blob: mmap.mmap | bytes,
+        blob: _Blob,
     ) -> None:
         self._paths = paths
         self.count = count
@@ -165,7 +202,7 @@ class RecordFile:
         key_len = open_npy(paths["key_len"], dtypes=(np.uint32,), ndim=1, shape=(count,))
         key_hash = open_npy(paths["key_hash"], dtypes=(np.uint64,), ndim=1, shape=(count,))
         key_order = open_npy(paths["key_order"], dtypes=(np.int64,), ndim=1, shape=(count,))
-        blob = _map_blob(paths["blob"], blob_bytes)
+        blob = _open_blob(paths["blob"], blob_bytes)
         self = cls(paths, count, offsets, key_len, key_hash, key_order, blob)
         if verify == "full":
             self._check_all()
@@ -212,14 +249,14 @@ class RecordFile:
         """The key of record ``i``."""
         a, k, _ = self._span(i)
         try:
-            return bytes(self._blob[a:k]).decode("utf-8")
+            return self._blob.read(a, k).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise IndexPersistError(f"{self._paths['blob']}: record {i} has a damaged key") from exc
 
     def payload(self, i: int) -> bytes:
         """The payload bytes of record ``i`` (a copy)."""
         _, k, b = self._span(i)
-        return bytes(self._blob[k:b])
+        return self._blob.read(k, b)
 
     def json(self, i: int) -> Any:
         """The payload of record ``i`` parsed as UTF-8 JSON."""
@@ -242,7 +279,7 @@ class RecordFile:
                     f"{self._paths['key_order']}: entry {j} names record {i} of {self.count}"
                 )
             a, k, _ = self._span(i)
-            if bytes(self._blob[a:k]) == want:
+            if self._blob.read(a, k) == want:
                 return i
             j += 1
         return None
@@ -251,16 +288,16 @@ class RecordFile:
         """``(key, payload)`` of every record, in order."""
         for i in range(self.count):
             a, k, b = self._span(i)
+            record = self._blob.read(a, b)
             try:
-                key = bytes(self._blob[a:k]).decode("utf-8")
+                key = record[: k - a].decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise IndexPersistError(f"{self._paths['blob']}: record {i} has a damaged key") from exc
-            yield key, bytes(self._blob[k:b])
+            yield key, record[k - a :]
 
     def close(self) -> None:
-        """Unmap the blob (reads after this fail)."""
-        if isinstance(self._blob, mmap.mmap):
-            self._blob.close()
+        """Close the blob (reads after this fail)."""
+        self._blob.close()
 
 
 def _meta_sizes(meta: Any, path: Path) -> tuple[int, int]:
@@ -280,25 +317,17 @@ def _meta_sizes(meta: Any, path: Path) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def _map_blob(path: Path, blob_bytes: int) -> mmap.mmap | bytes:
+def _open_blob(path: Path, blob_bytes: int) -> _Blob:
     try:
         fh = open_regular(path)
     except FileNotFoundError as exc:
         raise IndexPersistError(f"{path} is missing; write the folder again") from exc
-    with fh:
+    try:
         size = os.fstat(fh.fileno()).st_size
         if size != blob_bytes:
             raise IndexPersistError(
                 f"{path} has {size} bytes, its meta file says {blob_bytes}; write the folder again"
             )
-        if size == 0:
-            return b""
-        try:
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as exc:
-            raise IndexPersistError(f"{path} cannot be mapped ({exc})") from exc
-        # records are read at random places: no read-ahead (a record costs its pages, not
-        # 128 KiB around them, in the reader's resident memory)
-        if hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
-            mm.madvise(mmap.MADV_RANDOM)
-        return mm
+        return _Blob(path, os.dup(fh.fileno()), size)
+    finally:
+        fh.close()

@@ -16,8 +16,9 @@ disturbed by an update.
 Persisted as a folder: ``spans.json`` (format, dimension, node ids, offsets, span records) and
 ``vectors.npy`` (float16, no pickle); inside an index generation as files read when used
 (:meth:`SpanIndex.persist_records` / :meth:`SpanIndex.open_records`: a record set of each
-node's span records, the row offsets, the memory-mapped vectors; a node's spans are parsed
-and checked when a query reads them). :meth:`SpanIndex.load` treats both as untrusted: sizes,
+node's span records, the row offsets, the vectors read with ``pread`` (a node's rows cost the
+query process their bytes, not resident mapped pages); a node's spans are parsed and checked
+when a query reads them). :meth:`SpanIndex.load` treats both as untrusted: sizes,
 shapes, dtype, offsets, finiteness and record fields are checked before use, and any problem
 is an :class:`~llama_index_car._errors.IndexPersistError` naming the file.
 """
@@ -28,12 +29,15 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car.spans import Span, node_spans
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index_car._npy import RowReader
 
 __all__ = [
     "SpanIndex",
@@ -51,6 +55,8 @@ MAX_RECORDS_BYTES = 1 << 30
 #: only refuses absurd records; ``spans.json`` as a whole is bounded by MAX_RECORDS_BYTES
 MAX_SPAN_CHARS = 1 << 20
 MAX_DIM = 8_192
+#: rows per read when ``open_records(full=True)`` checks every stored vector is finite
+_CHECK_ROWS = 1 << 16
 #: largest offset or count a span record may hold (an int64, and far beyond any document)
 MAX_OFFSET = 1 << 53
 _KINDS = ("sentence", "row")
@@ -134,7 +140,8 @@ class SpanIndex:
             raise ConfigurationError("SpanIndex: node ids must be unique")
         self._offsets = offsets
         self._spans: Sequence[Span] = list(spans)
-        self._vectors = np.ascontiguousarray(vectors, dtype=np.float16)
+        # float16 rows: an array here; a stored index reads them from its file (RowReader)
+        self._vectors: np.ndarray | RowReader = np.ascontiguousarray(vectors, dtype=np.float16)
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -342,14 +349,14 @@ class SpanIndex:
     ) -> SpanIndex:
         """The index :meth:`persist_records` wrote, expected to hold ``nodes`` nodes and
         ``spans`` spans of ``dim`` dimensions: the row offsets are checked whole (8 bytes per
-        node), the vectors memory-mapped, each node's span records parsed and checked when
+        node), the vectors read by rows with ``pread``, each node's span records parsed and checked when
         read; ``full`` also checks the record tables and that every vector is finite (else a
         non-finite cosine is an error when computed).
 
         Raises:
             IndexPersistError: naming the file that is missing, malformed or disagrees.
         """
-        from llama_index_car._npy import open_npy
+        from llama_index_car._npy import open_npy, open_rows
         from llama_index_car._records import RecordFile
 
         out = Path(root)
@@ -364,9 +371,10 @@ class SpanIndex:
             raise IndexPersistError(f"{rows_path}: offsets do not partition the {spans} spans")
         if not 0 <= dim <= MAX_DIM or (spans and dim == 0):
             raise IndexPersistError(f"{vec_path}: dimension {dim} is out of range")
-        vectors = open_npy(vec_path, dtypes=(np.float16,), ndim=2, random_access=True,
-                           shape=(spans, dim if spans else None), fix="rebuild the index")
-        if full and spans and not np.isfinite(np.asarray(vectors)).all():
+        vectors = open_rows(vec_path, dtypes=(np.float16,), shape=(spans, dim if spans else None),
+                            fix="rebuild the index")
+        if full and any(not np.isfinite(vectors.rows(lo, lo + _CHECK_ROWS)).all()
+                        for lo in range(0, spans, _CHECK_ROWS)):
             raise IndexPersistError(f"{vec_path} holds non-finite values; rebuild the index")
         self = cls.__new__(cls)
         self._ids = _Keys(rf)

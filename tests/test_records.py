@@ -151,3 +151,31 @@ def test_index_out_of_range_is_an_index_error(folder: Path) -> None:
         rf.payload(50)
     with pytest.raises(IndexError):
         rf.key(-1)
+
+
+def _mapped(path: Path) -> bool:
+    """Whether ``path`` is mapped into this process (``/proc/self/maps``)."""
+    target = str(path.resolve())
+    with open("/proc/self/maps") as fh:
+        return any(line.rstrip("\n").endswith(target) for line in fh)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+def test_the_blob_is_read_not_mapped(folder: Path) -> None:
+    """A record costs the reader its bytes: reading every record leaves no page of the blob in
+    the process (with a mapped blob they stayed resident, growing with the records read)."""
+    rf = RecordFile.open(folder, "nodes")
+    assert list(rf) == _items(50) and rf.payload(7) == _items(50)[7][1]
+    assert not _mapped(folder / "nodes.blob")
+
+
+def test_blob_truncated_after_open_is_a_typed_error_on_read(folder: Path) -> None:
+    """Truncated after opening (a mapped blob raised SIGBUS and killed the process)."""
+    rf = RecordFile.open(folder, "nodes")
+    assert rf.payload(0) == _items(50)[0][1]
+    os.truncate(folder / "nodes.blob", 10)
+    with pytest.raises(IndexPersistError, match=r"nodes\.blob was truncated after it was opened"):
+        rf.payload(49)
+    rf.close()
+    with pytest.raises(ValueError, match="closed"):
+        rf.payload(0)

@@ -128,3 +128,26 @@ def test_from_cut_equals_from_nodes_and_refuses_a_wrong_vector_count() -> None:
         assert x is not None and y is not None and np.array_equal(x, y)
     with pytest.raises(ConfigurationError, match="vectors for"):
         SpanIndex.from_cut(cut, raw[:-1])
+
+
+def test_generation_span_vectors_are_read_by_rows_not_mapped(tmp_path: Path) -> None:
+    """An index generation's span vectors (``open_records``) give the in-memory index's best
+    spans, stay out of the process's mappings (a node's rows cost their bytes, not resident
+    pages), and a vectors file truncated after opening is an error naming it, not SIGBUS."""
+    nodes = [TextNode(id_=f"n{i}", text=t) for i, t in enumerate(TEXTS * 3)]
+    model = HashedBigramEmbedding()
+    spans = SpanIndex.from_nodes(nodes, model)
+    spans.persist_records(tmp_path)
+    got = SpanIndex.open_records(tmp_path, nodes=len(nodes), spans=spans.n_spans, dim=spans.dim,
+                                 full=True)
+    q = model.get_query_embedding("집수정 간격 기준")
+    ids = [n.node_id for n in nodes][::-1]
+    want = [(h.span.text, h.score) for h in spans.best_spans(q, ids) if h is not None]
+    assert [(h.span.text, h.score) for h in got.best_spans(q, ids) if h is not None] == want
+    assert [s.text for s in got.spans_of("n4")] == [s.text for s in spans.spans_of("n4")]
+    with open("/proc/self/maps") as fh:
+        assert not any(line.rstrip("\n").endswith(str((tmp_path / "spans.vectors.npy").resolve()))
+                       for line in fh)
+    (tmp_path / "spans.vectors.npy").write_bytes(b"")  # truncated in place
+    with pytest.raises(IndexPersistError, match=r"spans\.vectors\.npy was truncated after it was opened"):
+        got.best_spans(q, ids)
