@@ -227,6 +227,55 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
+class PositionalFile:
+    """A regular file of an index folder kept open and read with ``os.pread`` (positional:
+    safe from any thread; nothing is mapped, so a read costs the process its bytes, not
+    resident pages). A read past the end (the file shrank after it was opened) is an
+    :class:`IndexPersistError` naming it and ``fix``; a read after :meth:`close` a
+    ``ValueError``."""
+
+    def __init__(self, path: Path, fd: int, fix: str = "write the folder again") -> None:
+        self.path, self._fd, self._fix = path, fd, fix
+
+    @classmethod
+    def of(cls, fh: BinaryIO, path: Path, fix: str = "write the folder again") -> PositionalFile:
+        """A reader of the file open as ``fh`` (its own descriptor: ``fh`` may be closed)."""
+        return cls(path, os.dup(fh.fileno()), fix)
+
+    def _fd_open(self) -> int:
+        if self._fd < 0:
+            raise ValueError(f"{self.path} is closed")
+        return self._fd
+
+    def _short(self) -> IndexPersistError:
+        return IndexPersistError(f"{self.path} was truncated after it was opened; {self._fix}")
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """``size`` bytes at ``offset``."""
+        if size == 0:
+            return b""
+        got = os.pread(self._fd_open(), size, offset)
+        if len(got) != size:
+            raise self._short()
+        return got
+
+    def pread_into(self, buf: memoryview, offset: int) -> None:
+        """Fill ``buf`` from ``offset``."""
+        if len(buf) and os.preadv(self._fd_open(), [buf], offset) != len(buf):
+            raise self._short()
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
 def read_owned_file(path: str | os.PathLike[str], max_bytes: int, *, size: int | None = None) -> bytes:
     """The bytes of the cache file ``path``, trusted the way ssh trusts ``~/.ssh``.
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from llama_index_car._errors import IndexPersistError
-from llama_index_car._files import open_regular, write_error
+from llama_index_car._files import PositionalFile, open_regular, write_error
 
 _WRITE_BLOCK = 1 << 24
 _HEADER_ERRORS = (
@@ -113,7 +113,7 @@ def open_rows(
     indexed), after the checks of :func:`open_npy`."""
     fh, got_shape, dtype, offset = _checked(path, dtypes, 2, shape, fix)
     with fh:
-        return RowReader(path, os.dup(fh.fileno()), offset, got_shape, dtype, fix)
+        return RowReader(PositionalFile.of(fh, path, fix), offset, got_shape, dtype)
 
 
 class RowReader:
@@ -126,9 +126,9 @@ class RowReader:
 
     ndim = 2
 
-    def __init__(self, path: Path, fd: int, offset: int, shape: tuple[int, ...],
-                 dtype: np.dtype[Any], fix: str) -> None:
-        self.path, self._fd, self._offset, self._fix = path, fd, offset, fix
+    def __init__(self, file: PositionalFile, offset: int, shape: tuple[int, ...],
+                 dtype: np.dtype[Any]) -> None:
+        self.path, self._file, self._offset = file.path, file, offset
         self.shape = (int(shape[0]), int(shape[1]))
         self.dtype = dtype
         self._row_bytes = self.shape[1] * dtype.itemsize
@@ -143,16 +143,9 @@ class RowReader:
     def _read_into(self, out: np.ndarray, runs: list[tuple[int, int, int]]) -> np.ndarray:
         """Fill ``out`` from ``(row, count, at)`` runs: ``count`` file rows from ``row`` into
         ``out[at:at + count]``, one ``pread`` each."""
-        if self._fd < 0:
-            raise ValueError(f"{self.path} is closed")
         view, rb = out.reshape(-1).view(np.uint8).data, self._row_bytes
         for row, count, at in runs:
-            want = count * rb
-            if want == 0:
-                continue
-            got = os.preadv(self._fd, [view[at * rb : at * rb + want]], self._offset + row * rb)
-            if got != want:
-                raise IndexPersistError(f"{self.path} was truncated after it was opened; {self._fix}")
+            self._file.pread_into(view[at * rb : (at + count) * rb], self._offset + row * rb)
         return out
 
     def rows(self, start: int, stop: int) -> np.ndarray:
@@ -196,15 +189,7 @@ class RowReader:
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except OSError:
-            pass
+        self._file.close()
 
 
 def _checked(

@@ -50,7 +50,13 @@ from typing import Any, Literal
 import numpy as np
 
 from llama_index_car._errors import ConfigurationError, IndexPersistError
-from llama_index_car._files import open_regular, read_json, write_error, write_json
+from llama_index_car._files import (
+    PositionalFile,
+    open_regular,
+    read_json,
+    write_error,
+    write_json,
+)
 from llama_index_car._npy import open_npy, write_npy
 
 RECORDS_FORMAT_VERSION = 1
@@ -125,40 +131,6 @@ def write_records(root: Path, name: str, items: Iterable[tuple[str, bytes]]) -> 
     return meta
 
 
-class _Blob:
-    """A blob file read with ``os.pread`` (positional: safe from any thread)."""
-
-    def __init__(self, path: Path, fd: int, size: int) -> None:
-        self.path, self.size = path, size
-        self._fd = fd
-
-    def __len__(self) -> int:
-        return self.size
-
-    def read(self, a: int, b: int) -> bytes:
-        """Bytes ``[a, b)`` (the caller checked ``0 <= a <= b <= size``)."""
-        if a == b:
-            return b""
-        if self._fd < 0:
-            raise ValueError(f"{self.path} is closed")
-        got = os.pread(self._fd, b - a, a)
-        if len(got) != b - a:
-            raise IndexPersistError(f"{self.path} was truncated after it was opened; "
-                                    "write the folder again")
-        return got
-
-    def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except OSError:
-            pass
-
-
 class RecordFile:
     """A read-only record set (see the module docstring). Thread-safe: it holds no mutable
     state after :meth:`open`."""
@@ -171,14 +143,15 @@ class RecordFile:
         key_len: np.ndarray,
         key_hash: np.ndarray,
         key_order: np.ndarray,
-        blob: _Blob,
+        blob: PositionalFile,
+        blob_bytes: int,
     ) -> None:
         self._paths = paths
         self.count = count
         self._offsets, self._key_len = offsets, key_len
         self._key_hash, self._key_order = key_hash, key_order
         self._blob = blob
-        self._blob_bytes = len(blob)
+        self._blob_bytes = blob_bytes
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -203,7 +176,7 @@ class RecordFile:
         key_hash = open_npy(paths["key_hash"], dtypes=(np.uint64,), ndim=1, shape=(count,))
         key_order = open_npy(paths["key_order"], dtypes=(np.int64,), ndim=1, shape=(count,))
         blob = _open_blob(paths["blob"], blob_bytes)
-        self = cls(paths, count, offsets, key_len, key_hash, key_order, blob)
+        self = cls(paths, count, offsets, key_len, key_hash, key_order, blob, blob_bytes)
         if verify == "full":
             self._check_all()
         return self
@@ -249,14 +222,14 @@ class RecordFile:
         """The key of record ``i``."""
         a, k, _ = self._span(i)
         try:
-            return self._blob.read(a, k).decode("utf-8")
+            return self._blob.pread(k - a, a).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise IndexPersistError(f"{self._paths['blob']}: record {i} has a damaged key") from exc
 
     def payload(self, i: int) -> bytes:
         """The payload bytes of record ``i`` (a copy)."""
         _, k, b = self._span(i)
-        return self._blob.read(k, b)
+        return self._blob.pread(b - k, k)
 
     def json(self, i: int) -> Any:
         """The payload of record ``i`` parsed as UTF-8 JSON."""
@@ -279,7 +252,7 @@ class RecordFile:
                     f"{self._paths['key_order']}: entry {j} names record {i} of {self.count}"
                 )
             a, k, _ = self._span(i)
-            if self._blob.read(a, k) == want:
+            if self._blob.pread(k - a, a) == want:
                 return i
             j += 1
         return None
@@ -288,7 +261,7 @@ class RecordFile:
         """``(key, payload)`` of every record, in order."""
         for i in range(self.count):
             a, k, b = self._span(i)
-            record = self._blob.read(a, b)
+            record = self._blob.pread(b - a, a)
             try:
                 key = record[: k - a].decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -317,7 +290,7 @@ def _meta_sizes(meta: Any, path: Path) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def _open_blob(path: Path, blob_bytes: int) -> _Blob:
+def _open_blob(path: Path, blob_bytes: int) -> PositionalFile:
     try:
         fh = open_regular(path)
     except FileNotFoundError as exc:
@@ -328,6 +301,6 @@ def _open_blob(path: Path, blob_bytes: int) -> _Blob:
             raise IndexPersistError(
                 f"{path} has {size} bytes, its meta file says {blob_bytes}; write the folder again"
             )
-        return _Blob(path, os.dup(fh.fileno()), size)
+        return PositionalFile.of(fh, path)
     finally:
         fh.close()
