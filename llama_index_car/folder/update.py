@@ -19,8 +19,8 @@ next update deletes them first.
 
 **Reweighting the BM25 rows** (Milvus, Qdrant: the lexical channel in the store). Rows keep
 the mean length they were written at; when the update's new state has drifted past
-:data:`~llama_index_car.bm25_sparse.REWEIGHT_AT` (``max ρ / min ρ``), between (1) and (2)
-every live row is written at today's mean length into a new collection
+:data:`~llama_index_car.bm25_sparse.REWEIGHT_AT` (the drift bound ``hi = max ρ``),
+between (1) and (2) every live row is written at today's mean length into a new collection
 (:meth:`~llama_index_car.indices.CriterionAwareIndex.reweight_store`) and the new generation
 names it (one write version); the previous collection, which the previous generation names
 and which nothing wrote but (1)'s unlisted rows, is dropped after (2). A crash before (2)

@@ -282,7 +282,7 @@ class CriterionAwareIndex:
 
     def reweight_store(self, at: float | None = None) -> StoreBM25 | None:
         """When the BM25 rows kept in a Milvus or Qdrant store have drifted past ``at``
-        (``max ρ / min ρ``; default :data:`~llama_index_car.bm25_sparse.REWEIGHT_AT`), write
+        (the drift bound ``hi = max ρ``; default :data:`~llama_index_car.bm25_sparse.REWEIGHT_AT`), write
         every row of the current snapshot at today's mean length into a new collection and
         publish the snapshot over it (:meth:`StoreBM25.reweighted`: the rows older snapshots
         read are not touched). Returns the previous state, whose collection the caller drops
