@@ -24,10 +24,14 @@ in ``[lo·s_D, hi·s_D]`` where ``s_D`` is the store's (stale) inner product,
 fetches the store's top ``K ≥ k``, rescores those documents exactly in float64 from their stored
 term counts and length, and stops when ``hi·s_K·(1 + δ) < θ``, ``θ`` the k-th exact score and
 ``δ`` the float32 error of the store's sum (:func:`certified_over_fetch`); otherwise it fetches
-4× more. The result is exactly the local BM25's top-k (ties by id). :meth:`SparseBM25.reweight`
-rewrites every document at today's ``avgdl`` (a version bump) when the drift makes over-fetching
-costly. A query with a negative weight (an idf floored below zero: only in corpora whose mean
-idf is negative) is answered by rescoring every document that holds a query term.
+4× more, up to the store's cap on one search's results (``max_limit``: 16,384 in Milvus). A
+search the cap stops before it is certified, and a query with a negative weight (an idf floored
+below zero: only in corpora whose mean idf is negative), rescore every document that holds a
+query term (one search per term to exhaustion) or, past the cap, every row the store holds
+(a scan: slow but exact; never an error). The result is exactly the local BM25's top-k (ties
+by id). :meth:`SparseBM25.reweight` rewrites every document at today's ``avgdl`` (a version
+bump); :func:`needs_reweight` says when the drift makes over-fetching costly
+(``hi`` above :data:`REWEIGHT_AT`).
 
 Term ids are the store's sparse dimensions: uint32, assigned once per term and never reused.
 """
@@ -35,9 +39,10 @@ Term ids are the store's sparse dimensions: uint32, assigned once per term and n
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,11 +53,16 @@ from llama_index_car._errors import ConfigurationError, IndexPersistError
 from llama_index_car._files import read_json, write_json
 from llama_index_car.bm25 import _check_params, floor_idf, robertson_idf
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
+    "REWEIGHT_AT",
     "BM25Stats",
+    "SearchTrace",
     "SparseBM25",
     "certified_over_fetch",
     "drift_bounds",
+    "needs_reweight",
 ]
 
 #: Largest term id: Milvus and Qdrant take uint32 indices (Milvus reserves 2**32 - 1).
@@ -62,6 +72,15 @@ MAX_TERM_ID = 2**32 - 3
 PRESENCE_DIM = 2**32 - 2
 #: float32 relative error allowance per summed term of a store's inner product
 _F32 = 2.0**-23
+#: rows fetched per store call when rescoring many
+_FETCH = 1000
+#: the drift bound ``hi = max(1, max ρ)`` above which an update rewrites every row at
+#: today's mean length. Measured (``benchmarks/sparse_drift_bench.py``, docs/SCALE.md §3):
+#: up to ``hi`` 1.25 the first fetch (4·k rows) certifies ≥ 81 % of the queries (mean rounds
+#: ≤ 1.19); at 1.5 it is 26 % on legal (1.74 rounds, 4× the rows), at 2, 4 % (12× the rows),
+#: and the rows fetched keep growing with the corpus until a search reaches the store's cap.
+#: A shrinking mean (``min ρ < 1``) costs little: the certificate uses only ``hi``.
+REWEIGHT_AT = 1.25
 
 
 def doc_weights(tf: np.ndarray, doc_len: float, avgdl: float, k1: float, b: float) -> np.ndarray:
@@ -94,6 +113,18 @@ def drift_bounds(avgdl: float, versions: Mapping[float, int]) -> tuple[float, fl
     if not ratios:
         return 1.0, 1.0
     return min(1.0, min(ratios)), max(1.0, max(ratios))
+
+
+def needs_reweight(stats: BM25Stats, at: float = REWEIGHT_AT) -> bool:
+    """Whether the rows of ``stats``'s write versions have drifted past ``at`` (``hi`` of
+    :func:`drift_bounds`, the factor a search over-fetches by, above it): then a rewrite at
+    today's mean length pays.
+
+    >>> st = BM25Stats(n_docs=2, total_len=30, versions={10.0: 1, 20.0: 1})
+    >>> drift_bounds(st.avgdl, st.versions), needs_reweight(st), needs_reweight(st, 2.0)
+    ((0.75, 1.5), True, False)
+    """
+    return drift_bounds(stats.avgdl, stats.versions)[1] > at
 
 
 def certified_over_fetch(
@@ -229,12 +260,17 @@ class SparseBackend(Protocol):
 
     #: most results one search may return
     max_limit: int
+    #: the store's collection holding the rows
+    collection: str
 
     def upsert(self, rows: Sequence[DocRow]) -> None: ...
     def delete(self, doc_ids: Sequence[str]) -> None: ...
     def search(self, weights: Mapping[int, float], limit: int) -> list[tuple[str, float]]: ...
     def fetch(self, doc_ids: Sequence[str]) -> dict[str, DocRow]: ...
     def ids(self) -> list[str]: ...
+    def scan(self, batch: int) -> Iterator[list[DocRow]]:
+        """Every row (term counts, length, mean length; no weights), ``batch`` at a time."""
+        ...
 
 
 def make_row(stats: BM25Stats, doc_id: str, counts: Mapping[str, int], avgdl: float) -> DocRow:
@@ -248,6 +284,16 @@ def make_row(stats: BM25Stats, doc_id: str, counts: Mapping[str, int], avgdl: fl
     weights = dict(zip(ids, w.tolist(), strict=True))
     weights[PRESENCE_DIM] = 1.0
     return DocRow(doc_id, weights, tf, doc_len, avgdl)  # type: ignore[arg-type]
+
+
+def reweighted(row: DocRow, avgdl: float, k1: float, b: float) -> DocRow:
+    """``row`` (its term counts and length) weighted at mean length ``avgdl``."""
+    tids = list(row.tf)
+    w = doc_weights(np.asarray([row.tf[t] for t in tids], dtype=np.float64), row.doc_len,
+                    avgdl, k1, b)
+    weights = dict(zip(tids, w.tolist(), strict=True))
+    weights[PRESENCE_DIM] = 1.0
+    return DocRow(row.doc_id, weights, row.tf, row.doc_len, avgdl)
 
 
 def query_term_weights(tokens: Sequence[str], st: BM25Stats, idf: Mapping[int, float]) -> dict[int, float]:
@@ -274,64 +320,96 @@ def exact_scores(rows: Mapping[str, DocRow], qw: Mapping[int, float], st: BM25St
     return out
 
 
+@dataclass
+class SearchTrace:
+    """What one :func:`exact_search` cost: store searches, rows fetched and rescored, and
+    whether it fell back to scanning every row."""
+
+    rounds: int = 0
+    rows: int = 0
+    scanned: bool = False
+
+
+def _ranked(exact: Mapping[str, float], k: int) -> list[tuple[str, float]]:
+    got = sorted(((d, s) for d, s in exact.items() if s != 0), key=lambda t: (-t[1], t[0]))
+    return got[:k]
+
+
 def exact_search(
     backend: SparseBackend, st: BM25Stats, idf: Mapping[int, float], tokens: Sequence[str],
     k: int, *, over_fetch: int = 4, accept: Callable[[str], bool] | None = None,
-    counter: list[int] | None = None,
+    trace: SearchTrace | None = None,
 ) -> list[tuple[str, float]]:
     """The exact BM25 top-``k`` ``(doc id, score)`` with a nonzero score among the documents
     ``accept`` takes (default all): score desc, then id asc. The store's top ``K`` (from
     ``over_fetch·k``, 4× more until certified) rescored exactly; a document the store holds
     but ``accept`` refuses (a filter, or a row of another version of the index) only takes a
-    slot, so the bound for the documents not fetched still holds (module docstring)."""
+    slot, so the bound for the documents not fetched still holds (module docstring). When
+    the store's cap (``backend.max_limit``) comes before the certificate, every document
+    holding a query term is rescored instead (:func:`_exhaustive`): exact, never an error."""
+    trace = trace if trace is not None else SearchTrace()
     qw = query_term_weights(tokens, st, idf)
     if k <= 0 or not qw or st.n_docs == 0:
         return []
     _, hi = drift_bounds(st.avgdl, st.versions)
     if any(w < 0 for w in qw.values()):
-        return _exhaustive(backend, qw, st, k, accept, counter)
+        return _exhaustive(backend, qw, st, k, accept, trace)
     limit = min(over_fetch * k, backend.max_limit)
     while True:
-        if counter is not None:
-            counter[0] += 1
+        trace.rounds += 1
         hits = backend.search(qw, limit)
         ids = [h[0] for h in hits if accept is None or accept(h[0])]
-        exact = exact_scores(backend.fetch(ids), qw, st)
-        got = sorted(((d, s) for d, s in exact.items() if s != 0), key=lambda t: (-t[1], t[0]))
+        trace.rows += len(ids)
+        got = _ranked(exact_scores(backend.fetch(ids), qw, st), len(ids))
         kth = got[k - 1][1] if len(got) >= k else None
         exhausted = len(hits) < limit
         last = hits[-1][1] if hits else None
         if certified_over_fetch(kth, last, hi, len(qw), exhausted):
             return got[:k]
         if limit >= backend.max_limit:
-            raise ConfigurationError(
-                f"the avgdl drift (x{hi:.3f}) or the filter needs more than {limit} candidates "
-                "for an exact top-k: reweight the store (SparseBM25.reweight) or rebuild"
-            )
+            logger.warning(
+                "exact BM25: the store's top %d is not enough under the avgdl drift (x%.3f) "
+                "or the filter; rescoring every document of the query's terms (an update "
+                "reweights the rows)", limit, hi)
+            return _exhaustive(backend, qw, st, k, accept, trace)
         limit = min(limit * 4, backend.max_limit)
 
 
 def _exhaustive(
     backend: SparseBackend, qw: Mapping[int, float], st: BM25Stats, k: int,
-    accept: Callable[[str], bool] | None, counter: list[int] | None,
+    accept: Callable[[str], bool] | None, trace: SearchTrace,
 ) -> list[tuple[str, float]]:
-    # one search per query term, each to exhaustion: every document holding a term
+    """Every document holding a query term, rescored: one search per term to exhaustion (a
+    one-term query scores exactly the rows holding it), or, when a term has more rows than
+    one search returns, a scan of every row."""
     cand: set[str] = set()
     for t in qw:
-        limit = min(1024, backend.max_limit)
-        while True:
-            if counter is not None:
-                counter[0] += 1
-            hits = backend.search({t: 1.0}, limit)
-            if len(hits) < limit or limit >= backend.max_limit:
-                if len(hits) >= limit:
-                    raise ConfigurationError("too many documents for an exhaustive search")
-                break
-            limit = min(limit * 4, backend.max_limit)
+        trace.rounds += 1
+        hits = backend.search({t: 1.0}, backend.max_limit)
+        if len(hits) >= backend.max_limit:
+            return _scan(backend, qw, st, k, accept, trace)
         cand.update(h[0] for h in hits if accept is None or accept(h[0]))
-    exact = exact_scores(backend.fetch(sorted(cand)), qw, st)
-    got = sorted(((d, s) for d, s in exact.items() if s != 0), key=lambda t: (-t[1], t[0]))
-    return got[:k]
+    ids = sorted(cand)
+    trace.rows += len(ids)
+    exact: dict[str, float] = {}
+    for i in range(0, len(ids), _FETCH):
+        exact.update(exact_scores(backend.fetch(ids[i : i + _FETCH]), qw, st))
+    return _ranked(exact, k)
+
+
+def _scan(
+    backend: SparseBackend, qw: Mapping[int, float], st: BM25Stats, k: int,
+    accept: Callable[[str], bool] | None, trace: SearchTrace,
+) -> list[tuple[str, float]]:
+    trace.scanned = True
+    best: list[tuple[str, float]] = []
+    for rows in backend.scan(_FETCH):
+        trace.rounds += 1
+        trace.rows += len(rows)
+        keep = {r.doc_id: r for r in rows
+                if (accept is None or accept(r.doc_id)) and any(t in r.tf for t in qw)}
+        best = _ranked(dict(best) | exact_scores(keep, qw, st), k)
+    return best
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -354,8 +432,8 @@ class SparseBM25:
         self.stats = stats if stats is not None else BM25Stats()
         self._frozen = self.stats.frozen()
         self._idf = self._frozen.idf()
-        #: store round trips of the last search (for the benchmark)
-        self.last_fetches = 0
+        #: what the last search cost (for the benchmark)
+        self.last_trace = SearchTrace()
 
     def _publish(self) -> None:
         frozen = self.stats.frozen()
@@ -404,20 +482,14 @@ class SparseBM25:
         self._publish()
 
     def reweight(self, batch: int = 1000) -> None:
-        """Rewrite every document's weights at today's mean length (one version left)."""
-        avgdl = self.stats.avgdl
-        ids = self.backend.ids()
+        """Rewrite every document's weights at today's mean length, in place (one version
+        left; not crash-safe: an index's update writes a new collection instead)."""
+        st = self.stats
+        ids = self.backend.ids()  # listed first: the rows change under a scan
         for i in range(0, len(ids), batch):
-            rows = self.backend.fetch(ids[i : i + batch])
-            new = []
-            for row in rows.values():
-                tids = list(row.tf)
-                w = doc_weights(np.asarray([row.tf[t] for t in tids], dtype=np.float64),
-                                row.doc_len, avgdl, self.stats.k1, self.stats.b)
-                weights = dict(zip(tids, w.tolist(), strict=True))
-                weights[PRESENCE_DIM] = 1.0
-                new.append(DocRow(row.doc_id, weights, row.tf, row.doc_len, avgdl))
-            self.backend.upsert(new)
+            rows = self.backend.fetch(ids[i : i + batch]).values()
+            self.backend.upsert([reweighted(r, st.avgdl, st.k1, st.b) for r in rows])
+        avgdl = st.avgdl
         self.stats.versions = {avgdl: self.stats.n_docs} if self.stats.n_docs else {}
         self._publish()
 
@@ -425,12 +497,14 @@ class SparseBM25:
     def search(self, tokens: Sequence[str], k: int) -> list[tuple[str, float]]:
         """The exact BM25 top-``k`` ``(doc id, score)`` with a nonzero score: score desc, then
         id asc (the local channel's scores within float64 rounding)."""
-        counter = [0]
-        try:
-            return exact_search(self.backend, self._frozen, self._idf, tokens, k,
-                                over_fetch=self.over_fetch, counter=counter)
-        finally:
-            self.last_fetches = counter[0]
+        self.last_trace = trace = SearchTrace()
+        return exact_search(self.backend, self._frozen, self._idf, tokens, k,
+                            over_fetch=self.over_fetch, trace=trace)
+
+    @property
+    def last_fetches(self) -> int:
+        """Store searches of the last search."""
+        return self.last_trace.rounds
 
 
 def parse_tf(raw: Any, where: str) -> dict[int, int]:

@@ -11,23 +11,37 @@ as a folder): ``StoreError``/``IndexPersistError`` name the store and the row.
   ``SPARSE_INVERTED_INDEX`` and metric ``IP`` (exact: no ``drop_ratio``), ``dl`` INT64,
   ``avgdl`` DOUBLE, ``tf`` JSON; strong consistency; every write is flushed (Milvus Lite
   searches unflushed rows by brute force: 569 ms against 3.5 ms flushed for 6,000 rows here).
-  Milvus returns at most 16,384 results.
+  Milvus returns at most 16,384 results per search (``max_limit``; a smaller one may be
+  given).
 * :class:`QdrantSparse` — ``qdrant_client.QdrantClient`` (local mode ``path=`` or a server
   ``url=``), one collection with the sparse vector ``w`` (dot product); point ids are
   ``uuid5`` of the document id, the payload holds ``doc_id``, ``dl``, ``avgdl``, ``tf``.
+
+An index keeps its rows in the collection its generation names: :data:`BM25_COLLECTION` when
+built, a fresh :func:`new_collection_name` each time an update rewrites every row at today's
+mean length (:func:`bm25_collections` lists them, :func:`drop_bm25_collection` drops one).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from llama_index_car._errors import ConfigurationError, StoreError, require
 from llama_index_car.bm25_sparse import DocRow, parse_tf
 
-__all__ = ["BM25_COLLECTION", "MilvusSparse", "QdrantSparse", "sparse_backend"]
+__all__ = [
+    "BM25_COLLECTION",
+    "MilvusSparse",
+    "QdrantSparse",
+    "bm25_collections",
+    "drop_bm25_collection",
+    "new_collection_name",
+    "sparse_backend",
+]
 
 _NS = uuid.UUID("6f1c1f0e-3b55-4c55-9a51-3f1c9e0b2d7a")
 _MAX_ID_CHARS = 512
@@ -52,18 +66,29 @@ def _row_from(doc_id: Any, dl: Any, avgdl: Any, tf: Any, where: str) -> DocRow:
     return DocRow(doc_id, {}, counts, dl, float(avgdl))
 
 
+def _check_limit(max_limit: int | None, cap: int) -> int:
+    if max_limit is None:
+        return cap
+    if not isinstance(max_limit, int) or isinstance(max_limit, bool) or not 1 <= max_limit <= cap:
+        raise ConfigurationError(f"max_limit must be an int in 1..{cap}, got {max_limit!r}")
+    return max_limit
+
+
 class MilvusSparse:
     """BM25 rows in a Milvus collection (module docstring)."""
 
-    max_limit = 16384
+    #: Milvus's own cap on the results of one search
+    CAP = 16384
 
     def __init__(
         self, uri: str | Any, collection: str = "car_bm25", *, create: bool = False,
-        overwrite: bool = False,
+        overwrite: bool = False, max_limit: int | None = None,
     ) -> None:
         require("pymilvus", extra="stores", package="pymilvus")
         from pymilvus import DataType, MilvusClient
 
+        #: most results one search asks for
+        self.max_limit = _check_limit(max_limit, self.CAP)
         self.where = f"milvus {collection}"
         self.collection = collection
         # a URI, or the open client of the index's vector store (one Milvus Lite per path)
@@ -126,6 +151,21 @@ class MilvusSparse:
             it.close()
         return out
 
+    def scan(self, batch: int) -> Iterator[list[DocRow]]:
+        it = self.client.query_iterator(self.collection, batch_size=int(batch),
+                                        filter='id != ""', output_fields=["dl", "avgdl", "tf"])
+        try:
+            while got := it.next():
+                yield [_row_from(g.get("id"), g.get("dl"), g.get("avgdl"), g.get("tf"),
+                                 self.where) for g in got]
+        finally:
+            it.close()
+
+    def drop(self) -> None:
+        """Drop the collection."""
+        if self.client.has_collection(self.collection):
+            self.client.drop_collection(self.collection)
+
     def close(self) -> None:
         self.client.close()
 
@@ -133,14 +173,18 @@ class MilvusSparse:
 class QdrantSparse:
     """BM25 rows in a Qdrant collection (module docstring)."""
 
-    max_limit = 100_000
+    #: most results one search asks for by default
+    CAP = 100_000
 
     def __init__(
         self, client: Any, collection: str = "car_bm25", *, create: bool = False,
-        overwrite: bool = False, lock: Any = None,
+        overwrite: bool = False, lock: Any = None, max_limit: int | None = None,
     ) -> None:
         require("qdrant_client", extra="stores", package="qdrant-client")
         from qdrant_client import models
+
+        #: most results one search asks for
+        self.max_limit = _check_limit(max_limit, self.CAP)
 
         self.models = models
         # a local client is shared with the vector store: its calls hold the store's lock
@@ -199,14 +243,30 @@ class QdrantSparse:
             return {}
         got = self.client.retrieve(self.collection, ids=[self.point_id(d) for d in doc_ids],
                                    with_payload=True)
-        rows = []
-        for p in got:
-            pl = p.payload or {}
-            row = _row_from(pl.get("doc_id"), pl.get("dl"), pl.get("avgdl"), pl.get("tf"), self.where)
-            if self.point_id(row.doc_id) != str(p.id):
-                raise StoreError(f"{self.where}: point {p.id} holds another document's row")
-            rows.append(row)
+        rows = [self._row(p) for p in got]
         return {r.doc_id: r for r in rows}
+
+    def _row(self, p: Any) -> DocRow:
+        pl = p.payload or {}
+        row = _row_from(pl.get("doc_id"), pl.get("dl"), pl.get("avgdl"), pl.get("tf"), self.where)
+        if self.point_id(row.doc_id) != str(p.id):
+            raise StoreError(f"{self.where}: point {p.id} holds another document's row")
+        return row
+
+    def scan(self, batch: int) -> Iterator[list[DocRow]]:
+        offset = None
+        while True:
+            points, offset = self.client.scroll(self.collection, limit=int(batch),
+                                                offset=offset, with_payload=True)
+            if points:
+                yield [self._row(p) for p in points]
+            if offset is None:
+                return
+
+    def drop(self) -> None:
+        """Drop the collection."""
+        if self.client.collection_exists(self.collection):
+            self.client.delete_collection(self.collection)
 
     def ids(self) -> list[str]:
         out: list[str] = []
@@ -240,19 +300,76 @@ class _Locked:
 
 #: the collection of a store-kept index's BM25 rows (next to the vectors' collection)
 BM25_COLLECTION = "llama_car_bm25"
+#: the names of BM25 collections: the built one, and those updates write (a 32-hex suffix)
+_COLLECTION_RE = re.compile(r"^llama_car_bm25(_[0-9a-f]{32})?$")
+
+
+def check_collection(name: Any, where: str) -> str:
+    """``name`` if it is a BM25 collection's name (it is read from a folder: untrusted)."""
+    if not isinstance(name, str) or not _COLLECTION_RE.match(name):
+        raise StoreError(f"{where}: {name!r} is not a BM25 collection name")
+    return name
+
+
+def new_collection_name() -> str:
+    """A fresh BM25 collection name (``llama_car_bm25_`` and 32 random hex digits)."""
+    return f"{BM25_COLLECTION}_{uuid.uuid4().hex}"
+
+
+def _kind(vector_store: Any) -> str | None:
+    name = type(vector_store).__name__
+    if name == "MilvusVectorStore":
+        return "milvus"
+    if name in ("QdrantVectorStore", "LockedQdrantVectorStore"):
+        return "qdrant"
+    return None
 
 
 def sparse_backend(
     vector_store: Any, *, create: bool = False, collection: str = BM25_COLLECTION,
+    max_limit: int | None = None,
 ) -> MilvusSparse | QdrantSparse | None:
     """The BM25 rows' backend on the client of ``vector_store`` (Milvus or Qdrant, as opened
     by :func:`llama_index_car.stores.open_vector_store`), ``None`` for any other store (it
-    keeps BM25 in the folder). ``create=True`` (a new build) replaces the collection."""
-    name = type(vector_store).__name__
-    if name == "MilvusVectorStore":
-        return MilvusSparse(vector_store.client, collection, create=create, overwrite=create)
-    if name in ("QdrantVectorStore", "LockedQdrantVectorStore"):
+    keeps BM25 in the folder). ``create=True`` (a new build, or an update's new collection)
+    replaces the collection."""
+    collection = check_collection(collection, "sparse_backend")
+    kind = _kind(vector_store)
+    if kind == "milvus":
+        return MilvusSparse(vector_store.client, collection, create=create, overwrite=create,
+                            max_limit=max_limit)
+    if kind == "qdrant":
         lock = getattr(vector_store, "_car_lock", None)
         return QdrantSparse(vector_store.client, collection, create=create, overwrite=create,
-                            lock=lock)
+                            lock=lock, max_limit=max_limit)
     return None
+
+
+def bm25_collections(vector_store: Any) -> list[str]:
+    """The BM25 collections in ``vector_store``'s Milvus or Qdrant (sorted; ``[]`` for
+    another store). One store holds one index (its collection names are fixed), so every one
+    but the live generation's is a leftover of an update that did not finish."""
+    kind = _kind(vector_store)
+    if kind == "milvus":
+        names = list(vector_store.client.list_collections())
+    elif kind == "qdrant":
+        lock = getattr(vector_store, "_car_lock", None)
+        client = vector_store.client if lock is None else _Locked(vector_store.client, lock)
+        names = [c.name for c in client.get_collections().collections]
+    else:
+        return []
+    return sorted(n for n in names if isinstance(n, str) and _COLLECTION_RE.match(n))
+
+
+def drop_bm25_collection(vector_store: Any, collection: str) -> None:
+    """Drop the BM25 collection ``collection`` of ``vector_store`` (absent: nothing)."""
+    collection = check_collection(collection, "drop_bm25_collection")
+    kind = _kind(vector_store)
+    if kind == "milvus":
+        if vector_store.client.has_collection(collection):
+            vector_store.client.drop_collection(collection)
+    elif kind == "qdrant":
+        lock = getattr(vector_store, "_car_lock", None)
+        client = vector_store.client if lock is None else _Locked(vector_store.client, lock)
+        if client.collection_exists(collection):
+            client.delete_collection(collection)

@@ -30,7 +30,7 @@ def oracle(docs: Sequence[tuple[str, Sequence[str]]], query: Sequence[str]) -> l
     """Every nonzero local BM25 score, score desc then id asc."""
     bm = BM25Okapi([list(t) for _, t in docs])
     s = bm.get_scores(list(query))
-    return sorted(((docs[i][0], float(s[i])) for i in np.flatnonzero(s)), key=lambda t: (-t[1], t[0]))
+    return sorted(((docs[i][0], float(s[i])) for i in np.flatnonzero(s).tolist()), key=lambda t: (-t[1], t[0]))
 
 
 def agree(got: list[tuple[str, float]], full: list[tuple[str, float]], k: int) -> None:
@@ -80,7 +80,7 @@ def test_drift_bound_holds_for_every_length_and_count() -> None:
     for _ in range(2000):
         k1, b = rng.uniform(0, 3), rng.uniform(0, 1)
         a_d, a = rng.uniform(1, 500), rng.uniform(1, 500)
-        tf, dl = rng.integers(1, 50), rng.integers(1, 5000)
+        tf, dl = int(rng.integers(1, 50)), int(rng.integers(1, 5000))
         lo, hi = drift_bounds(a, {a_d: 1})
         ratio = doc_weights(np.array([tf]), dl, a, k1, b)[0] / doc_weights(np.array([tf]), dl, a_d, k1, b)[0]
         assert lo * (1 - 1e-12) <= ratio <= hi * (1 + 1e-12)
@@ -241,7 +241,7 @@ def test_eval_sets_equal_local_bm25(name: str, backend: object) -> None:
 
 def _full(bm: BM25Okapi, docs: Sequence[tuple[str, Sequence[str]]], q: Sequence[str]) -> list[tuple[str, float]]:
     s = bm.get_scores(list(q))
-    return sorted(((docs[i][0], float(s[i])) for i in np.flatnonzero(s)), key=lambda t: (-t[1], t[0]))
+    return sorted(((docs[i][0], float(s[i])) for i in np.flatnonzero(s).tolist()), key=lambda t: (-t[1], t[0]))
 
 
 @pytest.fixture(scope="module")

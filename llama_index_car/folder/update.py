@@ -16,6 +16,18 @@ deleted from the store. Before (1) the ids it adds are written to
 ``DIR/.store-pending.json``. A crash anywhere leaves only store entries that no channel
 returns — orphans of (1), named by the pending file, or garbage named by the record — and the
 next update deletes them first.
+
+**Reweighting the BM25 rows** (Milvus, Qdrant: the lexical channel in the store). Rows keep
+the mean length they were written at; when the update's new state has drifted past
+:data:`~llama_index_car.bm25_sparse.REWEIGHT_AT` (the drift bound ``hi = max ρ``),
+between (1) and (2) every live row is written at today's mean length into a new collection
+(:meth:`~llama_index_car.indices.CriterionAwareIndex.reweight_store`) and the new generation
+names it (one write version); the previous collection, which the previous generation names
+and which nothing wrote but (1)'s unlisted rows, is dropped after (2). A crash before (2)
+leaves the previous generation exact over its untouched collection, a crash after it leaves
+the previous collection unnamed; either way the next update drops every BM25 collection the
+live generation does not name before it writes anything (one store holds one index). Opening
+an index creates and drops nothing.
 """
 
 from __future__ import annotations
@@ -173,12 +185,15 @@ def update_index(
         leftovers = (set(record.get("store_garbage", [])) | _read_pending(out)) - live
         if leftovers - new_ids:
             index.purge_store(sorted(leftovers - new_ids))
+        index.drop_bm25_collections()  # a crashed update's, or a committed one's predecessor
         if embedded:  # intent first: a crash inside (1) leaves orphans we can name
             _write_pending(out, sorted(n.node_id for n in embedded))
     # (1) the new nodes go to the store, hidden from every snapshot but the new one; with a
     # store, the removed ids stay in it until the new generation is committed
     garbage = index.update(delete=sorted(stale), insert=embedded, spans=added_spans,
                            defer_store_delete=store_rec is not None)
+    # drifted BM25 rows: every live row at today's mean length, into a new collection
+    previous = index.reweight_store() if store_rec is not None else None
     for k in gone:
         sources.pop(k, None)
     sources.update(source_entries({k: hashes[k] for k in touched}, nodes,
@@ -200,6 +215,8 @@ def update_index(
     )
     index.persist(out, documents={RECORD_NAME: new})  # (2) the commit point
     index.metadata = new
+    if previous is not None:
+        index.drop_bm25_collections()  # the previous generation's rows
     if garbage:
         index.purge_store(garbage)  # (3)
     if store_rec is not None:

@@ -123,6 +123,16 @@ class Lexical:
         rows.write_pending()
         return Lexical(StoreBM25(backend, rows.stats, (), over_fetch), self.nodes, self.hashes, self.positions)
 
+    def reweighted(self, backend: SparseBackend) -> Lexical:
+        """This state with its store-kept rows rewritten at today's mean length into
+        ``backend`` (a new, empty collection: :meth:`StoreBM25.reweighted`)."""
+        bm25 = self.bm25
+        if not isinstance(bm25, StoreBM25):
+            raise ConfigurationError("this BM25 is not kept in a store")
+        ids = [self.node_id(i) for i in range(len(self.nodes))]
+        return Lexical(bm25.reweighted(backend, ids), self.nodes, self.hashes, self.positions,
+                       self._masks)
+
     def without(self, node_ids: Iterable[str]) -> Lexical:
         """A new state without ``node_ids`` (unknown ids: :class:`ConfigurationError`)."""
         ids = list(node_ids)

@@ -36,7 +36,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llama_index_car import _files, _persist
-from llama_index_car._errors import ConfigurationError, IndexPersistError, TokenizerMismatchWarning
+from llama_index_car._errors import (
+    ConfigurationError,
+    IndexPersistError,
+    StoreError,
+    TokenizerMismatchWarning,
+)
 from llama_index_car.bm25 import BM25Okapi, Verify
 from llama_index_car.indices._layout import (
     BM25_PREFIX,
@@ -250,7 +255,7 @@ def _store_bm25(
 ) -> StoreBM25:
     """The store-kept BM25 of a generation: its df table (``bm25_df.json``, checked against
     the manifest and field by field) over the rows in the vector store's Milvus or Qdrant."""
-    from llama_index_car.sparse_stores import sparse_backend
+    from llama_index_car.sparse_stores import check_collection, sparse_backend
 
     if vector_index is None:
         raise ConfigurationError(
@@ -258,7 +263,11 @@ def _store_bm25(
             "VectorStoreIndex over that store)")
     got = _persist.read_bound_json(root, manifest, DF_NAME, max_bytes=1 << 30)
     stats = read_table(got, root / DF_NAME, spec["nodes"])
-    backend = sparse_backend(getattr(vector_index, "vector_store", None))
+    try:
+        collection = check_collection(spec["bm25"].get("collection"), str(root / INDEX_NAME))
+    except StoreError as exc:
+        raise IndexPersistError(f"{exc}; rebuild the index") from exc
+    backend = sparse_backend(getattr(vector_index, "vector_store", None), collection=collection)
     if backend is None:
         raise ConfigurationError(
             f"{root} keeps its BM25 rows in a Milvus or Qdrant store, not in a "

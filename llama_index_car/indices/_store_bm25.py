@@ -12,7 +12,15 @@ queries take their idf, and a search is exact (the drift bound and exact rescori
 (:meth:`write_pending`), and removed rows are deleted with the vectors (:meth:`delete`), so the
 store follows the update protocol of the vector store. A query of a state accepts only the
 rows of its own nodes (rows of a newer or a removed node only take a slot in the store's top).
-A folder keeps the table as ``bm25_df.json`` (:data:`DF_NAME`) and no BM25 arrays.
+A folder keeps the table as ``bm25_df.json`` (:data:`DF_NAME`) and no BM25 arrays; its
+``index.json`` names the collection holding the rows.
+
+Rows keep the mean length they were written at (a write version each); when the drift makes
+queries over-fetch (:func:`~llama_index_car.bm25_sparse.needs_reweight`),
+:meth:`StoreBM25.reweighted` writes every row of a state at today's mean length into another
+(new, empty) collection and returns the state over it — one write version — leaving the rows
+the previous state reads untouched, so a crash before the new state is committed leaves the
+previous one exact (the folder's update drops whichever collection is not committed).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from llama_index_car.bm25_sparse import (
     SparseBackend,
     exact_search,
     make_row,
+    reweighted,
 )
 
 #: the document-frequency table of a store-kept BM25 in a generation
@@ -135,6 +144,21 @@ class StoreBM25:
     def _where(self) -> str:
         return str(getattr(self.backend, "where", type(self.backend).__name__))
 
+    def reweighted(self, backend: SparseBackend, doc_ids: Sequence[str]) -> StoreBM25:
+        """This state with its rows (those of ``doc_ids``, its nodes) written at today's mean
+        length into ``backend`` (another collection, empty): one write version. Nothing this
+        state reads is written."""
+        ids = list(doc_ids)
+        st = self.stats.frozen()
+        if len(ids) != st.n_docs:
+            raise IndexPersistError(f"{self._where()}: {len(ids)} nodes for {st.n_docs} "
+                                    "documents in the df table; rebuild the index")
+        for i in range(0, len(ids), _BATCH):
+            rows = self.rows(ids[i : i + _BATCH])
+            backend.upsert([reweighted(rows[d], st.avgdl, st.k1, st.b) for d in ids[i : i + _BATCH]])
+        st.versions = {st.avgdl: st.n_docs} if st.n_docs else {}
+        return StoreBM25(backend, st, (), self.over_fetch)
+
     # ------------------------------------------------------------------ store writes
     def write_pending(self) -> None:
         """Write this state's pending rows to the store (the index's writer)."""
@@ -167,7 +191,9 @@ class StoreBM25:
         """Write the df table into the generation ``gen``; the index.json record."""
         self.stats.save(gen / DF_NAME)
         return {"store": True, "table": DF_NAME, "documents": self.stats.n_docs,
+                "collection": self.backend.collection,
                 "k1": self.k1, "b": self.b, "epsilon": self.epsilon}
+
 
 def read_table(got: Any, path: Path, nodes: int) -> BM25Stats:
     """The df table ``got`` (parsed from ``path``) of a generation of ``nodes`` nodes,

@@ -280,6 +280,54 @@ class CriterionAwareIndex:
                 if isinstance(rows, StoreBM25):
                     rows.delete(ids)
 
+    def reweight_store(self, at: float | None = None) -> StoreBM25 | None:
+        """When the BM25 rows kept in a Milvus or Qdrant store have drifted past ``at``
+        (the drift bound ``hi = max ρ``; default :data:`~llama_index_car.bm25_sparse.REWEIGHT_AT`), write
+        every row of the current snapshot at today's mean length into a new collection and
+        publish the snapshot over it (:meth:`StoreBM25.reweighted`: the rows older snapshots
+        read are not touched). Returns the previous state, whose collection the caller drops
+        (:meth:`drop_bm25_collections`) once the new one is committed; ``None``: nothing
+        written (not drifted, or BM25 not in a store)."""
+        from llama_index_car.bm25_sparse import REWEIGHT_AT, needs_reweight
+
+        with self._writer:
+            old = self._snap
+            rows = old.lexical.bm25
+            store = getattr(self._vector_index, "vector_store", None)
+            if not isinstance(rows, StoreBM25) or store is None or not needs_reweight(
+                    rows.stats, REWEIGHT_AT if at is None else at):
+                return None
+            from llama_index_car.sparse_stores import new_collection_name, sparse_backend
+
+            backend = sparse_backend(store, create=True, collection=new_collection_name(),
+                                     max_limit=rows.backend.max_limit)
+            if backend is None:  # pragma: no cover - a StoreBM25 is only made over these
+                return None
+            lexical = old.lexical.reweighted(backend)
+            self._publish(IndexSnapshot(lexical, old.spans, lexical.positions, old.dense))
+            return rows
+
+    def drop_bm25_collections(self) -> list[str]:
+        """Drop every BM25 collection of the vector store but the current snapshot's (the
+        writer's cleanup: a previous state's after its successor is committed, a crashed
+        update's new one), once no query pinned to an older snapshot runs. Returns their
+        names."""
+        rows = self._snap.lexical.bm25
+        store = getattr(self._vector_index, "vector_store", None)
+        if not isinstance(rows, StoreBM25) or store is None:
+            return []
+        from llama_index_car.sparse_stores import bm25_collections, drop_bm25_collection
+
+        with self._writer:
+            live = self._snap.lexical.bm25
+            keep = live.backend.collection if isinstance(live, StoreBM25) else None
+            stray = [c for c in bm25_collections(store) if c != keep]
+            if stray:
+                self._drain()
+            for name in stray:
+                drop_bm25_collection(store, name)
+        return stray
+
     def _update(
         self, delete_ids: list[str], nodes: list[BaseNode], spans: SpanIndex | None,
         defer: bool,
