@@ -5,11 +5,16 @@ URI                             store (through its llama-index integration)
 ==============================  ==========================================================
 ``milvus://PATH.db``            Milvus Lite file (``pymilvus`` + ``milvus-lite``),
                                 ``MilvusVectorStore(uri=PATH.db, dim=dim)``, inner product
+``milvus+http://HOST:PORT/DB``  a Milvus server (``milvus+https`` over TLS; port 19530 and
+                                database ``default`` when omitted); the token is
+                                ``$LLAMA_CAR_MILVUS_TOKEN`` (``user:password`` or an API key)
 ``postgresql://USER:PW@HOST/DB``  PostgreSQL + pgvector, ``PGVectorStore`` (psycopg2 for
                                 sync, asyncpg for async calls)
 ``pgserver://DIR``              a local PostgreSQL + pgvector server kept in ``DIR``
                                 (``pgserver``), started on first use and stopped at exit
 ``qdrant://DIR``                Qdrant local mode, ``QdrantClient(path=DIR)``
+``qdrant+http://HOST:PORT``     a Qdrant server over REST (``qdrant+https`` over TLS; port
+                                6333 when omitted); the API key is ``$LLAMA_CAR_QDRANT_API_KEY``
 ``chroma://DIR``                ``chromadb.PersistentClient(DIR)``, cosine space
 ==============================  ==========================================================
 
@@ -22,6 +27,13 @@ that is missing, or a collection that is not there, is a :class:`ConfigurationEr
 new folder, file or database. Every SQL identifier (``schema``, the table) is checked against
 ``[A-Za-z_][A-Za-z0-9_]{0,62}`` and quoted by the dialect.
 
+A server URI names a host, a port and (Milvus) a database, nothing else: a user, a password,
+a query string or a fragment in it is a :class:`ConfigurationError` (its secret is not
+echoed). Secrets come only from the environment (:data:`SECRET_ENV`), are sent only to the
+host the URI names, and are never recorded nor printed: :func:`store_error` masks them in a
+client's message. A server that cannot be reached is a one-line :class:`StoreError` naming the
+URI.
+
 One process can have one Qdrant local or Milvus Lite client per path: :func:`open_vector_store`
 reuses the open one, and :func:`close_vector_store` releases it (do it before another process
 opens the same path). Nodes must have UUID ids and flat metadata (what ``HWPXNodeParser``
@@ -29,12 +41,14 @@ produces) for Qdrant and Chroma to accept them.
 
 >>> store_kind("qdrant:///tmp/q")
 'qdrant'
+>>> store_kind("milvus+https://milvus.example:19530")
+'milvus'
 >>> store_kind("postgresql://u:p@localhost:5432/db")
 'postgresql'
 >>> open_vector_store("redis://x")
 Traceback (most recent call last):
 ...
-llama_index_car._errors.ConfigurationError: unsupported store URI 'redis://x'; use milvus://PATH.db, postgresql://USER:PW@HOST:PORT/DB, pgserver://DIR, qdrant://DIR or chroma://DIR
+llama_index_car._errors.ConfigurationError: unsupported store URI 'redis://x'; use milvus://PATH.db, milvus+http(s)://HOST:PORT/DB, postgresql://USER:PW@HOST:PORT/DB, pgserver://DIR, qdrant://DIR, qdrant+http(s)://HOST:PORT or chroma://DIR
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ import re
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -67,9 +82,20 @@ DEFAULT_COLLECTION = "llama_car"
 _SCHEMES = {"postgres": "postgresql", "postgresql+psycopg2": "postgresql"}
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _HINT = (
-    "use milvus://PATH.db, postgresql://USER:PW@HOST:PORT/DB, pgserver://DIR, qdrant://DIR "
-    "or chroma://DIR"
+    "use milvus://PATH.db, milvus+http(s)://HOST:PORT/DB, postgresql://USER:PW@HOST:PORT/DB, "
+    "pgserver://DIR, qdrant://DIR, qdrant+http(s)://HOST:PORT or chroma://DIR"
 )
+#: server URI schemes → (store kind, transport); ``milvus://``/``qdrant://`` stay local paths
+SERVER_SCHEMES: dict[str, tuple[str, str]] = {
+    "milvus+http": ("milvus", "http"), "milvus+https": ("milvus", "https"),
+    "qdrant+http": ("qdrant", "http"), "qdrant+https": ("qdrant", "https"),
+}
+#: the port of a server URI that names none
+DEFAULT_PORTS: dict[str, int] = {"milvus": 19530, "qdrant": 6333}
+#: the variable (``LLAMA_CAR_`` + name, :mod:`llama_index_car._env`) holding a server's secret
+SECRET_ENV: dict[str, str] = {"milvus": "MILVUS_TOKEN", "qdrant": "QDRANT_API_KEY"}
+#: seconds a server client waits to connect and for each call
+SERVER_TIMEOUT = 30.0
 
 _lock = threading.Lock()
 _clients: dict[tuple[str, str], Any] = {}  # (kind, path) -> open client / server
@@ -79,7 +105,7 @@ _client_locks: dict[str, threading.RLock] = {}  # Qdrant local path -> its calls
 def store_kind(uri: str) -> str:
     """The store named by ``uri`` (one of :data:`STORE_KINDS`); ConfigurationError otherwise."""
     scheme = urlsplit(str(uri)).scheme.lower()
-    kind = _SCHEMES.get(scheme, scheme)
+    kind = SERVER_SCHEMES[scheme][0] if scheme in SERVER_SCHEMES else _SCHEMES.get(scheme, scheme)
     if kind not in STORE_KINDS:
         raise ConfigurationError(f"unsupported store URI {uri!r}; {_HINT}")
     return kind
@@ -87,25 +113,114 @@ def store_kind(uri: str) -> str:
 
 def store_fingerprint(uri: str) -> str:
     """What identifies the store ``uri`` names, without secrets: for PostgreSQL, the sha256
-    (16 hex digits) of ``host:port/database`` and the ``schema``; ``""`` for local stores,
-    whose folder may move with the index. An index folder records it so that a store URI the
-    user gives later can be checked against the one it was built with.
+    (16 hex digits) of ``host:port/database`` and the ``schema``; for a Milvus or Qdrant
+    server, of the kind, ``host:port`` and (Milvus) the database, whatever the transport;
+    ``""`` for local stores, whose folder may move with the index. An index folder records it
+    so that a store URI the user gives later can be checked against the one it was built with.
 
     >>> store_fingerprint("qdrant:///tmp/q")
     ''
     >>> a = store_fingerprint("postgresql://u:secret@db.example:5432/car")
     >>> a == store_fingerprint("postgresql://other@db.example:5432/car") and len(a)
     16
+    >>> m = store_fingerprint("milvus+http://Milvus.example")
+    >>> m == store_fingerprint("milvus+https://milvus.example:19530/default") and len(m)
+    16
+    >>> m == store_fingerprint("milvus+http://milvus.example:19531")
+    False
     """
     import hashlib
 
     kind = store_kind(uri)
+    if is_server_uri(uri):
+        server = parse_server(uri)
+        where = f"{kind}://{server.host}:{server.port}/{server.database}"
+        return hashlib.sha256(where.encode("utf-8")).hexdigest()[:16]
     if kind != "postgresql":
         return ""
     parts = urlsplit(str(uri))
     schema = parse_qs(parts.query).get("schema", ["public"])[0]
     where = f"{(parts.hostname or '').lower()}:{parts.port or 5432}{parts.path}?schema={schema}"
     return hashlib.sha256(where.encode("utf-8")).hexdigest()[:16]
+
+
+def is_server_uri(uri: str) -> bool:
+    """Whether ``uri`` names a Milvus or Qdrant server (:data:`SERVER_SCHEMES`)."""
+    return urlsplit(str(uri)).scheme.lower() in SERVER_SCHEMES
+
+
+@dataclass(frozen=True)
+class Server:
+    """A Milvus or Qdrant server named by a URI: never a secret (:func:`parse_server`)."""
+
+    kind: str
+    #: ``http`` or ``https``
+    transport: str
+    host: str
+    port: int
+    #: the Milvus database (``default``); ``""`` for Qdrant
+    database: str
+
+    @property
+    def url(self) -> str:
+        """What the client connects to: ``transport://host:port``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.transport}://{host}:{self.port}"
+
+    @property
+    def secret(self) -> str:
+        """The token or API key of this server's kind from the environment (``""``: none)."""
+        from llama_index_car._env import env
+
+        return env(SECRET_ENV[self.kind]) or ""
+
+
+def parse_server(uri: str) -> Server:
+    """The server a ``milvus+http(s)://`` or ``qdrant+http(s)://`` URI names.
+
+    >>> parse_server("qdrant+https://q.example").url
+    'https://q.example:6333'
+    >>> parse_server("milvus+http://u:pw@m.example")
+    Traceback (most recent call last):
+    ...
+    llama_index_car._errors.ConfigurationError: milvus+http://***@m.example: a server URI holds no user or password; set LLAMA_CAR_MILVUS_TOKEN instead
+
+    Raises:
+        ConfigurationError: another scheme, no host, a bad port, a user or password, a query
+            string or fragment, or a path (other than a Milvus database name).
+    """
+    from llama_index_car._env import env_name
+
+    text = str(uri)
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme not in SERVER_SCHEMES:
+        raise ConfigurationError(f"{_safe(text)} is not a server URI; {_HINT}")
+    kind, transport = SERVER_SCHEMES[scheme]
+    if "@" in parts.netloc:
+        raise ConfigurationError(
+            f"{_safe(text)}: a server URI holds no user or password; set "
+            f"{env_name(SECRET_ENV[kind])} instead"
+        )
+    if parts.query or parts.fragment or "?" in text or "#" in text:
+        raise ConfigurationError(f"{_safe(text)}: a server URI takes no query or fragment")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigurationError(f"{_safe(text)}: the port is not a number in 1-65535") from None
+    host = (parts.hostname or "").lower()
+    if not host or port == 0:
+        raise ConfigurationError(f"{_safe(text)}: name the server as {scheme}://HOST:PORT")
+    path = parts.path.strip("/")
+    if kind == "qdrant" and path:
+        raise ConfigurationError(f"{_safe(text)}: a Qdrant server URI has no path")
+    if path and not _NAME_RE.match(path):
+        raise ConfigurationError(
+            f"{_safe(text)}: the database {path!r} is invalid; use letters, digits and _ "
+            "(max 63)"
+        )
+    database = (path or "default") if kind == "milvus" else ""
+    return Server(kind, transport, host, port or DEFAULT_PORTS[kind], database)
 
 
 def _path_of(uri: str) -> str:
@@ -130,9 +245,12 @@ def open_vector_store(
     with ``overwrite``): nothing is created.
 
     Raises:
-        ConfigurationError: unknown scheme, bad collection or schema name, ``dim`` missing
-            where the store needs it to create its collection, or (``create=False``) a
-            missing path or collection.
+        ConfigurationError: unknown scheme, bad collection or schema name, a server URI with
+            a secret, query or path in it (:func:`parse_server`), ``dim`` missing where the
+            store needs it to create its collection, or (``create=False``) a missing path or
+            collection.
+        StoreError: the store cannot be reached or refuses us (one line naming the URI; no
+            secret).
         MissingDependencyError: the ``[stores]`` extra is not installed (the message says
             ``pip install 'llama-index-car[stores]'``).
     """
@@ -145,15 +263,19 @@ def open_vector_store(
         raise ConfigurationError(f"dim={dim!r} is invalid; use the embedding dimension (>= 1)")
     if overwrite and not create:
         raise ConfigurationError("overwrite=True needs create=True")
-    path = _path_of(uri) if kind in LOCAL_KINDS else ""
+    server = parse_server(uri) if is_server_uri(uri) else None
+    path = _path_of(uri) if kind in LOCAL_KINDS and server is None else ""
     if path and not create:
         check_local_store(uri, collection)
     try:
         if kind == "milvus":
-            return _milvus(path, dim, collection, overwrite, create)
+            with _quiet("pymilvus.decorators"):  # its traceback of a refused connection
+                return _milvus(path or str(uri), server, dim, collection, overwrite, create)
         if kind in ("postgresql", "pgserver"):
             return _postgres(uri, kind, dim, collection, overwrite, create)
         if kind == "qdrant":
+            if server is not None:
+                return _qdrant_server(uri, server, collection, overwrite, create)
             return _qdrant(path, collection, overwrite, create)
         return _chroma(path, collection, overwrite, create)
     except CarError:
@@ -183,9 +305,22 @@ def client_errors() -> tuple[type[BaseException], ...]:
 def store_error(uri: str, exc: BaseException) -> StoreError:
     """One line naming the store (password hidden) and the client's first line of cause."""
     cause = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's error
-    lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
+    said = getattr(cause, "message", None)  # pymilvus: the server's message without the repr
+    said = said if isinstance(said, str) and said.strip() else str(cause)
+    lines = [ln.strip() for ln in _masked(said).splitlines() if ln.strip()]
     text = lines[0] if lines else type(cause).__name__
     return StoreError(f"cannot use the store {_safe(uri)}: {text[:300]}")
+
+
+def _masked(text: str) -> str:
+    """``text`` with every server secret of the environment (:data:`SECRET_ENV`) as ``***``."""
+    from llama_index_car._env import env
+
+    for name in SECRET_ENV.values():
+        secret = env(name)
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 #: what each local store's client has written once it holds ``collection`` (paths under the
@@ -213,7 +348,7 @@ def check_local_store(uri: str, collection: str = DEFAULT_COLLECTION) -> None:
     import stat
 
     kind = store_kind(uri)
-    if kind not in LOCAL_KINDS:
+    if kind not in LOCAL_KINDS or is_server_uri(uri):
         return
     root = Path(_path_of(uri))
     missing: list[str] = []
@@ -341,37 +476,49 @@ def _shared(kind: str, path: str, open_client: Any) -> Any:
     return client
 
 
-def _milvus(path: str, dim: int | None, collection: str, overwrite: bool, create: bool) -> Any:
+def _milvus(
+    target: str, server: Server | None, dim: int | None, collection: str, overwrite: bool,
+    create: bool,
+) -> Any:
+    """A ``MilvusVectorStore`` over the Milvus Lite file ``target`` or the ``server``."""
     require("pymilvus", extra="stores", package="pymilvus")
     require("llama_index.vector_stores.milvus", extra="stores",
             package="llama-index-vector-stores-milvus")
     from llama_index.vector_stores.milvus import MilvusVectorStore
 
-    if not path.endswith(".db"):
-        raise ConfigurationError(f"milvus://{path}: a Milvus Lite file must end in .db")
-    if create:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if server is None:
+        if not target.endswith(".db"):
+            raise ConfigurationError(f"milvus://{target}: a Milvus Lite file must end in .db")
+        if create:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+        where = f"milvus://{target}"
+        connect: dict[str, Any] = {"uri": target}
+    else:
+        where = target  # the URI as given: it holds no secret (parse_server)
+        connect = {"uri": server.url, "token": server.secret, "db_name": server.database,
+                   "timeout": SERVER_TIMEOUT}
     exists = False
     if not overwrite:
         from pymilvus import MilvusClient
 
-        probe = MilvusClient(uri=path)
+        probe = MilvusClient(**connect)
         try:
             exists = probe.has_collection(collection)
         finally:
             probe.close()
     if not create and not exists:
-        raise ConfigurationError(f"milvus://{path} holds no collection {collection}")
+        raise ConfigurationError(f"{where} holds no collection {collection}")
     if dim is None and not exists:
-        raise ConfigurationError(f"milvus://{path}: pass dim= to create collection {collection}")
+        raise ConfigurationError(f"{where}: pass dim= to create collection {collection}")
     store = MilvusVectorStore(
-        uri=path, dim=dim, collection_name=collection, overwrite=overwrite,
+        **connect, dim=dim, collection_name=collection, overwrite=overwrite,
         similarity_metric="IP", use_async_client=False,
     )
-    if exists:  # a reopened Milvus Lite collection starts released
+    if exists:  # a reopened collection starts released
         store.client.load_collection(collection)
-    with _lock:
-        _remember(("milvus", path), store)
+    if server is None:
+        with _lock:
+            _remember(("milvus", target), store)
     return store
 
 
@@ -423,6 +570,25 @@ def _kept_log(name: str) -> Iterator[list[str]]:
         yield messages
     finally:
         logger.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Drop the records the logger ``name`` emits in this thread while active (a client that
+    logs a multi-line traceback of the error it then raises, which we report in one line)."""
+    import logging
+
+    me = threading.get_ident()
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.thread != me
+
+    logger = logging.getLogger(name)
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 def _command_error(log: list[str], exc: Any) -> str:
@@ -517,6 +683,26 @@ def _qdrant(path: str, collection: str, overwrite: bool, create: bool) -> Any:
     return locked_qdrant_store(client, collection, lock)
 
 
+def _qdrant_server(
+    uri: str, server: Server, collection: str, overwrite: bool, create: bool
+) -> Any:
+    """A ``QdrantVectorStore`` over the Qdrant ``server`` (REST; thread-safe, so unlocked)."""
+    require("qdrant_client", extra="stores", package="qdrant-client")
+    require("llama_index.vector_stores.qdrant", extra="stores",
+            package="llama-index-vector-stores-qdrant")
+    from llama_index.vector_stores.qdrant import QdrantVectorStore
+    from qdrant_client import QdrantClient
+
+    # no version probe at open (it only warns); an API key over http gets qdrant's warning
+    client = QdrantClient(url=server.url, api_key=server.secret or None, prefer_grpc=False,
+                          timeout=int(SERVER_TIMEOUT), check_compatibility=False)
+    if overwrite and client.collection_exists(collection):
+        client.delete_collection(collection)
+    if not create and not client.collection_exists(collection):
+        raise ConfigurationError(f"{uri} holds no collection {collection}")
+    return QdrantVectorStore(client=client, collection_name=collection)
+
+
 def _chroma(path: str, collection: str, overwrite: bool, create: bool) -> Any:
     require("chromadb", extra="stores", package="chromadb")
     require("llama_index.vector_stores.chroma", extra="stores",
@@ -540,12 +726,25 @@ def _chroma(path: str, collection: str, overwrite: bool, create: bool) -> Any:
 
 
 def _safe(uri: str) -> str:
-    """``uri`` without its password (for messages)."""
+    """``uri`` without its password (for messages).
+
+    >>> _safe("milvus+http://root:Milvus@m.example:19530")
+    'milvus+http://***@m.example:19530'
+    >>> _safe("postgresql://car:pw@db.example/car")
+    'postgresql://car:***@db.example/car'
+    """
     parts = urlsplit(str(uri))
-    if parts.password is None:
-        return str(uri)
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    if parts.scheme.lower() in SERVER_SCHEMES and "@" in parts.netloc:  # a token as the user
+        netloc = "***@" + parts.netloc.rsplit("@", 1)[1]
+        return _masked(parts._replace(netloc=netloc).geturl())
+    try:
+        password = parts.password
+    except ValueError:
+        password = None
+    if password is None:
+        return _masked(str(uri))
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
+    return _masked(parts._replace(netloc=netloc).geturl())
 
 
 def fetch_embeddings(store: Any, node_ids: list[str], batch: int = 500) -> dict[str, list[float]]:
