@@ -690,12 +690,18 @@ def _qdrant_server(
     require("qdrant_client", extra="stores", package="qdrant-client")
     require("llama_index.vector_stores.qdrant", extra="stores",
             package="llama-index-vector-stores-qdrant")
+    import warnings
+
     from llama_index.vector_stores.qdrant import QdrantVectorStore
     from qdrant_client import QdrantClient
 
-    # no version probe at open (it only warns); an API key over http gets qdrant's warning
-    client = QdrantClient(url=server.url, api_key=server.secret or None, prefer_grpc=False,
-                          timeout=int(SERVER_TIMEOUT), check_compatibility=False)
+    # no version probe at open (it only warns); ``+http`` is the user's choice of a plain
+    # connection (docs/STORES.md), for Qdrant as for Milvus: no warning line on each command
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Api key is used with an insecure connection")
+        client = QdrantClient(url=server.url, api_key=server.secret or None,
+                              prefer_grpc=False, timeout=int(SERVER_TIMEOUT),
+                              check_compatibility=False)
     if overwrite and client.collection_exists(collection):
         client.delete_collection(collection)
     if not create and not client.collection_exists(collection):
@@ -728,15 +734,19 @@ def _chroma(path: str, collection: str, overwrite: bool, create: bool) -> Any:
 def _safe(uri: str) -> str:
     """``uri`` without its password (for messages).
 
-    >>> _safe("milvus+http://root:Milvus@m.example:19530")
-    'milvus+http://***@m.example:19530'
+    >>> _safe("milvus+http://root:Milvus@m.example:19530?token=x")
+    'milvus+http://***@m.example:19530?***'
     >>> _safe("postgresql://car:pw@db.example/car")
     'postgresql://car:***@db.example/car'
     """
     parts = urlsplit(str(uri))
-    if parts.scheme.lower() in SERVER_SCHEMES and "@" in parts.netloc:  # a token as the user
-        netloc = "***@" + parts.netloc.rsplit("@", 1)[1]
-        return _masked(parts._replace(netloc=netloc).geturl())
+    if parts.scheme.lower() in SERVER_SCHEMES:  # a token as the user, or in a query
+        netloc = parts.netloc
+        if "@" in netloc:
+            netloc = "***@" + netloc.rsplit("@", 1)[1]
+        hidden = parts._replace(netloc=netloc, query="***" if parts.query else "",
+                                fragment="***" if parts.fragment else "")
+        return _masked(hidden.geturl())
     try:
         password = parts.password
     except ValueError:
