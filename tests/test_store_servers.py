@@ -178,9 +178,8 @@ def test_a_qdrant_server_gets_the_key_and_nothing_is_created_on_open(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     pytest.importorskip("qdrant_client")
-    from tests.fakes.qdrant_server import FakeQdrantServer
-
     from llama_index_car.stores import open_vector_store
+    from tests.fakes.qdrant_server import FakeQdrantServer
 
     server = FakeQdrantServer(api_key=SECRET).start()
     try:
@@ -199,3 +198,12 @@ def test_a_qdrant_server_gets_the_key_and_nothing_is_created_on_open(
         assert server.unknown == [] and server.errors == []
     finally:
         server.stop()
+
+
+def test_the_cli_takes_every_store_scheme() -> None:
+    """``--store``'s parser and :func:`open_vector_store` accept the same schemes."""
+    from llama_index_car.cli._args import STORE_SCHEMES
+    from llama_index_car.stores import _SCHEMES, SERVER_SCHEMES, STORE_KINDS
+
+    assert set(STORE_SCHEMES) == set(STORE_KINDS) | set(_SCHEMES) - {"postgresql+psycopg2"} | set(
+        SERVER_SCHEMES)

@@ -215,7 +215,7 @@ class FakeQdrantServer:
         from pydantic import TypeAdapter
         from qdrant_client.http import models
 
-        req = TypeAdapter(models.PointInsertOperations).validate_python(body)
+        req: Any = TypeAdapter(models.PointInsertOperations).validate_python(body)
         points = req.points if isinstance(req, models.PointsList) else req.batch
         return self.engine.upsert(self._known(c), points=points)
 
@@ -232,7 +232,7 @@ class FakeQdrantServer:
         from pydantic import TypeAdapter
         from qdrant_client.http import models
 
-        req = TypeAdapter(models.PointsSelector).validate_python(body)
+        req: Any = TypeAdapter(models.PointsSelector).validate_python(body)
         return self.engine.delete(self._known(c), points_selector=req)
 
     def _scroll(self, body: Any, c: str) -> Any:
