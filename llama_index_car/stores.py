@@ -138,7 +138,7 @@ def open_vector_store(
         check_local_store(uri, collection)
     try:
         if kind == "milvus":
-            with _quiet("pymilvus.decorators"):  # its traceback of a refused connection
+            with _quiet("pymilvus"):  # its tracebacks of a refused connection
                 return _milvus(path or str(uri), server, dim, collection, overwrite, create)
         if kind in ("postgresql", "pgserver"):
             return _postgres(uri, kind, dim, collection, overwrite, create)
@@ -404,21 +404,25 @@ def _kept_log(name: str) -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def _quiet(name: str) -> Iterator[None]:
-    """Drop the records the logger ``name`` emits in this thread while active (a client that
-    logs a multi-line traceback of the error it then raises, which we report in one line)."""
+    """Drop the records of the logger ``name`` and its children emitted in this thread while
+    active, at the handlers of ``name`` and of the root logger (a client that logs a
+    multi-line traceback of the error it then raises, which we report in one line)."""
     import logging
 
     me = threading.get_ident()
 
     def keep(record: logging.LogRecord) -> bool:
-        return record.thread != me
+        return record.thread != me or not (record.name == name
+                                           or record.name.startswith(name + "."))
 
-    logger = logging.getLogger(name)
-    logger.addFilter(keep)
+    handlers = [*logging.getLogger(name).handlers, *logging.getLogger().handlers]
+    for handler in handlers:
+        handler.addFilter(keep)
     try:
         yield
     finally:
-        logger.removeFilter(keep)
+        for handler in handlers:
+            handler.removeFilter(keep)
 
 
 def _command_error(log: list[str], exc: Any) -> str:

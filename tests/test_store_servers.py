@@ -94,6 +94,22 @@ def test_a_fingerprint_names_the_server_not_the_transport_nor_a_secret() -> None
     assert len({store_fingerprint(u) for u in other}) == len(other)
 
 
+def test_a_local_store_folder_does_not_open_at_a_server_nor_the_reverse(tmp_path: Path) -> None:
+    """Local and server Milvus share the kind ``milvus``: the fingerprint tells them apart
+    both ways (a local store's is ``""``)."""
+    from llama_index_car.folder.store import store_record, store_uri_for
+
+    local = store_record(f"milvus://{tmp_path / 'm.db'}")
+    server = store_record("milvus+http://m.example:19530")
+    assert local is not None and server is not None
+    with pytest.raises(ConfigurationError, match="a local store"):
+        store_uri_for(local, tmp_path, "milvus+http://m.example:19530")
+    with pytest.raises(ConfigurationError, match="a server store"):
+        store_uri_for(server, tmp_path, f"milvus://{tmp_path / 'm.db'}")
+    assert store_uri_for(server, tmp_path, "milvus+https://M.example") == (
+        "milvus+https://M.example")
+
+
 def test_a_folder_on_a_milvus_server_opens_only_at_that_server(
     milvus_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -151,9 +167,10 @@ def test_a_folder_on_a_milvus_server_opens_only_at_that_server(
 
 @pytest.mark.parametrize("kind", ["milvus", "qdrant"])
 def test_a_server_that_is_down_is_one_line_naming_it_without_the_secret(
-    kind: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    kind: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
+    """One line on stderr (``capfd``: pymilvus logs its traceback to the process's stderr)."""
     pytest.importorskip("pymilvus" if kind == "milvus" else "qdrant_client")
     from llama_index_car.stores import open_vector_store
 
@@ -168,7 +185,8 @@ def test_a_server_that_is_down_is_one_line_naming_it_without_the_secret(
     src = tmp_path / "src"
     src.mkdir()
     shutil.copy(DEMO_CORPUS_DIR / FILES[0], src / FILES[0])
-    rc, _, err = _run(capsys, "index", str(src), "--persist", str(tmp_path / "idx"),
+    capfd.readouterr()
+    rc, _, err = _run(capfd, "index", str(src), "--persist", str(tmp_path / "idx"),
                       "--embed", "use", "--store", uri, "--no-progress")
     assert rc == 2 and uri in err and SECRET not in err, err
     assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err
@@ -207,3 +225,36 @@ def test_the_cli_takes_every_store_scheme() -> None:
 
     assert set(STORE_SCHEMES) == set(STORE_KINDS) | set(_SCHEMES) - {"postgresql+psycopg2"} | set(
         SERVER_SCHEMES)
+
+
+@pytest.mark.slow
+def test_a_server_gone_away_prints_no_traceback(tmp_path: Path) -> None:
+    """pymilvus logs a multi-line traceback on the process's stderr when a server it was
+    connected to is gone, then raises; opening the store drops that record and reports one
+    line. In a child process (pytest's log capture would hide the record here): a server,
+    a first open, the server stopped, a second open."""
+    pytest.importorskip("milvus_lite")
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+from milvus_lite.adapter.grpc.server import start_server_in_thread
+from llama_index_car.stores import open_vector_store
+server, db, port = start_server_in_thread({str(tmp_path / "data")!r}, host="127.0.0.1", port=0)
+uri = f"milvus+http://127.0.0.1:{{port}}"
+open_vector_store(uri, dim=4)
+server.stop(grace=0)
+db.close()
+try:
+    open_vector_store(uri, create=False)
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+    env = dict(os.environ, LLAMA_CAR_MILVUS_TOKEN=SECRET)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.stdout.startswith("StoreError cannot use the store milvus+http://127.0.0.1:"), (
+        done.stdout, done.stderr[-2000:])
+    assert SECRET not in done.stdout and "Traceback" not in done.stderr, done.stderr[-2000:]
+
