@@ -6,8 +6,9 @@ scalar fields), searches by inner product, fetches rows by id and deletes them. 
 created on open unless ``create=True``. Rows read back are checked (a store is as untrusted
 as a folder): ``StoreError``/``IndexPersistError`` name the store and the row.
 
-* :class:`MilvusSparse` — ``pymilvus.MilvusClient`` (Milvus Lite ``PATH.db`` or a server
-  URI), one collection: ``id`` VARCHAR primary key, ``w`` ``SPARSE_FLOAT_VECTOR`` with a
+* :class:`MilvusSparse` — ``pymilvus.MilvusClient`` (Milvus Lite ``PATH.db``, a server URI
+  ``milvus+http(s)://HOST:PORT/DB`` as :func:`~llama_index_car.stores.open_vector_store`
+  takes it, or the client of the index's vector store), one collection: ``id`` VARCHAR primary key, ``w`` ``SPARSE_FLOAT_VECTOR`` with a
   ``SPARSE_INVERTED_INDEX`` and metric ``IP`` (exact: no ``drop_ratio``), ``dl`` INT64,
   ``avgdl`` DOUBLE, ``tf`` JSON; strong consistency; every write is flushed (Milvus Lite
   searches unflushed rows by brute force: 569 ms against 3.5 ms flushed for 6,000 rows here).
@@ -74,6 +75,20 @@ def _check_limit(max_limit: int | None, cap: int) -> int:
     return max_limit
 
 
+def _milvus_connect(uri: str) -> dict[str, Any]:
+    """``MilvusClient`` arguments for a Milvus Lite ``PATH.db`` or a ``milvus+http(s)://``
+    server URI (its token from ``$LLAMA_CAR_MILVUS_TOKEN``)."""
+    from llama_index_car.stores import SERVER_TIMEOUT, is_server_uri, parse_server
+
+    if not is_server_uri(uri):
+        return {"uri": uri}
+    server = parse_server(uri)
+    if server.kind != "milvus":
+        raise ConfigurationError(f"{uri} is not a Milvus server URI")
+    return {"uri": server.url, "token": server.secret, "db_name": server.database,
+            "timeout": SERVER_TIMEOUT}
+
+
 class MilvusSparse:
     """BM25 rows in a Milvus collection (module docstring)."""
 
@@ -91,8 +106,9 @@ class MilvusSparse:
         self.max_limit = _check_limit(max_limit, self.CAP)
         self.where = f"milvus {collection}"
         self.collection = collection
-        # a URI, or the open client of the index's vector store (one Milvus Lite per path)
-        self.client = MilvusClient(uri=uri) if isinstance(uri, str) else uri
+        # a Lite path, a server URI, or the open client of the index's vector store (one
+        # Milvus Lite per path)
+        self.client = MilvusClient(**_milvus_connect(uri)) if isinstance(uri, str) else uri
         if overwrite and self.client.has_collection(collection):
             self.client.drop_collection(collection)
         if not self.client.has_collection(collection):

@@ -5,11 +5,16 @@ URI                             store (through its llama-index integration)
 ==============================  ==========================================================
 ``milvus://PATH.db``            Milvus Lite file (``pymilvus`` + ``milvus-lite``),
                                 ``MilvusVectorStore(uri=PATH.db, dim=dim)``, inner product
+``milvus+http://HOST:PORT/DB``  a Milvus server (``milvus+https`` over TLS; port 19530 and
+                                database ``default`` when omitted); the token is
+                                ``$LLAMA_CAR_MILVUS_TOKEN`` (``user:password`` or an API key)
 ``postgresql://USER:PW@HOST/DB``  PostgreSQL + pgvector, ``PGVectorStore`` (psycopg2 for
                                 sync, asyncpg for async calls)
 ``pgserver://DIR``              a local PostgreSQL + pgvector server kept in ``DIR``
                                 (``pgserver``), started on first use and stopped at exit
 ``qdrant://DIR``                Qdrant local mode, ``QdrantClient(path=DIR)``
+``qdrant+http://HOST:PORT``     a Qdrant server over REST (``qdrant+https`` over TLS; port
+                                6333 when omitted); the API key is ``$LLAMA_CAR_QDRANT_API_KEY``
 ``chroma://DIR``                ``chromadb.PersistentClient(DIR)``, cosine space
 ==============================  ==========================================================
 
@@ -22,6 +27,13 @@ that is missing, or a collection that is not there, is a :class:`ConfigurationEr
 new folder, file or database. Every SQL identifier (``schema``, the table) is checked against
 ``[A-Za-z_][A-Za-z0-9_]{0,62}`` and quoted by the dialect.
 
+A server URI names a host, a port and (Milvus) a database, nothing else: a user, a password,
+a query string or a fragment in it is a :class:`ConfigurationError` (its secret is not
+echoed). Secrets come only from the environment (:data:`SECRET_ENV`), are sent only to the
+host the URI names, and are never recorded nor printed: :func:`store_error` masks them in a
+client's message. A server that cannot be reached is a one-line :class:`StoreError` naming the
+URI.
+
 One process can have one Qdrant local or Milvus Lite client per path: :func:`open_vector_store`
 reuses the open one, and :func:`close_vector_store` releases it (do it before another process
 opens the same path). Nodes must have UUID ids and flat metadata (what ``HWPXNodeParser``
@@ -29,19 +41,19 @@ produces) for Qdrant and Chroma to accept them.
 
 >>> store_kind("qdrant:///tmp/q")
 'qdrant'
+>>> store_kind("milvus+https://milvus.example:19530")
+'milvus'
 >>> store_kind("postgresql://u:p@localhost:5432/db")
 'postgresql'
 >>> open_vector_store("redis://x")
 Traceback (most recent call last):
 ...
-llama_index_car._errors.ConfigurationError: unsupported store URI 'redis://x'; use milvus://PATH.db, postgresql://USER:PW@HOST:PORT/DB, pgserver://DIR, qdrant://DIR or chroma://DIR
+llama_index_car._errors.ConfigurationError: unsupported store URI 'redis://x'; use milvus://PATH.db, milvus+http(s)://HOST:PORT/DB, postgresql://USER:PW@HOST:PORT/DB, pgserver://DIR, qdrant://DIR, qdrant+http(s)://HOST:PORT or chroma://DIR
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +61,28 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from llama_index_car._errors import CarError, ConfigurationError, StoreError, require
+from llama_index_car._store_uris import (  # noqa: F401 - the URI grammar, re-exported
+    _HINT,
+    _NAME_RE,
+    _SCHEMES,
+    DEFAULT_COLLECTION,
+    DEFAULT_PORTS,
+    LOCAL_KINDS,
+    SECRET_ENV,
+    SERVER_SCHEMES,
+    SERVER_TIMEOUT,
+    STORE_KINDS,
+    Server,
+    _masked,
+    _path_of,
+    _safe,
+    client_errors,
+    is_server_uri,
+    parse_server,
+    store_error,
+    store_fingerprint,
+    store_kind,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.vector_stores.types import BasePydanticVectorStore
@@ -60,60 +94,10 @@ __all__ = [
     "open_vector_store",
 ]
 
-STORE_KINDS: tuple[str, ...] = ("milvus", "postgresql", "pgserver", "qdrant", "chroma")
-#: kinds whose data is a local path (the others connect over the network)
-LOCAL_KINDS: tuple[str, ...] = ("milvus", "pgserver", "qdrant", "chroma")
-DEFAULT_COLLECTION = "llama_car"
-_SCHEMES = {"postgres": "postgresql", "postgresql+psycopg2": "postgresql"}
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_HINT = (
-    "use milvus://PATH.db, postgresql://USER:PW@HOST:PORT/DB, pgserver://DIR, qdrant://DIR "
-    "or chroma://DIR"
-)
 
 _lock = threading.Lock()
 _clients: dict[tuple[str, str], Any] = {}  # (kind, path) -> open client / server
 _client_locks: dict[str, threading.RLock] = {}  # Qdrant local path -> its calls' lock
-
-
-def store_kind(uri: str) -> str:
-    """The store named by ``uri`` (one of :data:`STORE_KINDS`); ConfigurationError otherwise."""
-    scheme = urlsplit(str(uri)).scheme.lower()
-    kind = _SCHEMES.get(scheme, scheme)
-    if kind not in STORE_KINDS:
-        raise ConfigurationError(f"unsupported store URI {uri!r}; {_HINT}")
-    return kind
-
-
-def store_fingerprint(uri: str) -> str:
-    """What identifies the store ``uri`` names, without secrets: for PostgreSQL, the sha256
-    (16 hex digits) of ``host:port/database`` and the ``schema``; ``""`` for local stores,
-    whose folder may move with the index. An index folder records it so that a store URI the
-    user gives later can be checked against the one it was built with.
-
-    >>> store_fingerprint("qdrant:///tmp/q")
-    ''
-    >>> a = store_fingerprint("postgresql://u:secret@db.example:5432/car")
-    >>> a == store_fingerprint("postgresql://other@db.example:5432/car") and len(a)
-    16
-    """
-    import hashlib
-
-    kind = store_kind(uri)
-    if kind != "postgresql":
-        return ""
-    parts = urlsplit(str(uri))
-    schema = parse_qs(parts.query).get("schema", ["public"])[0]
-    where = f"{(parts.hostname or '').lower()}:{parts.port or 5432}{parts.path}?schema={schema}"
-    return hashlib.sha256(where.encode("utf-8")).hexdigest()[:16]
-
-
-def _path_of(uri: str) -> str:
-    """``scheme://PATH`` → PATH (relative paths allowed: ``qdrant://./q`` or ``qdrant://q``)."""
-    rest = str(uri).split("://", 1)[1].split("?", 1)[0]
-    if not rest:
-        raise ConfigurationError(f"{uri!r} names no path; {_HINT}")
-    return str(Path(rest).expanduser())
 
 
 def open_vector_store(
@@ -130,9 +114,12 @@ def open_vector_store(
     with ``overwrite``): nothing is created.
 
     Raises:
-        ConfigurationError: unknown scheme, bad collection or schema name, ``dim`` missing
-            where the store needs it to create its collection, or (``create=False``) a
-            missing path or collection.
+        ConfigurationError: unknown scheme, bad collection or schema name, a server URI with
+            a secret, query or path in it (:func:`parse_server`), ``dim`` missing where the
+            store needs it to create its collection, or (``create=False``) a missing path or
+            collection.
+        StoreError: the store cannot be reached or refuses us (one line naming the URI; no
+            secret).
         MissingDependencyError: the ``[stores]`` extra is not installed (the message says
             ``pip install 'llama-index-car[stores]'``).
     """
@@ -145,47 +132,25 @@ def open_vector_store(
         raise ConfigurationError(f"dim={dim!r} is invalid; use the embedding dimension (>= 1)")
     if overwrite and not create:
         raise ConfigurationError("overwrite=True needs create=True")
-    path = _path_of(uri) if kind in LOCAL_KINDS else ""
+    server = parse_server(uri) if is_server_uri(uri) else None
+    path = _path_of(uri) if kind in LOCAL_KINDS and server is None else ""
     if path and not create:
         check_local_store(uri, collection)
     try:
         if kind == "milvus":
-            return _milvus(path, dim, collection, overwrite, create)
+            with _quiet("pymilvus"):  # its tracebacks of a refused connection
+                return _milvus(path or str(uri), server, dim, collection, overwrite, create)
         if kind in ("postgresql", "pgserver"):
             return _postgres(uri, kind, dim, collection, overwrite, create)
         if kind == "qdrant":
+            if server is not None:
+                return _qdrant_server(uri, server, collection, overwrite, create)
             return _qdrant(path, collection, overwrite, create)
         return _chroma(path, collection, overwrite, create)
     except CarError:
         raise
     except client_errors() as exc:
         raise store_error(uri, exc) from exc
-
-
-def client_errors() -> tuple[type[BaseException], ...]:
-    """The exception bases of the installed store clients (and ``OSError``): what a store
-    raises when it is down, refuses us or its files cannot be opened."""
-    found: list[type[BaseException]] = [OSError]
-    for module, name in (
-        ("sqlalchemy.exc", "SQLAlchemyError"),
-        ("psycopg2", "Error"),
-        ("asyncpg", "PostgresError"),
-        ("pymilvus.exceptions", "MilvusException"),
-        ("qdrant_client.http.exceptions", "ApiException"),
-        ("chromadb.errors", "ChromaError"),
-    ):
-        cls = getattr(sys.modules.get(module), name, None)  # only clients already in use
-        if isinstance(cls, type) and issubclass(cls, BaseException):
-            found.append(cls)
-    return tuple(found)
-
-
-def store_error(uri: str, exc: BaseException) -> StoreError:
-    """One line naming the store (password hidden) and the client's first line of cause."""
-    cause = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's error
-    lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
-    text = lines[0] if lines else type(cause).__name__
-    return StoreError(f"cannot use the store {_safe(uri)}: {text[:300]}")
 
 
 #: what each local store's client has written once it holds ``collection`` (paths under the
@@ -213,7 +178,7 @@ def check_local_store(uri: str, collection: str = DEFAULT_COLLECTION) -> None:
     import stat
 
     kind = store_kind(uri)
-    if kind not in LOCAL_KINDS:
+    if kind not in LOCAL_KINDS or is_server_uri(uri):
         return
     root = Path(_path_of(uri))
     missing: list[str] = []
@@ -341,37 +306,49 @@ def _shared(kind: str, path: str, open_client: Any) -> Any:
     return client
 
 
-def _milvus(path: str, dim: int | None, collection: str, overwrite: bool, create: bool) -> Any:
+def _milvus(
+    target: str, server: Server | None, dim: int | None, collection: str, overwrite: bool,
+    create: bool,
+) -> Any:
+    """A ``MilvusVectorStore`` over the Milvus Lite file ``target`` or the ``server``."""
     require("pymilvus", extra="stores", package="pymilvus")
     require("llama_index.vector_stores.milvus", extra="stores",
             package="llama-index-vector-stores-milvus")
     from llama_index.vector_stores.milvus import MilvusVectorStore
 
-    if not path.endswith(".db"):
-        raise ConfigurationError(f"milvus://{path}: a Milvus Lite file must end in .db")
-    if create:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if server is None:
+        if not target.endswith(".db"):
+            raise ConfigurationError(f"milvus://{target}: a Milvus Lite file must end in .db")
+        if create:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+        where = f"milvus://{target}"
+        connect: dict[str, Any] = {"uri": target}
+    else:
+        where = target  # the URI as given: it holds no secret (parse_server)
+        connect = {"uri": server.url, "token": server.secret, "db_name": server.database,
+                   "timeout": SERVER_TIMEOUT}
     exists = False
     if not overwrite:
         from pymilvus import MilvusClient
 
-        probe = MilvusClient(uri=path)
+        probe = MilvusClient(**connect)
         try:
             exists = probe.has_collection(collection)
         finally:
             probe.close()
     if not create and not exists:
-        raise ConfigurationError(f"milvus://{path} holds no collection {collection}")
+        raise ConfigurationError(f"{where} holds no collection {collection}")
     if dim is None and not exists:
-        raise ConfigurationError(f"milvus://{path}: pass dim= to create collection {collection}")
+        raise ConfigurationError(f"{where}: pass dim= to create collection {collection}")
     store = MilvusVectorStore(
-        uri=path, dim=dim, collection_name=collection, overwrite=overwrite,
+        **connect, dim=dim, collection_name=collection, overwrite=overwrite,
         similarity_metric="IP", use_async_client=False,
     )
-    if exists:  # a reopened Milvus Lite collection starts released
+    if exists:  # a reopened collection starts released
         store.client.load_collection(collection)
-    with _lock:
-        _remember(("milvus", path), store)
+    if server is None:
+        with _lock:
+            _remember(("milvus", target), store)
     return store
 
 
@@ -423,6 +400,29 @@ def _kept_log(name: str) -> Iterator[list[str]]:
         yield messages
     finally:
         logger.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Drop the records of the logger ``name`` and its children emitted in this thread while
+    active, at the handlers of ``name`` and of the root logger (a client that logs a
+    multi-line traceback of the error it then raises, which we report in one line)."""
+    import logging
+
+    me = threading.get_ident()
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.thread != me or not (record.name == name
+                                           or record.name.startswith(name + "."))
+
+    handlers = [*logging.getLogger(name).handlers, *logging.getLogger().handlers]
+    for handler in handlers:
+        handler.addFilter(keep)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(keep)
 
 
 def _command_error(log: list[str], exc: Any) -> str:
@@ -517,6 +517,32 @@ def _qdrant(path: str, collection: str, overwrite: bool, create: bool) -> Any:
     return locked_qdrant_store(client, collection, lock)
 
 
+def _qdrant_server(
+    uri: str, server: Server, collection: str, overwrite: bool, create: bool
+) -> Any:
+    """A ``QdrantVectorStore`` over the Qdrant ``server`` (REST; thread-safe, so unlocked)."""
+    require("qdrant_client", extra="stores", package="qdrant-client")
+    require("llama_index.vector_stores.qdrant", extra="stores",
+            package="llama-index-vector-stores-qdrant")
+    import warnings
+
+    from llama_index.vector_stores.qdrant import QdrantVectorStore
+    from qdrant_client import QdrantClient
+
+    # no version probe at open (it only warns); ``+http`` is the user's choice of a plain
+    # connection (docs/STORES.md), for Qdrant as for Milvus: no warning line on each command
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Api key is used with an insecure connection")
+        client = QdrantClient(url=server.url, api_key=server.secret or None,
+                              prefer_grpc=False, timeout=int(SERVER_TIMEOUT),
+                              check_compatibility=False)
+    if overwrite and client.collection_exists(collection):
+        client.delete_collection(collection)
+    if not create and not client.collection_exists(collection):
+        raise ConfigurationError(f"{uri} holds no collection {collection}")
+    return QdrantVectorStore(client=client, collection_name=collection)
+
+
 def _chroma(path: str, collection: str, overwrite: bool, create: bool) -> Any:
     require("chromadb", extra="stores", package="chromadb")
     require("llama_index.vector_stores.chroma", extra="stores",
@@ -537,15 +563,6 @@ def _chroma(path: str, collection: str, overwrite: bool, create: bool) -> Any:
     else:
         coll = client.get_collection(collection)
     return ChromaVectorStore(chroma_collection=coll)
-
-
-def _safe(uri: str) -> str:
-    """``uri`` without its password (for messages)."""
-    parts = urlsplit(str(uri))
-    if parts.password is None:
-        return str(uri)
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 def fetch_embeddings(store: Any, node_ids: list[str], batch: int = 500) -> dict[str, list[float]]:

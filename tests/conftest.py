@@ -164,3 +164,32 @@ def tmpfs_mount(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     yield make
     for point in points:
         subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+@pytest.fixture
+def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``milvus+http://127.0.0.1:PORT`` of a real Milvus gRPC server (milvus-lite's own,
+    ``tests/fakes/milvus_server.py``) over a fresh data folder; stopped after the test."""
+    for module in ("pymilvus", "milvus_lite", "llama_index.vector_stores.milvus"):
+        pytest.importorskip(module)
+    from tests.fakes.milvus_server import milvus_serving
+
+    with milvus_serving(tmp_path_factory.mktemp("milvus-server") / "data") as uri:
+        yield uri
+
+
+@pytest.fixture
+def qdrant_server() -> Iterator[Any]:
+    """A Qdrant REST server on 127.0.0.1 over qdrant-client's local engine
+    (``tests/fakes/qdrant_server.py``; ``.uri`` is its store URI); stopped after the test,
+    which must have called nothing outside the REST subset it serves."""
+    for module in ("qdrant_client", "llama_index.vector_stores.qdrant"):
+        pytest.importorskip(module)
+    from tests.fakes.qdrant_server import FakeQdrantServer
+
+    server = FakeQdrantServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert server.unknown == [] and server.errors == [], (server.unknown, server.errors)

@@ -5,9 +5,11 @@
 ``milvus.db`` as a folder and the check wanted a file ("no store file at …/milvus.db"), and an
 explicit ``--store milvus://…`` failed the same way. Each case here is the user's whole path
 through the CLI with a real store — inside the index folder (a bare kind) and outside it (a
-URI given again to query and update) — and the oracle is a fresh local build of the same
-files: the same nodes in the same dense order, the same BM25 hits. The default tier runs the
-local folder and Milvus Lite (Qdrant local in ``test_cli_update.py``); the rest are slow.
+URI given again to query and update; or a Milvus or Qdrant server on 127.0.0.1, issue 39) —
+and the oracle is a fresh local build of the same files: the same nodes in the same dense
+order, the same BM25 hits (the BM25 rows in the server too). The default tier runs the local
+folder, Milvus Lite and both servers (Qdrant local in ``test_cli_update.py``); the rest are
+slow.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def _fresh(capsys: pytest.CaptureFixture[str], src: Path, out: Path) -> dict[str
     pytest.param("chroma", "inside", marks=slow), pytest.param("chroma", "outside", marks=slow),
     pytest.param("pgserver", "inside", marks=slow),
     pytest.param("pgserver", "outside", marks=slow),
+    ("milvus", "server"), ("qdrant", "server"),  # on 127.0.0.1 (tests/fakes), a secret set
 ])
 def test_index_query_update_query(
     kind: str, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -82,8 +85,14 @@ def test_index_query_update_query(
     idx = root / "idx"
     uri = {"milvus": f"milvus://{root / 'm.db'}", "qdrant": f"qdrant://{root / 'q'}",
            "chroma": f"chroma://{root / 'c'}", "pgserver": f"pgserver://{root / 'pg'}"}.get(kind)
+    secret = "s3cret-token-of-the-user"
+    if where == "server":  # the secret comes from the environment, never from the folder
+        server = request.getfixturevalue(f"{kind}_server")
+        uri = server if isinstance(server, str) else server.uri
+        name = {"milvus": "LLAMA_CAR_MILVUS_TOKEN", "qdrant": "LLAMA_CAR_QDRANT_API_KEY"}[kind]
+        request.getfixturevalue("monkeypatch").setenv(name, secret)
     build = [] if kind == "local" else ["--store", kind if where == "inside" else str(uri)]
-    again = build if where == "outside" else []
+    again = build if where in ("outside", "server") else []
 
     rc, out, err = _run(capsys, "index", str(src), "--persist", str(idx), "--embed", "use",
                         *build, "--no-progress")
@@ -103,3 +112,8 @@ def test_index_query_update_query(
     rc, out, err = _run(capsys, "index", str(src), "--persist", str(idx), "--update", *again,
                         "--no-progress")
     assert rc == 0 and "0 changed or new, 0 removed, 3 unchanged" in out, err
+    if where == "server":
+        assert not any(secret.encode() in f.read_bytes() or str(uri).encode() in f.read_bytes()
+                       for f in idx.rglob("*") if f.is_file())  # neither secret nor host
+        if kind == "qdrant":  # the key did reach the server the user named
+            assert {seen.api_key for seen in server.requests} == {secret}

@@ -145,6 +145,7 @@ MODULES: tuple[str, ...] = (
     "llama_index_car.sparse_stores",
     "llama_index_car.retrievers.weighted_rrf",
     "llama_index_car.stores",
+    "llama_index_car._store_uris",
     "llama_index_car.tokenizers",
     "llama_index_car.tokenizers._domain",
     "llama_index_car.tokenizers.kiwi",

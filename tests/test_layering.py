@@ -29,7 +29,7 @@ LAYERS: dict[int, tuple[str, tuple[str, ...]]] = {
     1: ("components", (
         "tokenizers", "bm25", "_bm25_arrays", "_bm25_build", "_bm25_heap", "_bm25_storage", "_bm25_kernels",
         "_bm25_numba", "bm25_sparse", "fusion", "framing", "spans", "span_index", "embeddings",
-        "_filters", "_nodes", "stores", "_qdrant_local", "sparse_stores", "flat_store", "_flat_math",
+        "_filters", "_nodes", "stores", "_store_uris", "_qdrant_local", "sparse_stores", "flat_store", "_flat_math",
         "_flat_storage", "llms", "providers", "hypothesizers", "transformers", "postprocessors",
         "query_guard", "demo",
     )),

@@ -1,4 +1,5 @@
-"""The lexical channel kept in Milvus Lite / Qdrant local (issue 39, item 3, wired).
+"""The lexical channel kept in Milvus Lite / Qdrant local or a Milvus / Qdrant server on
+127.0.0.1 (issue 39, item 3, wired).
 
 ``llama-car index --store milvus|qdrant`` writes the Kiwi BM25 postings into the store as
 sparse rows and keeps only the document-frequency table (``bm25_df.json``) in the folder; a
@@ -83,18 +84,31 @@ def _agree(index, k: int = 10, filters=None, keep=None) -> int:  # type: ignore[
     return n
 
 
-@pytest.mark.parametrize("kind", ["milvus", "qdrant"])
-def test_store_bm25_is_exact_before_and_after_an_update(kind: str, tmp_path: Path) -> None:
-    _needs(kind)
+@pytest.mark.parametrize("kind", [
+    "milvus", "qdrant",
+    # a server on 127.0.0.1 (tests/fakes): the URI is given again to update and query
+    pytest.param("milvus_server", marks=pytest.mark.slow),
+    pytest.param("qdrant_server", marks=pytest.mark.slow),
+])
+def test_store_bm25_is_exact_before_and_after_an_update(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store: str | None = None
+    if kind.endswith("_server"):
+        server = request.getfixturevalue(kind)
+        store = server if isinstance(server, str) else server.uri
+    else:
+        _needs(kind)
+    again = ["--store", store] if store else []
     src, idx = tmp_path / "src", tmp_path / "idx"
     src.mkdir()
     for name in FILES[1:]:  # nine of the ten
         shutil.copy(DEMO_CORPUS_DIR / name, src / name)
-    _cli("index", str(src), "--persist", str(idx), "--embed", "use", "--store", kind,
+    _cli("index", str(src), "--persist", str(idx), "--embed", "use", "--store", store or kind,
          "--no-progress")
     gen = _generation(idx)
     assert not list(gen.glob("bm25.*")) and (gen / DF_NAME).is_file()
-    index = load_index(idx)
+    index = load_index(idx, store=store)
     assert isinstance(index.snapshot.lexical.bm25, StoreBM25)
     assert _agree(index) >= 15
     one = FILES[1]  # a filter: the BM25 channel's meaning, exact in the store too
@@ -105,18 +119,18 @@ def test_store_bm25_is_exact_before_and_after_an_update(kind: str, tmp_path: Pat
 
     shutil.copy(DEMO_CORPUS_DIR / FILES[0], src / FILES[0])  # a tenth in, another out
     (src / FILES[5]).unlink()
-    out = _cli("index", str(src), "--persist", str(idx), "--update", "--no-progress")
+    out = _cli("index", str(src), "--persist", str(idx), "--update", *again, "--no-progress")
     assert "1 changed or new, 1 removed, 8 unchanged" in out
     gen = _generation(idx)
     assert not list(gen.glob("bm25.*")) and (gen / DF_NAME).is_file()
-    index = load_index(idx)
+    index = load_index(idx, store=store)
     assert not any(n.metadata.get(meta_key) == FILES[5] for n in index.nodes)
     assert any(n.metadata.get(meta_key) == FILES[0] for n in index.nodes)
     assert _agree(index) >= 15
     # every retriever works over it, from the CLI
     for kind_ in ("bm25", "hybrid", "car"):
         hits = json.loads(_cli("query", str(idx), "터널 조명 기준", "--retriever", kind_,
-                               "--top-k", "5", "--json"))["hits"]
+                               "--top-k", "5", "--json", *again))["hits"]
         assert hits
 
 

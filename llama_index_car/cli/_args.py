@@ -165,28 +165,49 @@ def query_text(value: str) -> str:
     return value
 
 
-#: URI schemes of ``--store`` (kept in step with ``llama_index_car.stores.STORE_KINDS``)
-STORE_SCHEMES: tuple[str, ...] = ("milvus", "postgresql", "postgres", "pgserver", "qdrant", "chroma")
+#: URI schemes of ``--store`` (kept in step with ``llama_index_car.stores.STORE_KINDS`` and
+#: ``SERVER_SCHEMES``)
+STORE_SCHEMES: tuple[str, ...] = (
+    "milvus", "milvus+http", "milvus+https", "postgresql", "postgres", "pgserver", "qdrant",
+    "qdrant+http", "qdrant+https", "chroma",
+)
 
 
 #: local store kinds that may live inside the index folder (``--store qdrant``)
 INSIDE_STORES: tuple[str, ...] = ("milvus", "pgserver", "qdrant", "chroma")
 
+#: ``--store``'s help: the URIs it takes
+STORE_HELP = (
+    "milvus://F.db | milvus+http(s)://HOST:PORT[/DB] ($LLAMA_CAR_MILVUS_TOKEN) | "
+    "postgresql://USER@HOST:PORT/DB ($PGPASSWORD) | pgserver://DIR | qdrant://DIR | "
+    "qdrant+http(s)://HOST:PORT ($LLAMA_CAR_QDRANT_API_KEY) | chroma://DIR"
+)
+
 
 def store_uri(value: str) -> str:
-    """A vector-store URI: ``milvus://F.db``, ``postgresql://…``, ``pgserver://DIR``,
-    ``qdrant://DIR`` or ``chroma://DIR``; or a bare local kind (``qdrant``, ``chroma``,
-    ``milvus``, ``pgserver``): a store kept inside the index folder."""
+    """A vector-store URI: ``milvus://F.db``, ``milvus+http(s)://HOST:PORT/DB``,
+    ``postgresql://…``, ``pgserver://DIR``, ``qdrant://DIR``, ``qdrant+http(s)://HOST:PORT``
+    or ``chroma://DIR``; or a bare local kind (``qdrant``, ``chroma``, ``milvus``,
+    ``pgserver``): a store kept inside the index folder. A server URI is checked here
+    (:func:`~llama_index_car.stores.parse_server`: no user, password or query in it); no
+    message repeats a password."""
+    from llama_index_car._errors import ConfigurationError
+    from llama_index_car.stores import _safe, is_server_uri, parse_server
+
     if value in INSIDE_STORES:
         return value
     scheme, sep, rest = value.partition("://")
     if not sep or scheme.lower() not in STORE_SCHEMES or not rest.strip():
         raise argparse.ArgumentTypeError(
-            f"{value!r} is not a store URI; use milvus://FILE.db, postgresql://USER@HOST/DB, "
-            "pgserver://DIR, qdrant://DIR or chroma://DIR, or qdrant|chroma|milvus|pgserver "
-            "for a store inside the index folder"
+            f"{_safe(value)!r} is not a store URI; use {STORE_HELP}, or "
+            "qdrant|chroma|milvus|pgserver for a store inside the index folder"
         )
-    if scheme.lower() == "milvus" and not rest.split("?", 1)[0].endswith(".db"):
+    if is_server_uri(value):
+        try:
+            parse_server(value)
+        except ConfigurationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    elif scheme.lower() == "milvus" and not rest.split("?", 1)[0].endswith(".db"):
         raise argparse.ArgumentTypeError(f"{value!r}: a Milvus Lite file must end in .db")
     return value
 

@@ -6,8 +6,10 @@ manifest (``--chunk-size``, ``--chunk-overlap``, ``--embed``, ``--store``), and 
 are taken from it. ``--store`` keeps the vectors in a real vector store
 (``pip install 'llama-index-car[stores]'``) and BM25 and the manifest in ``DIR``: a bare
 ``qdrant``, ``chroma``, ``milvus`` or ``pgserver`` keeps the store inside ``DIR/store``; a URI
-(``milvus://PATH.db``, ``postgresql://USER@HOST:PORT/DB`` with ``PGPASSWORD``,
-``pgserver://DIR``, ``qdrant://DIR``, ``chroma://DIR``) keeps it there, and queries and
+(``milvus://PATH.db``, ``milvus+http(s)://HOST:PORT/DB`` with ``LLAMA_CAR_MILVUS_TOKEN``,
+``postgresql://USER@HOST:PORT/DB`` with ``PGPASSWORD``, ``pgserver://DIR``, ``qdrant://DIR``,
+``qdrant+http(s)://HOST:PORT`` with ``LLAMA_CAR_QDRANT_API_KEY``, ``chroma://DIR``) keeps it
+there, and queries and
 updates need the same ``--store`` again (or ``$LLAMA_CAR_STORE``): an index folder records the
 store's kind and a fingerprint, never where to connect.
 
@@ -30,6 +32,7 @@ import sys
 from typing import Any
 
 from llama_index_car.cli._args import (
+    STORE_HELP,
     add_cache_and_progress_options,
     add_embed_option,
     existing_path,
@@ -78,8 +81,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--store", metavar="URI", type=store_uri, default=None,
         help="keep vectors in a store: qdrant | chroma | milvus | pgserver (inside DIR) or "
-        "milvus://F.db | postgresql://… | pgserver://DIR | qdrant://DIR | chroma://DIR "
-        "(outside: give it again to query and --update; needs the [stores] extra)",
+        f"{STORE_HELP} (outside: give it again to query and --update; needs the [stores] "
+        "extra; with Milvus or Qdrant the BM25 rows live there too)",
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--overwrite", action="store_true", help="write into a non-empty DIR")

@@ -99,7 +99,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--store", metavar="URI", type=store_uri, default=None,
         help="the vector store of a folder built with --store URI (default "
-        "$LLAMA_CAR_STORE); the folder itself never says where to connect",
+        "$LLAMA_CAR_STORE; a server's secret from $LLAMA_CAR_MILVUS_TOKEN or "
+        "$LLAMA_CAR_QDRANT_API_KEY); the folder itself never says where to connect",
     )
     p.add_argument(
         "--embed",

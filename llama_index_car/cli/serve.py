@@ -90,7 +90,8 @@ def add_common(p: argparse.ArgumentParser) -> None:
                    help="index folder (from llama-car index)")
     p.add_argument("--store", metavar="URI", type=store_uri, default=None,
                    help="the vector store of a folder built with --store URI (default "
-                   "$LLAMA_CAR_STORE)")
+                   "$LLAMA_CAR_STORE; a server's secret from $LLAMA_CAR_MILVUS_TOKEN or "
+                   "$LLAMA_CAR_QDRANT_API_KEY)")
     p.add_argument("--llm", choices=("none", "anthropic"), default="none",
                    help="answer writer: none = the cited retrieval-only answer (default), "
                    "anthropic = claude-sonnet-4-6 (needs ANTHROPIC_API_KEY)")

@@ -3,7 +3,7 @@ opened.
 
 A folder is data: it never chooses where to connect or what to write. It records a store as
 kind, collection, whether it is inside the folder, and a fingerprint (:func:`store_record`;
-never a host, a password or a path). A store outside the folder is opened only at the URI the
+never a host, a password, a token or a path). A store outside the folder is opened only at the URI the
 user names (``--store``, ``$LLAMA_CAR_STORE``), checked against that record; a store inside it
 at ``DIR/store`` (:func:`store_uri_for`). Standard library only at import.
 """
@@ -42,7 +42,7 @@ def local_store_uri(kind: str, folder: Path) -> str:
 def store_record(store: str | None) -> dict[str, Any] | None:
     """What an index folder records of ``store`` (``None``: vectors in the folder).
 
-    ``store`` is a URI, or a bare local kind (``qdrant``, ``chroma``, ``milvus``,
+    ``store`` is a URI (a local path, a PostgreSQL database or a Milvus or Qdrant server), or a bare local kind (``qdrant``, ``chroma``, ``milvus``,
     ``pgserver``) for a store kept inside the index folder. The record holds the kind, the
     collection, whether the store is inside the folder, and a fingerprint
     (:func:`~llama_index_car.stores.store_fingerprint`): never a host, a password or a path.
@@ -81,8 +81,9 @@ def store_uri_for(
 
     Raises:
         ConfigurationError: no URI given for a store outside the folder, the given one is of
-            another kind or another database than the recorded one, or ``folder/store`` is
-            not a plain folder.
+            another kind or another database than the recorded one (its fingerprint differs:
+            another host, port, database or schema, or a local store for a server's or the
+            reverse), or ``folder/store`` is not a plain folder.
     """
     from llama_index_car.stores import store_fingerprint, store_kind
 
@@ -104,10 +105,11 @@ def store_uri_for(
         raise ConfigurationError(
             f"--store is a {store_kind(given)} store but {what} was built with {kind}"
         )
-    if record.get("fingerprint") and store_fingerprint(given) != record["fingerprint"]:
+    if store_fingerprint(given) != str(record.get("fingerprint", "")):
+        where = "a local" if not record.get("fingerprint") else "a server"
         raise ConfigurationError(
-            f"--store names another {kind} database than the one {what} was built with "
-            "(host, port, database or schema differ)"
+            f"--store names another {kind} store than the one {what} was built with "
+            f"({where} store; host, port, database or schema differ)"
         )
     return given
 
