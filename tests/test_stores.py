@@ -117,11 +117,13 @@ def _spans(car: Any) -> dict[str, Any]:
     """Node ids, offsets and a digest of the float16 vectors of ``car``'s span index."""
     import hashlib
 
+    import numpy as np
+
     spans = car.span_index
     return {
         "ids": spans.node_ids,
         "offsets": [len(spans.spans_of(i)) for i in spans.node_ids],
-        "vectors": hashlib.sha256(spans._vectors.tobytes()).hexdigest(),
+        "vectors": hashlib.sha256(np.asarray(spans._vectors).tobytes()).hexdigest(),
     }
 
 
