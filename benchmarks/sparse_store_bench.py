@@ -5,8 +5,10 @@ For each eval set (Kiwi tokens of ``"## title\\n\\ntext"`` and of the queries, c
 built on 90 % of the corpus, queried (top 10, every query), then a tenth is inserted and another
 deleted (avgdl drifts) and every query is asked again. Printed per set and system: build s,
 query p50 / p95 ms, mean store round trips per query (over-fetch rounds), and the number of
-queries whose top-10 ids and scores (float32 tolerance, ties by id) equal the local channel's.
-Query tokenization is excluded everywhere (the same token lists go to every system).
+queries whose top-10 ids and scores (float32 tolerance, ties by id) equal the local channel's
+(every document scored, ranked by score desc then id asc: ``BM25Okapi.top_k`` breaks ties by
+corpus position, which after the update is not id order, so its own row can differ at a tie
+on the 10th place). Query tokenization is excluded everywhere (the same token lists go to every system).
 
 Usage::
 
@@ -41,6 +43,26 @@ def _local(docs: Sequence[tuple[str, list[str]]]) -> Callable[[list[str]], list[
     def search(q: list[str]) -> list[tuple[str, float]]:
         idx, sc = bm.top_k(q, K)
         return [(ids[i], float(s)) for i, s in zip(idx.tolist(), sc.tolist(), strict=True) if s != 0]
+
+    return search
+
+
+def _oracle(docs: Sequence[tuple[str, list[str]]]) -> Callable[[list[str]], list[tuple[str, float]]]:
+    """The reference top K: every document's score by the local channel (``BM25Okapi``, equal
+    to ``rank_bm25``'s: ``tests/test_bm25.py``), ranked by score desc then id asc (the store
+    engine's tie rule; ``top_k`` breaks ties by corpus position, and after the update the
+    corpus is not in id order)."""
+    from llama_index_car.bm25 import BM25Okapi
+
+    bm = BM25Okapi([t for _, t in docs])
+    ids = np.array([d for d, _ in docs])
+    by_id = np.argsort(np.argsort(ids))
+
+    def search(q: list[str]) -> list[tuple[str, float]]:
+        sc = bm.get_scores(q)
+        idx = np.flatnonzero(sc > 0)
+        order = idx[np.lexsort((by_id[idx], -sc[idx]))][:K]
+        return [(str(ids[i]), float(sc[i])) for i in order]
 
     return search
 
@@ -86,7 +108,10 @@ def run_set(name: str, cache: Path, systems: list[str], max_queries: int) -> lis
         t0 = time.perf_counter()
         local = _local(corpus)
         rows.append((phase, "local BM25Okapi", time.perf_counter() - t0, *_timed(local, queries), None))
-    want = {r[0]: r[4] for r in rows}
+    want = {}
+    for phase, corpus in (("initial", base), ("after +10 % / −10 %", live)):
+        oracle = _oracle(corpus)
+        want[phase] = [oracle(q) for q in queries]
     out = []
     for system in systems:
         tmp = Path(tempfile.mkdtemp(prefix=f"sparse-{system}-"))
