@@ -10,10 +10,14 @@ never recorded, and every message built here shows it as ``***`` (:func:`_safe`)
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from llama_index_car._errors import ConfigurationError, StoreError
@@ -30,6 +34,7 @@ __all__ = [
     "client_errors",
     "is_server_uri",
     "parse_server",
+    "ping_server",
     "store_fingerprint",
     "store_error",
     "store_kind",
@@ -129,6 +134,15 @@ class Server:
         from llama_index_car._env import env
 
         return env(SECRET_ENV[self.kind]) or ""
+
+    def client_args(self) -> dict[str, Any]:
+        """Keyword arguments of this server's client: ``pymilvus.MilvusClient`` or
+        ``qdrant_client.QdrantClient`` (REST, no version probe at open)."""
+        if self.kind == "milvus":
+            return {"uri": self.url, "token": self.secret, "db_name": self.database,
+                    "timeout": SERVER_TIMEOUT}
+        return {"url": self.url, "api_key": self.secret or None, "prefer_grpc": False,
+                "timeout": int(SERVER_TIMEOUT), "check_compatibility": False}
 
 
 def parse_server(uri: str) -> Server:
@@ -250,3 +264,62 @@ def store_error(uri: str, exc: BaseException) -> StoreError:
     lines = [ln.strip() for ln in _masked(said).splitlines() if ln.strip()]
     text = lines[0] if lines else type(cause).__name__
     return StoreError(f"cannot use the store {_safe(uri)}: {text[:300]}")
+
+
+def ping_server(uri: str) -> None:
+    """Connect to the Milvus or Qdrant server ``uri`` names and list its collections: a build
+    calls it before it reads and embeds anything, so a server it cannot use is reported then,
+    not after the embedding work.
+
+    Raises:
+        StoreError: the server cannot be reached or refuses us (one line naming the URI,
+            without the secret).
+    """
+    server = parse_server(uri)
+    try:
+        with quiet_logs("pymilvus"):  # its traceback of a refused connection
+            if server.kind == "milvus":
+                from pymilvus import MilvusClient
+
+                client = MilvusClient(**server.client_args())
+                try:
+                    client.list_collections()
+                finally:
+                    client.close()
+            else:
+                import warnings
+
+                from qdrant_client import QdrantClient
+
+                with warnings.catch_warnings():  # +http with a key is the user's choice
+                    warnings.filterwarnings("ignore", "Api key is used with an insecure connection")
+                    qclient = QdrantClient(**server.client_args())
+                try:
+                    qclient.get_collections()
+                finally:
+                    qclient.close()
+    except client_errors() as exc:
+        raise store_error(uri, exc) from exc
+
+
+@contextlib.contextmanager
+def quiet_logs(name: str) -> Iterator[None]:
+    """Drop the records of the logger ``name`` and its children emitted in this thread while
+    active, at the handlers of ``name`` and of the root logger (a client that logs a
+    multi-line traceback of the error it then raises, which we report in one line)."""
+    import logging
+
+    me = threading.get_ident()
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.thread != me or not (record.name == name
+                                           or record.name.startswith(name + "."))
+
+    handlers = [*logging.getLogger(name).handlers, *logging.getLogger().handlers]
+    for handler in handlers:
+        handler.addFilter(keep)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(keep)

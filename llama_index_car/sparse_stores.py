@@ -78,15 +78,14 @@ def _check_limit(max_limit: int | None, cap: int) -> int:
 def _milvus_connect(uri: str) -> dict[str, Any]:
     """``MilvusClient`` arguments for a Milvus Lite ``PATH.db`` or a ``milvus+http(s)://``
     server URI (its token from ``$LLAMA_CAR_MILVUS_TOKEN``)."""
-    from llama_index_car.stores import SERVER_TIMEOUT, is_server_uri, parse_server
+    from llama_index_car.stores import is_server_uri, parse_server
 
     if not is_server_uri(uri):
         return {"uri": uri}
     server = parse_server(uri)
     if server.kind != "milvus":
         raise ConfigurationError(f"{uri} is not a Milvus server URI")
-    return {"uri": server.url, "token": server.secret, "db_name": server.database,
-            "timeout": SERVER_TIMEOUT}
+    return server.client_args()
 
 
 class MilvusSparse:

@@ -79,6 +79,8 @@ from llama_index_car._store_uris import (  # noqa: F401 - the URI grammar, re-ex
     client_errors,
     is_server_uri,
     parse_server,
+    ping_server,
+    quiet_logs,
     store_error,
     store_fingerprint,
     store_kind,
@@ -138,7 +140,7 @@ def open_vector_store(
         check_local_store(uri, collection)
     try:
         if kind == "milvus":
-            with _quiet("pymilvus"):  # its tracebacks of a refused connection
+            with quiet_logs("pymilvus"):  # its tracebacks of a refused connection
                 return _milvus(path or str(uri), server, dim, collection, overwrite, create)
         if kind in ("postgresql", "pgserver"):
             return _postgres(uri, kind, dim, collection, overwrite, create)
@@ -325,8 +327,7 @@ def _milvus(
         connect: dict[str, Any] = {"uri": target}
     else:
         where = target  # the URI as given: it holds no secret (parse_server)
-        connect = {"uri": server.url, "token": server.secret, "db_name": server.database,
-                   "timeout": SERVER_TIMEOUT}
+        connect = server.client_args()
     exists = False
     if not overwrite:
         from pymilvus import MilvusClient
@@ -400,29 +401,6 @@ def _kept_log(name: str) -> Iterator[list[str]]:
         yield messages
     finally:
         logger.removeHandler(handler)
-
-
-@contextlib.contextmanager
-def _quiet(name: str) -> Iterator[None]:
-    """Drop the records of the logger ``name`` and its children emitted in this thread while
-    active, at the handlers of ``name`` and of the root logger (a client that logs a
-    multi-line traceback of the error it then raises, which we report in one line)."""
-    import logging
-
-    me = threading.get_ident()
-
-    def keep(record: logging.LogRecord) -> bool:
-        return record.thread != me or not (record.name == name
-                                           or record.name.startswith(name + "."))
-
-    handlers = [*logging.getLogger(name).handlers, *logging.getLogger().handlers]
-    for handler in handlers:
-        handler.addFilter(keep)
-    try:
-        yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(keep)
 
 
 def _command_error(log: list[str], exc: Any) -> str:
@@ -533,9 +511,7 @@ def _qdrant_server(
     # connection (docs/STORES.md), for Qdrant as for Milvus: no warning line on each command
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Api key is used with an insecure connection")
-        client = QdrantClient(url=server.url, api_key=server.secret or None,
-                              prefer_grpc=False, timeout=int(SERVER_TIMEOUT),
-                              check_compatibility=False)
+        client = QdrantClient(**server.client_args())
     if overwrite and client.collection_exists(collection):
         client.delete_collection(collection)
     if not create and not client.collection_exists(collection):

@@ -13,6 +13,7 @@ and ``test_store_lexical.py``.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -258,3 +259,28 @@ except Exception as exc:
         done.stdout, done.stderr[-2000:])
     assert SECRET not in done.stdout and "Traceback" not in done.stderr, done.stderr[-2000:]
 
+
+
+@pytest.mark.parametrize("kind", ["milvus", "qdrant"])
+def test_a_build_checks_its_server_before_reading_or_embedding(kind: str, tmp_path: Path) -> None:
+    """A server that cannot be reached is the build's first error: no file is read, nothing is
+    embedded and no folder is made (before, it came after the whole corpus was embedded)."""
+    pytest.importorskip("pymilvus" if kind == "milvus" else "qdrant_client")
+    from llama_index_car.folder import BuildOptions, build_index
+    from tests.fakes.embeddings import HashedBigramEmbedding
+
+    class Counting(HashedBigramEmbedding):
+        def _vec(self, text: str) -> list[float]:
+            calls.append(text)
+            return super()._vec(text)
+
+    calls: list[str] = []
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "broken.hwpx").write_bytes(b"not a zip")  # reading it would record a failure
+    shutil.copy(DEMO_CORPUS_DIR / FILES[0], src / FILES[0])
+    uri = f"{kind}+http://127.0.0.1:{_dead_port()}"
+    with pytest.raises(StoreError, match=re.escape(f"cannot use the store {uri}: ")):
+        build_index(src, tmp_path / "idx", BuildOptions(embed_model=Counting(), store=uri,
+                                                        use_cache=False))
+    assert calls == [] and not (tmp_path / "idx").exists()

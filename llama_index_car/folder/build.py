@@ -107,6 +107,8 @@ def build_index(
         ConfigurationError: no source files, or a non-empty ``persist_dir`` without
             ``overwrite``.
         NothingToIndexError: every file failed to parse or held no text.
+        StoreError: the ``options.store`` server (Milvus, Qdrant) cannot be reached or
+            refuses us: checked before any file is read or embedded.
 
     >>> summary = build_index("./guidelines", "./car-index",  # doctest: +SKIP
     ...                       BuildOptions(embed="e5", store="qdrant"))
@@ -124,6 +126,11 @@ def build_index(
                           "pass overwrite=True (--overwrite) or update it (--update)")
     record = store_record(options.store)
     store_uri = store_uri_for(record, out, options.store) if record else None
+    if store_uri is not None:
+        from llama_index_car.stores import is_server_uri, ping_server
+
+        if is_server_uri(store_uri):  # a server it cannot use: said now, not after embedding
+            ping_server(store_uri)
     files = find_source_files(source)
     keys = source_keys(source, files)
     hashes = {str(f): sha256_file(f) for f in files}
