@@ -13,8 +13,9 @@ the mini stream (64-byte mini sectors chained by the mini FAT), which is the roo
 chain. Siblings here form a right-leaning chain in CFB order (name length, then upper-cased
 name), a valid if unbalanced binary tree.
 
-HWP 5 facts used: see ``llama_index/readers/hwpx/_hwp5.py``'s docstring (FileHeader layout,
-record header, PARA_HEADER / PARA_TEXT / CTRL_HEADER / TABLE / LIST_HEADER payloads).
+HWP 5 facts used: see the docstrings of ``llama_index/readers/hwpx/_hwp5_container.py``
+(FileHeader layout), ``_hwp5_records.py`` (record header) and ``_hwp5_section.py``
+(PARA_HEADER / PARA_TEXT / CTRL_HEADER / TABLE / LIST_HEADER payloads).
 """
 
 from __future__ import annotations

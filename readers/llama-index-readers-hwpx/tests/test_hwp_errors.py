@@ -26,7 +26,8 @@ from llama_index.readers.hwpx import (
     HWPXReader,
     HWPXReadWarning,
 )
-from llama_index.readers.hwpx._hwp5 import Records, SectionBuilder, iter_records, read_records
+from llama_index.readers.hwpx._hwp5_records import Records, iter_records, read_records
+from llama_index.readers.hwpx._hwp5_section import SectionBuilder
 from llama_index.readers.hwpx._parse import FileState, SectionWalker
 
 from .hwp5_fakes import (

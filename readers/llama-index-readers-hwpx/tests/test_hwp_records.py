@@ -9,7 +9,9 @@ import struct
 
 import pytest
 from llama_index.readers.hwpx import HWPReader
-from llama_index.readers.hwpx._hwp5 import SectionBuilder, open_hwp, read_records
+from llama_index.readers.hwpx._hwp5_container import open_hwp
+from llama_index.readers.hwpx._hwp5_records import read_records
+from llama_index.readers.hwpx._hwp5_section import SectionBuilder
 from lxml import etree
 
 from .conftest import SHARED

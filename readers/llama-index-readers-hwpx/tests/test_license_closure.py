@@ -79,5 +79,5 @@ def test_no_reader_module_imports_pyhwp() -> None:
 
     root = Path(pkg.__file__).parent
     sources = {p.name: p.read_text(encoding="utf-8") for p in root.glob("*.py")}
-    assert "hwp.py" in sources and "_hwp5.py" in sources
+    assert "hwp.py" in sources and "_hwp5_container.py" in sources
     assert [n for n, s in sources.items() if re.search(r"\b(import|from)\s+hwp5\b|pyhwp", s)] == []

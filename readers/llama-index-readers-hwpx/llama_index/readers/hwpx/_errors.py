@@ -117,6 +117,21 @@ class HMLLimitError(HMLFormatError, HWPXLimitError):
     reader_name: ClassVar[str] = "HMLReader"
 
 
+# the HWP 5 modules' errors, typed as the HWPX errors they subclass
+def hwp_limit_error(
+    file: str, message: str, limit: str, value: float, maximum: float, part: str | None
+) -> HWPXLimitError:
+    return HWPLimitError(file, message, limit=limit, value=value, maximum=maximum, part=part)
+
+
+def hwp_format_error(file: str, message: str, part: str | None = None) -> HWPXFormatError:
+    return HWPFormatError(file, message, part=part)
+
+
+def hwp_encrypted_error(file: str, message: str) -> HWPXEncryptedError:
+    return HWPEncryptedError(file, message)
+
+
 def _suggest(value: float) -> str:
     """A round limit above ``value`` for the error message's "how to raise it"."""
     v = max(int(value), 1)

@@ -2,8 +2,9 @@
 tables as HWPX.
 
 The file is opened with ``olefile`` (BSD), its streams inflated with ``zlib`` under the
-reader's limits, its record streams split and each section turned into the element tree the
-HWPX :class:`~._parse.SectionWalker` walks (see :mod:`._hwp5` for the format). So HWP 5, HWPX
+reader's limits (:mod:`._hwp5_container`), its record streams split (:mod:`._hwp5_records`)
+and each section turned into the element tree the HWPX :class:`~._parse.SectionWalker` walks
+(:mod:`._hwp5_section`; each module states the format facts it uses). So HWP 5, HWPX
 and HWPML share one table model (:class:`HWPXTable`/:class:`HWPXCell`: cell address and spans
 from each cell's list header), one renderer, one heading classifier (outline levels from the
 DocInfo paragraph shapes), one node parser and the same limits.
@@ -31,13 +32,9 @@ from llama_index.readers.hwpx._errors import (
     HWPXFormatError,
     HWPXLimitError,
 )
-from llama_index.readers.hwpx._hwp5 import (
-    SectionBuilder,
-    iter_records,
-    open_hwp,
-    outline_levels,
-    read_records,
-)
+from llama_index.readers.hwpx._hwp5_container import open_hwp
+from llama_index.readers.hwpx._hwp5_records import iter_records, outline_levels, read_records
+from llama_index.readers.hwpx._hwp5_section import SectionBuilder
 from llama_index.readers.hwpx._parse import Block, FileState, SectionWalker
 from llama_index.readers.hwpx.base import HWPXReader, ParsedHWPX
 from pydantic import Field
