@@ -169,6 +169,7 @@ MODULES: tuple[str, ...] = (
     "llama_index.readers.hwpx.hml_writer",
     "llama_index.readers.hwpx.node_parser",
     "llama_index.readers.hwpx.writer",
+    "llama_index.readers.hwpx._writer_markup",
 )
 
 #: packages whose ``__all__`` is the public surface checked for documented examples

@@ -89,11 +89,11 @@ class SectionBuilder:
     several times faster than creating each element from Python; every text and attribute
     value is XML-escaped, and nothing else reaches the text.
 
-    ``records`` is the section's :class:`Records`, or its batches from :func:`iter_records`,
-    built as they are read. The text written is charged against ``max_text_chars`` as it
-    goes, on top of ``text_before`` (what the walker charged for the file's earlier
-    sections), with a lower bound of what the walker will charge for it
-    (:meth:`_charge_paragraph`): a file the walker would refuse for its text is refused
+    ``records`` is the section's :class:`Records`, or its batches from
+    :func:`~._hwp5_records.iter_records`, built as they are read. The text written is charged
+    against ``max_text_chars`` as it goes, on top of ``text_before`` (what the walker charged
+    for the file's earlier sections), with a lower bound of what the walker will charge for
+    it (:meth:`_charge_paragraph`): a file the walker would refuse for its text is refused
     here once the bound crosses the limit, before the rest of the stream is read or any
     tree is built, and a file the walker accepts is never refused here."""
 
