@@ -43,7 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -271,6 +271,43 @@ class RecordFile:
     def close(self) -> None:
         """Close the blob (reads after this fail)."""
         self._blob.close()
+
+
+class RecordKeys(Sequence[str]):
+    """The keys of a record set in record order, read when indexed."""
+
+    def __init__(self, records: RecordFile) -> None:
+        self._rf = records
+
+    def __len__(self) -> int:
+        return len(self._rf)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._rf.key(j) for j in range(*i.indices(len(self)))]
+        return self._rf.key(i)
+
+
+class KeyPositions(Mapping[str, int]):
+    """``{key: record position}`` of a record set, looked up through its key table."""
+
+    def __init__(self, records: RecordFile) -> None:
+        self._rf = records
+
+    def __getitem__(self, key: str) -> int:
+        i = self._rf.find(key) if isinstance(key, str) else None
+        if i is None:
+            raise KeyError(key)
+        return i
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._rf.find(key) is not None
+
+    def __len__(self) -> int:
+        return len(self._rf)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(RecordKeys(self._rf))
 
 
 def _meta_sizes(meta: Any, path: Path) -> tuple[int, int]:

@@ -357,7 +357,7 @@ class SpanIndex:
             IndexPersistError: naming the file that is missing, malformed or disagrees.
         """
         from llama_index_car._npy import open_npy, open_rows
-        from llama_index_car._records import RecordFile
+        from llama_index_car._records import KeyPositions, RecordFile, RecordKeys
 
         out = Path(root)
         rf = RecordFile.open(out, name, verify="full" if full else "lazy")
@@ -377,8 +377,8 @@ class SpanIndex:
                         for lo in range(0, spans, _CHECK_ROWS)):
             raise IndexPersistError(f"{vec_path} holds non-finite values; rebuild the index")
         self = cls.__new__(cls)
-        self._ids = _Keys(rf)
-        self._row = _Rows(rf)
+        self._ids = RecordKeys(rf)
+        self._row = KeyPositions(rf)
         self._offsets = offsets
         self._spans = _StoredSpans(rf, offsets)
         self._vectors = vectors
@@ -448,43 +448,6 @@ class SpanIndex:
         spans = [_record(r, records_path) for r in records]
         vectors = _load_vectors(root / names[1], len(spans), dim)
         return cls(ids, off, spans, vectors)
-
-
-class _Keys(Sequence[str]):
-    """The node ids of a stored span index (record keys)."""
-
-    def __init__(self, rf: Any) -> None:
-        self._rf = rf
-
-    def __len__(self) -> int:
-        return len(self._rf)
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self._rf.key(j) for j in range(*i.indices(len(self)))]
-        return self._rf.key(i)
-
-
-class _Rows(Mapping[str, int]):
-    """``{node id: position}`` of a stored span index, through its key table."""
-
-    def __init__(self, rf: Any) -> None:
-        self._rf = rf
-
-    def __getitem__(self, key: str) -> int:
-        i = self._rf.find(key) if isinstance(key, str) else None
-        if i is None:
-            raise KeyError(key)
-        return int(i)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self._rf.find(key) is not None
-
-    def __len__(self) -> int:
-        return len(self._rf)
-
-    def __iter__(self) -> Iterator[str]:
-        return (self._rf.key(i) for i in range(len(self._rf)))
 
 
 class _StoredSpans(Sequence[Span]):

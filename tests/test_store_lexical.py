@@ -18,6 +18,7 @@ import importlib.util
 import io
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,18 @@ def _cli(*argv: str) -> str:
         rc = main(list(argv))
     assert rc == 0, out.getvalue()
     return out.getvalue()
+
+
+def _store_index(tmp_path: Path, files: Sequence[str], store: str) -> tuple[Path, Path]:
+    """``(src, idx)``: ``files`` of the demo corpus copied to ``src`` and indexed into ``idx``
+    with ``--store store`` (USE embedding)."""
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    src.mkdir()
+    for name in files:
+        shutil.copy(DEMO_CORPUS_DIR / name, src / name)
+    _cli("index", str(src), "--persist", str(idx), "--embed", "use", "--store", store,
+         "--no-progress")
+    return src, idx
 
 
 def _generation(idx: Path) -> Path:
@@ -100,12 +113,7 @@ def test_store_bm25_is_exact_before_and_after_an_update(
     else:
         _needs(kind)
     again = ["--store", store] if store else []
-    src, idx = tmp_path / "src", tmp_path / "idx"
-    src.mkdir()
-    for name in FILES[1:]:  # nine of the ten
-        shutil.copy(DEMO_CORPUS_DIR / name, src / name)
-    _cli("index", str(src), "--persist", str(idx), "--embed", "use", "--store", store or kind,
-         "--no-progress")
+    src, idx = _store_index(tmp_path, FILES[1:], store or kind)  # nine of the ten
     gen = _generation(idx)
     assert not list(gen.glob("bm25.*")) and (gen / DF_NAME).is_file()
     index = load_index(idx, store=store)
@@ -144,12 +152,7 @@ def _rewrite(gen: Path, name: str, raw: bytes) -> None:
 
 def test_a_hostile_df_table_is_refused_naming_it(tmp_path: Path) -> None:
     _needs("milvus")
-    src, idx = tmp_path / "src", tmp_path / "idx"
-    src.mkdir()
-    for name in FILES[:2]:
-        shutil.copy(DEMO_CORPUS_DIR / name, src / name)
-    _cli("index", str(src), "--persist", str(idx), "--embed", "use", "--store", "milvus",
-         "--no-progress")
+    src, idx = _store_index(tmp_path, FILES[:2], "milvus")
     gen = _generation(idx)
     good = (gen / DF_NAME).read_bytes()
     table = json.loads(good)
@@ -176,12 +179,7 @@ def test_a_large_drift_stays_exact(tmp_path: Path) -> None:
     _needs("milvus")
     from llama_index.core.schema import TextNode
 
-    src, idx = tmp_path / "src", tmp_path / "idx"
-    src.mkdir()
-    for name in FILES[:3]:
-        shutil.copy(DEMO_CORPUS_DIR / name, src / name)
-    _cli("index", str(src), "--persist", str(idx), "--embed", "use", "--store", "milvus",
-         "--no-progress")
+    src, idx = _store_index(tmp_path, FILES[:3], "milvus")
     index = load_index(idx)
     before = index.snapshot.lexical.bm25
     assert isinstance(before, StoreBM25) and len(before.stats.versions) == 1

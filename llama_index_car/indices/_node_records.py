@@ -6,7 +6,7 @@
 :class:`NodeTable` instead of a list of nodes: opening maps the files (nothing proportional to
 the number of nodes is read); a node is parsed when a query returns it, a filter reads its
 metadata, or an update needs it. Lookup by id goes through the record set's sorted key
-digests (:class:`NodePositions`). Every read is bounds-checked by the record file; a record
+digests (:class:`~llama_index_car._records.KeyPositions`). Every read is bounds-checked by the record file; a record
 that is not a node of that id is an :class:`IndexPersistError` naming ``nodes.blob``.
 
 >>> import tempfile, pathlib
@@ -32,7 +32,7 @@ from llama_index.core.schema import BaseNode
 from llama_index.core.storage.docstore.utils import doc_to_json, json_to_doc
 
 from llama_index_car._errors import IndexPersistError
-from llama_index_car._records import RecordFile, write_records
+from llama_index_car._records import KeyPositions, RecordFile, write_records
 
 NAME = "nodes"
 #: the files of the record set (``_records`` layout)
@@ -58,7 +58,7 @@ class NodeTable(Sequence[BaseNode]):
         self._rf = records
         self._cache: dict[int, BaseNode] = {}
         self._lock = threading.Lock()
-        self.positions = NodePositions(records)
+        self.positions = KeyPositions(records)
         self.hashes = _Hashes(self)
 
     @classmethod
@@ -151,29 +151,6 @@ def _node(rec: dict[str, Any], key: str, path: Path, i: int) -> BaseNode:
         raise IndexPersistError(f"{path}: record {i} holds node {node.node_id[:80]!r}, not "
                                 f"{key[:80]!r}; rebuild the index")
     return node
-
-
-class NodePositions(Mapping[str, int]):
-    """``{node id: position}`` of a record set, looked up through its key table."""
-
-    def __init__(self, records: RecordFile) -> None:
-        self._rf = records
-
-    def __getitem__(self, key: str) -> int:
-        i = self._rf.find(key) if isinstance(key, str) else None
-        if i is None:
-            raise KeyError(key)
-        return i
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self._rf.find(key) is not None
-
-    def __len__(self) -> int:
-        return len(self._rf)
-
-    def __iter__(self) -> Iterator[str]:
-        for i in range(len(self._rf)):
-            yield self._rf.key(i)
 
 
 class _Hashes(Sequence[str]):
