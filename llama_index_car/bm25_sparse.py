@@ -277,13 +277,8 @@ def make_row(stats: BM25Stats, doc_id: str, counts: Mapping[str, int], avgdl: fl
     """The store row of a document of token counts ``counts`` written at mean length
     ``avgdl`` (new terms get ids in ``stats``: its one writer calls this)."""
     tf = {stats.term_id(t, create=True): int(c) for t, c in counts.items() if c > 0}
-    ids = list(tf)
-    doc_len = sum(tf.values())  # type: ignore[arg-type]
-    w = doc_weights(np.asarray([tf[t] for t in ids], dtype=np.float64), doc_len, avgdl,
-                    stats.k1, stats.b)
-    weights = dict(zip(ids, w.tolist(), strict=True))
-    weights[PRESENCE_DIM] = 1.0
-    return DocRow(doc_id, weights, tf, doc_len, avgdl)  # type: ignore[arg-type]
+    row = DocRow(doc_id, {}, tf, sum(tf.values()), avgdl)  # type: ignore[arg-type]
+    return reweighted(row, avgdl, stats.k1, stats.b)
 
 
 def reweighted(row: DocRow, avgdl: float, k1: float, b: float) -> DocRow:

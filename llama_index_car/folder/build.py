@@ -190,19 +190,11 @@ def finish_build(
         index = open_store_index(store, model, dims, create=True)
         index.insert_nodes([n.model_copy(update={"embedding": vectors[n.node_id]})
                             for n in nodes])
-        from llama_index_car.sparse_stores import (
-            BM25_COLLECTION,
-            bm25_collections,
-            drop_bm25_collection,
-            sparse_backend,
-        )
+        from llama_index_car.sparse_stores import sparse_backend
 
         rows = sparse_backend(index.vector_store, create=True)
         if rows is not None:  # Milvus, Qdrant: the BM25 rows go there too, the df table stays
             lexical = lexical.into_store(rows)
-            for name in bm25_collections(index.vector_store):  # a previous index's, reweighted
-                if name != BM25_COLLECTION:
-                    drop_bm25_collection(index.vector_store, name)
     else:  # the folder keeps its vectors: the flat store (written into the generation)
         from llama_index_car.indices._dense import flat_index
 
@@ -219,4 +211,5 @@ def finish_build(
     folder = CriterionAwareIndex.from_parts(lexical, tokens, vector_index=index,
                                             embed_model=model, spans=spans)
     folder.persist(out, documents={RECORD_NAME: folder_record})
+    folder.drop_bm25_collections()  # a previous index's reweighted rows (none without a store)
     return summary(out, folder_record, list(read.failures), start)
